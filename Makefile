@@ -1,0 +1,37 @@
+# Two entry points do all set-up on a fresh machine: `make evolve` and `make test`.
+PY ?= python3.11
+VENV ?= .venv
+BIN := $(VENV)/bin
+STAMP := $(VENV)/.installed
+
+.PHONY: install test test-all evolve bench smoke clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml
+	@command -v bwrap >/dev/null 2>&1 || { \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null)); \
+	  else echo "bubblewrap (bwrap) is missing: install it (apt-get install bubblewrap) or run the host with --isolation none"; fi; }
+	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
+	$(BIN)/python -m pip install -q --upgrade pip
+	$(BIN)/python -m pip install -q -e ".[llm,dev]"
+	@touch $(STAMP)
+
+test: install
+	$(BIN)/python -m pytest -q
+
+test-all: install
+	$(BIN)/python -m pytest -q -m ""
+
+evolve: install
+	$(BIN)/ole evolve --mode offline
+
+bench: install
+	$(BIN)/python experiments/bench_host_overhead.py
+
+smoke: install
+	$(BIN)/evogym suite smoke
+
+clean:
+	rm -rf $(VENV) .pytest_cache
