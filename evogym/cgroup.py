@@ -1,0 +1,144 @@
+"""Per-sandbox cgroup v1 groups for memory and pids (the kernel limits of a policy).
+
+Each sandbox gets a child group `evogym-sbx-<host pid>-<sandbox id>` under the caller's
+own memory and pids groups, entered by the forked child before it execs bwrap, so every
+sandbox process is accounted from its first instruction. The memory limit SIGKILLs on
+overrun (reliability.md §3a #19); pids.max holds for root, unlike RLIMIT_NPROC (#17, #20).
+Groups of a dead host process are swept when the next group is created.
+"""
+from __future__ import annotations
+
+import os
+import signal
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path("/sys/fs/cgroup")
+PREFIX = "evogym-sbx-"
+EMPTY_WAIT_S = 3.0
+"""How long destroy() keeps killing members before leaving the group for the next sweep."""
+
+LIMIT_FILES = {"memory": "memory.limit_in_bytes", "pids": "pids.max"}
+
+
+def own_dir(controller: str) -> Path | None:
+    """The cgroup v1 directory of this process for `controller`, if that hierarchy is mounted."""
+    try:
+        lines = Path("/proc/self/cgroup").read_text().splitlines()
+    except OSError:
+        return None
+    for line in lines:
+        _, controllers, path = line.split(":", 2)
+        if controller in controllers.split(","):
+            return ROOT / controller / path.lstrip("/")
+    return None
+
+
+def cgroup_support() -> dict[str, bool]:
+    """Which v1 controllers this process may create child groups in."""
+    support = {}
+    for controller in LIMIT_FILES:
+        d = own_dir(controller)  # the root group has no limit file, so probe cgroup.procs
+        support[controller] = bool(d and (d / "cgroup.procs").exists() and os.access(d, os.W_OK))
+    return support
+
+
+def _write(path: Path, value: int | str) -> None:
+    path.write_text(str(value))
+
+
+def _sweep(parent: Path) -> None:
+    """Remove groups left by host processes that no longer exist."""
+    for d in parent.glob(PREFIX + "*"):
+        owner = d.name[len(PREFIX):].split("-", 1)[0]
+        if owner.isdigit() and not Path("/proc", owner).exists():
+            _kill_members(d)
+            try:
+                d.rmdir()
+            except OSError:
+                pass  # still busy; the next sweep retries
+
+
+def _members(d: Path) -> list[int]:
+    try:
+        return [int(p) for p in (d / "cgroup.procs").read_text().split()]
+    except (OSError, ValueError):
+        return []
+
+
+def _kill_members(d: Path) -> None:
+    for pid in _members(d):
+        try:
+            os.kill(pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+
+
+@dataclass
+class Cgroup:
+    """One sandbox's groups; `memory` / `pids` are None where the controller is missing."""
+
+    memory: Path | None
+    pids: Path | None
+
+    @classmethod
+    def create(cls, tag: str, memory_bytes: int, max_pids: int) -> "Cgroup":
+        support = cgroup_support()
+        name = f"{PREFIX}{os.getpid()}-{tag}"
+        dirs = {}
+        for controller, value in (("memory", memory_bytes), ("pids", max_pids)):
+            if not support[controller]:
+                dirs[controller] = None
+                continue
+            parent = own_dir(controller)
+            _sweep(parent)
+            d = parent / name
+            d.mkdir()
+            _write(d / LIMIT_FILES[controller], value)
+            dirs[controller] = d
+        return cls(dirs["memory"], dirs["pids"])
+
+    def __post_init__(self) -> None:
+        # Precomputed: enter() runs between fork and exec, where allocation should be minimal.
+        self._procs = [str(d / "cgroup.procs") for d in (self.memory, self.pids) if d]
+
+    def enter(self) -> None:
+        """Move the calling process in (runs in the forked child: only os calls)."""
+        pid = str(os.getpid()).encode()
+        for path in self._procs:
+            fd = os.open(path, os.O_WRONLY)
+            try:
+                os.write(fd, pid)
+            finally:
+                os.close(fd)
+
+    def oom_killed(self) -> bool:
+        """Whether the kernel OOM-killed a member (v1 `oom_kill` counter, else failcnt)."""
+        if self.memory is None:
+            return False
+        try:
+            for line in (self.memory / "memory.oom_control").read_text().splitlines():
+                key, _, value = line.partition(" ")
+                if key == "oom_kill":
+                    return int(value) > 0
+            return int((self.memory / "memory.failcnt").read_text()) > 0
+        except (OSError, ValueError):
+            return False
+
+    def members(self) -> list[int]:
+        """Host pids still in the group (either controller)."""
+        return sorted({pid for d in (self.memory, self.pids) if d for pid in _members(d)})
+
+    def destroy(self) -> None:
+        """SIGKILL every member until the groups are empty, then remove them."""
+        give_up = time.monotonic() + EMPTY_WAIT_S
+        for d in (self.memory, self.pids):
+            while d is not None and d.exists():
+                _kill_members(d)
+                try:
+                    d.rmdir()
+                except OSError:
+                    if time.monotonic() > give_up:
+                        break  # left for the sweep of the next create()
+                    time.sleep(0.005)

@@ -1,0 +1,270 @@
+"""Environment ids, the Core16 specs and the generic `gymnasium/<id>` adapter.
+
+Id grammar (parsed only here, by `resolve`):
+- `gym/<name>`: one of the eight curated Core16 slugs (`gym/acrobot`, …);
+- `gymnasium/<id>`: any id in Gymnasium's registry once MiniGrid, highway-env and
+  Gymnasium-Robotics have registered theirs. The eight Core16 `gymnasium/…` slugs get
+  their pinned spec; any other id gets a generic spec.
+Bare ids such as `Acrobot-v1` are rejected with a suggestion (`gym/acrobot`), so every
+run records one canonical name.
+
+Step caps. v0.1.0 reported the registry's `max_episode_steps` for `gymnasium/…` slugs,
+or 1000 when unset, and its roller cut episodes there with no truncation flag. We
+deliberately use the env's own internal limit when the registry has none and it can
+be discovered (MiniGrid `unwrapped.max_steps`; highway-env `duration ×
+policy_frequency`), else 1000. Effect on Core16: the cap an agent is told now matches
+when episodes really end (KeyCorridor 480, FourRooms 100, ObstructedMaze 720, parking
+500, roundabout 11, where v0.1.0 said 1000), and DoorKey-16x16 runs to its real
+2560-step limit with the env's own `truncated` flag instead of being cut at 1000
+without one. Returns can differ from the paper only for DoorKey episodes longer than
+1000 steps, where the paper's policy got reward 0 by construction.
+"""
+from __future__ import annotations
+
+import contextlib
+import difflib
+import functools
+import io
+import warnings
+from typing import Any, Literal
+
+import gymnasium as gym
+from pydantic import BaseModel, ConfigDict
+
+from evogym.errors import EnvNotFound
+from evogym.spaces import obs_storage, space_schema, to_jsonable
+
+ENV_VERSION = "0.1"
+"""`env_meta.env_version` reported for every env (v0.1.0 value)."""
+
+DEFAULT_MAX_STEPS = 1000
+"""Step cap when neither the registry nor the env itself declares a limit (v0.1.0 fallback)."""
+
+DEFAULT_N_ENV_INSTANCES = 1024
+"""Visible train case ids reported in `env_meta` (the paper's train pool size)."""
+
+REWARD_COMPONENTS = {"return": "sum of Gymnasium rewards over the episode"}
+
+SEED_MODULUS = 2**32
+"""`env.reset(seed=S mod 2**32)`: NumPy seeds must fit in 32 bits."""
+
+Family = Literal["curated", "generic", "minigrid", "highway", "robotics"]
+
+
+class EnvSpec(BaseModel):
+    """How to build one environment and how long its episodes may run."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+    slug: str
+    """Canonical env name, e.g. `gym/acrobot` or `gymnasium/FetchPush-v4`."""
+    gym_id: str
+    """Gymnasium registry id passed to `gymnasium.make`."""
+    kwargs: dict[str, Any] = {}
+    """Keyword arguments for `gymnasium.make` (Core16: the upstream registration's own)."""
+    max_steps: int
+    """Step cap of one episode, also reported as `env_meta.max_episode_steps`."""
+    family: Family
+    """v0.1.0 task-text family: curated doc, generic, or the MiniGrid/highway/robotics template."""
+    title: str
+    """Human title used as the brief's heading."""
+
+
+def _spec(slug: str, gym_id: str, max_steps: int, family: Family, title: str, **kwargs: Any) -> EnvSpec:
+    return EnvSpec(slug=slug, gym_id=gym_id, kwargs=kwargs, max_steps=max_steps, family=family, title=title)
+
+
+_CORE16_SPECS: tuple[EnvSpec, ...] = (
+    _spec("gym/acrobot", "Acrobot-v1", 500, "curated", "Acrobot"),
+    _spec("gym/continuouscar", "MountainCarContinuous-v0", 999, "curated", "Mountain Car (continuous)"),
+    _spec("gym/bipedal", "BipedalWalker-v3", 1600, "generic", "Bipedal Walker"),
+    _spec("gym/racing", "CarRacing-v3", 1000, "curated", "Car Racing"),
+    _spec("gym/halfcheetah5", "HalfCheetah-v5", 1000, "generic", "Half Cheetah"),
+    _spec("gym/ant5", "Ant-v5", 1000, "generic", "Ant"),
+    _spec("gym/pusher5", "Pusher-v5", 100, "generic", "Pusher"),
+    _spec("gym/reacher5", "Reacher-v5", 50, "generic", "Reacher"),
+    _spec("gymnasium/MiniGrid-DoorKey-16x16-v0", "MiniGrid-DoorKey-16x16-v0", 2560, "minigrid",
+          "MiniGrid DoorKey 16x16", size=16),
+    _spec("gymnasium/MiniGrid-KeyCorridorS4R3-v0", "MiniGrid-KeyCorridorS4R3-v0", 480, "minigrid",
+          "MiniGrid KeyCorridor S4R3", room_size=4, num_rows=3),
+    _spec("gymnasium/MiniGrid-FourRooms-v0", "MiniGrid-FourRooms-v0", 100, "minigrid", "MiniGrid FourRooms"),
+    _spec("gymnasium/MiniGrid-ObstructedMaze-1Q-v1", "MiniGrid-ObstructedMaze-1Q-v1", 720, "minigrid",
+          "MiniGrid ObstructedMaze 1Q", agent_room=(1, 1), key_in_box=True, blocked=True,
+          num_quarters=1, num_rooms_visited=5),
+    _spec("gymnasium/parking-v0", "parking-v0", 500, "highway", "Highway parking"),
+    _spec("gymnasium/roundabout-v0", "roundabout-v0", 11, "highway", "Highway roundabout"),
+    _spec("gymnasium/FetchPush-v4", "FetchPush-v4", 50, "robotics", "Fetch Push", reward_type="sparse"),
+    _spec("gymnasium/FetchPickAndPlace-v4", "FetchPickAndPlace-v4", 50, "robotics", "Fetch Pick and Place",
+          reward_type="sparse"),
+)
+
+CORE16: tuple[str, ...] = tuple(s.slug for s in _CORE16_SPECS)
+"""The sixteen paper envs, in the order of the paper's tables."""
+
+_BY_SLUG = {s.slug: s for s in _CORE16_SPECS}
+_FAMILY_PACKAGES = {"minigrid": "minigrid", "highway": "highway_env", "robotics": "gymnasium_robotics"}
+
+
+# ---------------------------------------------------------------- registration
+
+
+@functools.cache
+def _register(package: str) -> None:
+    """Import an env package so its ids register. Gymnasium-Robotics prints a notice about
+    AdroitHand reward versions to stderr at import; it concerns no env used here, so it is
+    swallowed rather than shown on every host start."""
+    with contextlib.redirect_stderr(io.StringIO()):
+        module = __import__(package)
+    if package != "minigrid":
+        gym.register_envs(module)
+
+
+def _register_all() -> None:
+    for package in _FAMILY_PACKAGES.values():
+        _register(package)
+
+
+def _family_of(gym_id: str) -> Family:
+    entry = str(gym.spec(gym_id).entry_point)
+    for family, package in _FAMILY_PACKAGES.items():
+        if entry.startswith(package):
+            return family  # type: ignore[return-value]
+    return "generic"
+
+
+# ---------------------------------------------------------------- resolution
+
+
+def resolve(slug: str) -> EnvSpec:
+    """Return the spec for an env name, or raise `EnvNotFound` with close names."""
+    if slug in _BY_SLUG:
+        return _BY_SLUG[slug]
+    prefix, _, gym_id = slug.partition("/")
+    if prefix == "gymnasium" and gym_id:
+        _register_all()
+        if gym_id in gym.registry:
+            return _generic_spec(slug, gym_id)
+    raise EnvNotFound(
+        f"unknown env `{slug}`: expected `gym/<curated name>` or `gymnasium/<registered Gymnasium id>`",
+        suggestions=_suggestions(slug),
+    )
+
+
+@functools.cache
+def _generic_spec(slug: str, gym_id: str) -> EnvSpec:
+    family = _family_of(gym_id)
+    return EnvSpec(slug=slug, gym_id=gym_id, kwargs={}, max_steps=_discover_max_steps(gym_id),
+                   family=family, title=gym_id)
+
+
+def _discover_max_steps(gym_id: str) -> int:
+    registered = gym.spec(gym_id).max_episode_steps
+    if registered:
+        return int(registered)
+    env = _make(gym_id, {})
+    try:
+        inner = env.unwrapped
+        if isinstance(getattr(inner, "max_steps", None), int):
+            return int(inner.max_steps)
+        config = getattr(inner, "config", None)
+        if isinstance(config, dict) and "duration" in config and "policy_frequency" in config:
+            return int(config["duration"] * config["policy_frequency"])
+        return DEFAULT_MAX_STEPS
+    finally:
+        env.close()
+
+
+def _suggestions(slug: str) -> list[str]:
+    """Close canonical names: Core16 slugs and `gymnasium/<id>`, matched case-insensitively
+    on the full name and on the bare id (so `Acrobot-v1` suggests `gym/acrobot`)."""
+    _register_all()
+    canonical: dict[str, str] = {s.lower(): s for s in CORE16}
+    for gym_id in gym.registry:
+        canonical.setdefault(f"gymnasium/{gym_id}".lower(), f"gymnasium/{gym_id}")
+    aliases = dict(canonical)
+    for spec in _CORE16_SPECS:
+        aliases[spec.gym_id.lower()] = spec.slug
+        aliases[spec.slug.split("/", 1)[1].lower()] = spec.slug
+    for gym_id in gym.registry:
+        aliases.setdefault(gym_id.lower(), f"gymnasium/{gym_id}")
+    query = slug.lower()
+    bare = query.split("/", 1)[-1]
+    hits = difflib.get_close_matches(query, aliases, n=3, cutoff=0.6)
+    hits += difflib.get_close_matches(bare, aliases, n=3, cutoff=0.6)
+    out: list[str] = []
+    for hit in hits:
+        if aliases[hit] not in out:
+            out.append(aliases[hit])
+    return out[:3]
+
+
+# ---------------------------------------------------------------- construction
+
+
+def _make(gym_id: str, kwargs: dict[str, Any]) -> gym.Env:
+    """`gymnasium.make` with no render mode and no wrappers beyond the registry's. The
+    registry's deprecation notice for `roundabout-v0` (v1 exists) is silenced: the paper
+    suite pins v0 on purpose."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", DeprecationWarning)
+        return gym.make(gym_id, **kwargs)
+
+
+def make_env(spec: EnvSpec) -> gym.Env:
+    """A fresh env for one episode (v0.1.0 builds a new env per episode)."""
+    package = _FAMILY_PACKAGES.get(spec.family)
+    if package:
+        _register(package)
+    return _make(spec.gym_id, dict(spec.kwargs))
+
+
+def reset_episode(env: gym.Env, seed: int) -> tuple[Any, dict]:
+    """Reset for the case seed `seed`: `reset(seed=seed mod 2**32)`, action space seeded
+    with `seed+1` (drives the fallback `sample()`), observation space with `seed+2`."""
+    obs, info = env.reset(seed=seed % SEED_MODULUS)
+    env.action_space.seed(seed + 1)
+    env.observation_space.seed(seed + 2)
+    return obs, info
+
+
+def step_info(info: dict) -> dict:
+    """The env's `info` dict, every key kept, made JSON-safe."""
+    return to_jsonable(dict(info))
+
+
+# ---------------------------------------------------------------- /info
+
+
+@functools.cache
+def _schemas(slug: str) -> tuple[dict, dict]:
+    """(obs_space, action_space) schemas; cached because some envs are slow to build."""
+    env = make_env(resolve(slug))
+    try:
+        return space_schema(env.observation_space), space_schema(env.action_space)
+    finally:
+        env.close()
+
+
+def spaces_of(spec: EnvSpec) -> tuple[dict, dict]:
+    """The compact `(obs_space, action_space)` schemas of an env (cached per slug)."""
+    obs, act = _schemas(spec.slug)
+    return to_jsonable(obs), to_jsonable(act)
+
+
+def env_meta(spec: EnvSpec, n_env_instances: int = DEFAULT_N_ENV_INSTANCES) -> dict:
+    """The `/info.env_meta` object (§1.2); `artifacts` only for external observations."""
+    obs_space, action_space = spaces_of(spec)
+    storage = obs_storage(obs_space)
+    meta = {
+        "action_space": action_space,
+        "env": spec.slug,
+        "env_version": ENV_VERSION,
+        "max_episode_steps": spec.max_steps,
+        "n_env_instances": int(n_env_instances),
+        "obs_space": obs_space,
+        "obs_storage": storage,
+        "reward_components": dict(REWARD_COMPONENTS),
+    }
+    if storage == "external":
+        meta["artifacts"] = {"observations": True, "video": False}
+    return meta

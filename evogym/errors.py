@@ -1,0 +1,49 @@
+"""The evogym error tree.
+
+Only host faults and caller mistakes raise; a failing policy is a recorded result
+(`sandbox.CallResult`), never one of these. Every error carries a `.hint` naming the
+next step, so the CLI can print `message` + `hint` without a traceback.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class EvogymError(Exception):
+    """Base of all evogym errors; `hint` says what to do next."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} (hint: {self.hint})"
+        return self.message
+
+
+class ConfigError(EvogymError):
+    """A setting, flag or file given by the caller is invalid or missing."""
+
+
+class EnvNotFound(EvogymError):
+    """An environment id did not resolve; `suggestions` holds close known ids."""
+
+    def __init__(self, message: str, *, suggestions: Sequence[str] = (), hint: str = "") -> None:
+        self.suggestions = tuple(suggestions)
+        if not hint and self.suggestions:
+            hint = "did you mean " + ", ".join(f"`{s}`" for s in self.suggestions) + "?"
+        super().__init__(message, hint=hint)
+
+
+class DataError(EvogymError):
+    """A case pool or data file is missing, corrupt, or does not match its hash."""
+
+
+class SandboxUnavailable(EvogymError):
+    """The requested isolation cannot be provided on this machine."""
+
+
+class ProtocolError(EvogymError):
+    """A request or frame violates the host protocol (a host-side contract breach)."""

@@ -1,0 +1,185 @@
+"""The feedback tree an agent reads: `feedback/submit_NNN/...`, written atomically.
+
+Every file is written to a temporary name in the same directory, fsynced and renamed,
+and a submit's directory is assembled under a hidden temporary name and renamed into
+place as a whole, so an agent never sees a half-written submit (invariants F1–F9 of
+the spec: summary present for every recorded submit, episode dirs contiguous and
+numbered by budget used, trajectory line count = episode length, external
+observations row count = episode length, errors as JSON lines).
+"""
+from __future__ import annotations
+
+import io
+import json
+import os
+import shutil
+import tempfile
+from pathlib import Path
+from typing import Iterable
+
+import numpy as np
+
+SCHEMA_VERSION = "0.1"
+EXTERNAL_THRESHOLD_BYTES = 4096
+"""An episode's stacked observations above this size go to observations.npy/.npz (reference §3.5)."""
+OUTPUT_CAP_BYTES = 64 * 1024
+"""stdout.txt / stderr.txt / error text kept per episode; the rest is replaced by a note."""
+
+
+def fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def atomic_write_bytes(path: Path, data: bytes) -> None:
+    """temp + fsync + rename + directory fsync: the file is old or new, never torn."""
+    path = Path(path)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+            f.flush()
+            os.fsync(f.fileno())
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    fsync_dir(path.parent)
+
+
+def atomic_write_text(path: Path, text: str) -> None:
+    atomic_write_bytes(path, text.encode("utf-8"))
+
+
+def atomic_write_json(path: Path, obj, *, pretty: bool = True) -> None:
+    text = json.dumps(obj, indent=2 if pretty else None, sort_keys=True, allow_nan=False)
+    atomic_write_text(path, text + "\n")
+
+
+def cap_text(text: str, cap: int = OUTPUT_CAP_BYTES) -> str:
+    data = text.encode("utf-8", "replace")
+    if len(data) <= cap:
+        return text
+    kept = data[:cap].decode("utf-8", "ignore")
+    return kept + f"\n[truncated {len(data) - cap} bytes]\n"
+
+
+def error_line(category: str, message: str, timestamp: str, traceback: str | None = None, **extra) -> str:
+    row = {"category": category, "message": cap_text(message, 8192), "schema_version": SCHEMA_VERSION,
+           "timestamp": timestamp, "traceback": cap_text(traceback) if traceback else None}
+    row.update(extra)
+    return json.dumps(row, sort_keys=True, allow_nan=False)
+
+
+def _compact(arr: np.ndarray) -> np.ndarray:
+    if arr.dtype.kind in "iub" and arr.size and arr.min() >= 0 and arr.max() <= 255:
+        return arr.astype(np.uint8)
+    if arr.dtype.kind == "f":
+        return arr.astype(np.float64)
+    return arr
+
+
+def _stack(values: list) -> np.ndarray | None:
+    try:
+        arr = np.asarray(values)
+    except (ValueError, TypeError):
+        return None
+    if arr.dtype == object:
+        return None
+    return _compact(arr) if arr.dtype.kind in "iubf" else arr
+
+
+def externalize(observations: list) -> tuple[str, bytes] | None:
+    """Return (filename, bytes) when the episode's observations are stored outside the trajectory.
+
+    Rule of the reference (size, not obs_storage): a fixed-shape numeric stack over
+    4096 bytes -> observations.npy; a dict whose keys each stack and together exceed
+    4096 bytes -> observations.npz (one array per key). Otherwise None (inline).
+    """
+    if not observations:
+        return None
+    if isinstance(observations[0], dict):
+        keys = list(observations[0])
+        if not all(isinstance(o, dict) and list(o) == keys for o in observations):
+            return None
+        arrays = {k: _stack([o[k] for o in observations]) for k in keys}
+        if any(a is None for a in arrays.values()):
+            return None
+        if sum(a.nbytes for a in arrays.values()) <= EXTERNAL_THRESHOLD_BYTES:
+            return None
+        buf = io.BytesIO()
+        np.savez_compressed(buf, **arrays)
+        return "observations.npz", buf.getvalue()
+    arr = _stack(observations)
+    if arr is None or arr.dtype.kind not in "iubf" or arr.nbytes <= EXTERNAL_THRESHOLD_BYTES:
+        return None
+    buf = io.BytesIO()
+    np.save(buf, arr)
+    return "observations.npy", buf.getvalue()
+
+
+def episode_files(ep, with_observations: bool = True) -> dict[str, bytes]:
+    """Files of one episode directory, from an EpisodeResult."""
+    files: dict[str, bytes] = {}
+    external = externalize(ep.raw_observations) if with_observations else None
+    lines = []
+    for row in ep.rows:
+        if external is not None:
+            row = {**row, "obs": None}
+        lines.append(json.dumps(row, allow_nan=False))
+    files["trajectory.jsonl"] = ("\n".join(lines) + ("\n" if lines else "")).encode()
+    files["stdout.txt"] = cap_text(ep.stdout).encode()
+    files["stderr.txt"] = cap_text(ep.stderr).encode()
+    if ep.errors:
+        files["error.txt"] = ("\n".join(ep.errors) + "\n").encode()
+    if external is not None:
+        files[external[0]] = external[1]
+    return files
+
+
+def write_tree(target: Path, files: dict[str, bytes]) -> None:
+    """Write {relative path: bytes} as a new directory `target`, atomically as a whole."""
+    target = Path(target)
+    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    try:
+        for rel, data in files.items():
+            path = tmp / rel
+            path.parent.mkdir(parents=True, exist_ok=True)
+            with open(path, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+        os.rename(tmp, target)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
+    fsync_dir(target.parent)
+
+
+def sweep_temporaries(root: Path) -> int:
+    """Remove half-written temporaries left by a crash (names starting with '.' and containing '.tmp' or a mkdtemp suffix)."""
+    removed = 0
+    for path in Path(root).rglob(".*"):
+        if path.name.startswith(".submit_") or path.name.endswith(".tmp"):
+            if path.is_dir() and not path.is_symlink():
+                shutil.rmtree(path, ignore_errors=True)
+            else:
+                path.unlink(missing_ok=True)
+            removed += 1
+    return removed
+
+
+def summary_stats(returns: Iterable[float], lengths: Iterable[int]) -> dict:
+    rs = [float(r) for r in returns]
+    ls = [int(n) for n in lengths]
+    if not rs:
+        return {"returns": None, "mean_return": None, "std_return": None, "min_return": None,
+                "max_return": None, "episode_lengths": None, "mean_episode_length": None}
+    arr = np.asarray(rs, dtype=np.float64)
+    return {"returns": rs, "mean_return": float(arr.mean()), "std_return": float(arr.std()),
+            "min_return": float(arr.min()), "max_return": float(arr.max()),
+            "episode_lengths": ls, "mean_episode_length": float(np.mean(ls))}

@@ -1,0 +1,240 @@
+"""Finalization: validate every `ok` checkpoint, select, score on held-out, write run.json.
+
+Runs off the request thread (the server starts it in a background thread) and spreads
+hidden evaluation over worker processes. Checkpoints whose code trees are identical
+(same `tree_hash`) share one evaluation: identical code on identical seeds gives the
+same returns, so no extra episodes are spent. For that to hold exactly, the `env_meta`
+seen in hidden evaluation is the same for identical trees (the group's first submit).
+
+Selection: highest validation mean; ties go to fewer failed episodes, then to the
+latest submit (the reference drops any candidate with a failed episode instead —
+docs/protocol-deviations.md).
+"""
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import shutil
+from concurrent.futures import ProcessPoolExecutor
+from dataclasses import dataclass
+from importlib import metadata
+from pathlib import Path
+from typing import Callable
+
+import numpy as np
+
+from evogym import PROTOCOL_VERSION, anchors
+from evogym.feedback import atomic_write_json
+from evogym.metrics import edit_kind
+from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
+
+PACKAGES = ("gymnasium", "mujoco", "box2d", "minigrid", "highway-env", "gymnasium-robotics", "numpy",
+            "pygame-ce")
+MAX_JOBS = 8
+
+
+@dataclass(frozen=True)
+class Candidate:
+    index: int
+    tree_hash: str
+    cost: int
+
+
+def _jobs(requested: int) -> int:
+    return max(1, requested or min(os.cpu_count() or 1, MAX_JOBS))
+
+
+def _evaluate(jobs: list[EpisodeJob], workers: int) -> list[BatchResult]:
+    if workers <= 1 or len(jobs) <= 1:
+        return [run_episodes(j) for j in jobs]
+    ctx = multiprocessing.get_context("forkserver")
+    with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
+                             initializer=die_with_parent) as pool:
+        return list(pool.map(run_episodes, jobs))
+
+
+def candidates(run) -> list[Candidate]:
+    out = []
+    for fb in sorted(run.feedback.glob("submit_*")):
+        summary = json.loads((fb / "summary.json").read_text())
+        if summary.get("status") == "ok":
+            metrics = json.loads((run.checkpoints / fb.name / "metrics.json").read_text())
+            out.append(Candidate(summary["submit_index"], metrics["tree_hash"], summary["n_episodes"]))
+    return out
+
+
+def select(scores: dict[int, tuple[float, int]]) -> int:
+    """argmax of (mean, -failures, index): ties to fewer failures, then to the latest submit."""
+    return max(scores, key=lambda i: (scores[i][0], -scores[i][1], i))
+
+
+def _mean(batch: BatchResult) -> float | None:
+    if batch.start_failure is not None or not batch.episodes:
+        return None
+    return float(np.mean(batch.returns))
+
+
+def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
+    """Score the run; returns the run.json document (also written to disk)."""
+    run, config, judge = host.run, host.config, host.judge
+    cands = candidates(run)
+    groups: dict[str, list[Candidate]] = {}
+    for c in cands:
+        groups.setdefault(c.tree_hash, []).append(c)
+    workers = _jobs(config.finalize_jobs)
+    firsts = [g[0] for g in groups.values()]
+    progress(f"validation: {len(cands)} ok checkpoints, {len(firsts)} distinct programs")
+    jobs = [host.hidden_job(c, host.pools.valid) for c in firsts]
+    results = dict(zip((c.tree_hash for c in firsts), _evaluate(jobs, workers)))
+    scores: dict[int, tuple[float, int]] = {}
+    val_failures: dict[str, int] = {}
+    for c in cands:
+        batch = results[c.tree_hash]
+        mean = _mean(batch)
+        if mean is not None:
+            scores[c.index] = (mean, batch.failures)
+            val_failures[str(c.index)] = batch.failures
+        run.event("eval.record", kind="valid", snap=c.index, mean_return=mean)
+    doc = _base_doc(host)
+    if not scores:
+        doc["outcome"] = _outcome("no_ok_submit", final_score=0.0)
+        _aux(doc, host, None, None)
+        atomic_write_json(run.run_json, doc)
+        return doc
+    best = select(scores)
+    best_cand = next(c for c in cands if c.index == best)
+    progress(f"held-out: submit {best} on {len(host.pools.heldout)} episodes")
+    held = _evaluate([host.hidden_job(groups[best_cand.tree_hash][0], host.pools.heldout)], 1)[0]
+    returns = held.returns if held.start_failure is None else []
+    mean = float(np.mean(returns)) if returns else None
+    run.event("eval.record", kind="final", snap=best, mean_return=mean)
+    _mirror(run, best)
+    final = mean if mean is not None else 0.0
+    doc["outcome"] = _outcome(
+        "completed", final_score=final, best_submit_index=best,
+        val_scores={str(i): s[0] for i, s in scores.items()}, val_failures=val_failures,
+        heldout_mean_return=mean, heldout_returns=returns,
+        heldout_std_return=float(np.std(returns)) if returns else None,
+        heldout_failures=held.failures if held.start_failure is None else len(host.pools.heldout),
+        normalized_score=anchors.normalized(config.env, final))
+    _aux(doc, host, best, scores[best][0])
+    atomic_write_json(run.run_json, doc)
+    return doc
+
+
+def _outcome(status: str, **fields) -> dict:
+    out = {"status": status, "final_score": None, "normalized_score": None, "best_submit_index": None,
+           "val_scores": None, "val_failures": None, "heldout_mean_return": None, "heldout_returns": None,
+           "heldout_std_return": None, "heldout_failures": None, "error": None, "auxiliary": {}}
+    out.update(fields)
+    return out
+
+
+def error_doc(host, message: str) -> dict:
+    doc = _base_doc(host)
+    doc["outcome"] = _outcome("error", error={"type": "error", "message": message})
+    atomic_write_json(host.run.run_json, doc)
+    return doc
+
+
+def _versions() -> dict:
+    out = {}
+    for name in PACKAGES:
+        try:
+            out[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name] = None
+    return out
+
+
+def _base_doc(host) -> dict:
+    config, run = host.config, host.run
+    return {
+        "schema_version": "0.1", "protocol_version": PROTOCOL_VERSION, "env": config.env,
+        "exp_id": run.root.name, "profile": config.profile,
+        "experiment_dimensions": {"episode_budget": config.budget, "min_episodes_per_submit": config.min_per_submit,
+                                  "max_episodes_per_submit": config.max_per_submit, "valid_size": config.valid_size,
+                                  "heldout_size": config.heldout_size, "pool_seed": config.pool_seed},
+        "isolation": host.isolation_report(),
+        "timing": {"start_time": host.started_at, "end_time": utc_stamp(),
+                   "wall_time_seconds": round(host.elapsed(), 3)},
+        "versions": {"agents_md_hash": host.agents_md_hash, **host.pools.hashes, "packages": _versions(),
+                     "evogym": __import__("evogym").__version__},
+        "artifacts": {"checkpoints": "checkpoints/", "feedback": "workspace/feedback/", "events": "events.jsonl",
+                      "logs": "logs/", "workspace": "workspace/"},
+    }
+
+
+def _mirror(run, best: int) -> None:
+    """Replace workspace/system with the selected checkpoint (minus host files), atomically."""
+    src = run.checkpoints / run.submit_name(best)
+    tmp = run.workspace / ".system.final"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(src, tmp, symlinks=True, ignore=shutil.ignore_patterns("metrics.json", "_meta.json"))
+    old = run.workspace / ".system.old"
+    shutil.rmtree(old, ignore_errors=True)
+    if run.system.exists():
+        os.rename(run.system, old)
+    os.rename(tmp, run.system)
+    shutil.rmtree(old, ignore_errors=True)
+    run.event("workspace.mirror", snap=best)
+
+
+def _submit_rows(run) -> list[dict]:
+    rows = []
+    for fb in sorted(run.feedback.glob("submit_*")):
+        rows.append(json.loads((fb / "summary.json").read_text()))
+    return rows
+
+
+def _aux(doc: dict, host, best: int | None, best_val: float | None) -> None:
+    run, config = host.run, host.config
+    rows = _submit_rows(run)
+    charged = [r for r in rows if r["n_episodes"]]
+    ok = [r for r in charged if r["status"] == "ok"]
+    by_submit, trend, kinds, prev = {}, {"submits": [], "source_lines": [], "functions": [],
+                                         "cyclomatic_total": [], "tree_hash": [], "topology_hash": []}, {}, None
+    for r in charged:
+        path = run.checkpoints / run.submit_name(r["submit_index"]) / "metrics.json"
+        if not path.exists():
+            continue
+        m = json.loads(path.read_text())
+        by_submit[str(r["submit_index"])] = m
+        kinds[str(r["submit_index"])] = edit_kind(prev, m)
+        prev = m
+        trend["submits"].append(r["submit_index"])
+        for key in ("source_lines", "functions", "cyclomatic_total", "tree_hash", "topology_hash"):
+            trend[key].append(m.get(key))
+    aux = {"code_metrics_by_submit": by_submit, "code_metrics_trend": trend, "edit_kinds": kinds,
+           "code_metrics_best": by_submit.get(str(best)) if best is not None else None,
+           "n_submits": host.judge.state.n_submits, "n_charged_submits": len(charged),
+           "n_successful_submits": len(ok), "episodes_used": host.judge.state.used,
+           "mean_episodes_per_submit": float(np.mean([r["n_episodes"] for r in charged])) if charged else None,
+           "mean_submit_wall_time": float(np.mean([r["wall_time_seconds"] for r in charged])) if charged else None}
+    aux.update(_curve_metrics(config, charged, doc["outcome"].get("heldout_mean_return"), best_val))
+    doc["outcome"]["auxiliary"] = aux
+
+
+def _curve_metrics(config, charged: list[dict], heldout: float | None, best_val: float | None) -> dict:
+    in_loop = [r["mean_return"] for r in charged if r["status"] == "ok" and r["mean_return"] is not None]
+    best_in_loop = max(in_loop) if in_loop else None
+    out = {"held_out_gap": (best_in_loop - heldout) if best_in_loop is not None and heldout is not None else None,
+           "val_heldout_gap": (best_val - heldout) if best_val is not None and heldout is not None else None,
+           "auc_in_loop": None, "episodes_to_50pct": None, "episodes_to_80pct": None}
+    anc = anchors.anchors(config.env)
+    if anc is None or not charged:
+        return out
+    span = anc.expert_baseline - anc.random_baseline
+    xs, ys, cum = [0.0], [0.0], 0
+    for r in charged:
+        cum += r["n_episodes"]
+        if r["status"] == "ok" and r["mean_return"] is not None:
+            norm = min(max((r["mean_return"] - anc.random_baseline) / span, 0.0), 1.2)
+            xs.append(float(cum))
+            ys.append(norm)
+            for key, level in (("episodes_to_50pct", 0.5), ("episodes_to_80pct", 0.8)):
+                if out[key] is None and norm >= level:
+                    out[key] = cum
+    out["auc_in_loop"] = float(np.trapezoid(ys, xs) / config.budget * 100) if len(xs) > 1 else 0.0
+    return out

@@ -1,0 +1,162 @@
+"""The trusted host of one run: pools, budget, judge, finalization state, `/info` and `/task`.
+
+The HTTP layer (`evogym.server`) only translates requests into calls on `Host`; the
+host never depends on HTTP, so the same object serves tests and other transports.
+"""
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from dataclasses import asdict
+
+from evogym import PROTOCOL_VERSION, briefs, data, envs, sandbox
+from evogym.errors import ConfigError, SandboxUnavailable
+from evogym.finalize import Candidate, error_doc, finalize
+from evogym.judge import DENIED_IMPORTS, Judge
+from evogym.rollout import EpisodeJob, utc_stamp
+from evogym.run import RunConfig, RunDir, agents_md_text
+
+
+def make_config(env: str, profile: str = "quick", *, budget: int | None = None, pool_seed: int = 0,
+                isolation: str = "bwrap", limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
+                max_per_submit: int | None = None, allow_early_finish: bool = True) -> RunConfig:
+    """A RunConfig from a profile name plus overrides; validates everything up front."""
+    prof = data.profile(profile)
+    spec = envs.resolve(env)
+    if isolation not in ("bwrap", "none"):
+        raise ConfigError(f"unknown isolation {isolation!r}", hint="use bwrap (default) or none")
+    budget = prof.budget if budget is None else budget
+    if budget < 1:
+        raise ConfigError(f"budget must be >= 1, got {budget}")
+    maximum = min(max_per_submit or prof.max_per_submit or budget, budget)
+    return RunConfig(env=spec.slug, profile=prof.name, budget=budget, min_per_submit=prof.min_per_submit,
+                     max_per_submit=maximum, n_env_instances=data.TRAIN_SIZE, valid_size=prof.valid,
+                     heldout_size=prof.heldout, pool_seed=pool_seed, isolation=isolation,
+                     limits=limits or sandbox.Limits(), finalize_jobs=finalize_jobs,
+                     allow_early_finish=allow_early_finish)
+
+
+class Host:
+    """One run: owns the hidden pools and everything that touches them."""
+
+    def __init__(self, run_dir, config: RunConfig) -> None:
+        if config.isolation == "bwrap":
+            report = sandbox.probe_isolation()
+            if not report.get("bwrap") or not report.get("userns"):
+                raise SandboxUnavailable("bubblewrap sandbox unavailable: " + ", ".join(
+                    f"{k}={v}" for k, v in report.items() if k in ("bwrap", "userns")),
+                    hint="install bubblewrap (apt-get install bubblewrap) or pass --isolation none explicitly")
+        self.config = config
+        self.spec = envs.resolve(config.env)
+        self.pools = data.pools_for(self.spec.slug, config.profile, pool_seed=config.pool_seed)
+        self.run = RunDir(run_dir)
+        self.run.create(config)
+        self.started_at, self._t0 = utc_stamp(), time.monotonic()
+        self.agents_md_hash = "sha256:" + hashlib.sha256(agents_md_text().encode()).hexdigest()
+        self.judge = Judge(self.run, config, self.pools.train, on_exhausted=lambda: self.start_finalize("budget"))
+        self.finalization = {"status": "pending"}
+        self.done = threading.Event()
+        self._final_lock = threading.Lock()
+        self.run.event("run.open", env=config.env, profile=config.profile, budget=config.budget,
+                       isolation=config.isolation)
+
+    def elapsed(self) -> float:
+        return time.monotonic() - self._t0
+
+    def isolation_report(self) -> dict:
+        if self.config.isolation == "none":
+            return {"level": "none", "note": "policy runs in a plain subprocess: NOT a sandbox"}
+        return {"level": "bwrap", **sandbox.probe_isolation()}
+
+    # -- protocol ----------------------------------------------------------------
+    def info(self) -> dict:
+        c, st = self.config, self.judge.state
+        limits = asdict(c.limits)
+        return {
+            "allowed_imports": [], "denied_imports": list(DENIED_IMPORTS),
+            "env_meta": envs.env_meta(self.spec, n_env_instances=c.n_env_instances),
+            "episode_budget": c.budget, "max_episodes_per_submit": c.max_per_submit,
+            "min_episodes_per_submit": c.min_per_submit, "protocol_version": PROTOCOL_VERSION,
+            "resource_limits": {"memory_bytes": limits["memory_bytes"], "rollout_wall_s": limits["episode_wall_s"],
+                                "init_wall_s": limits["init_wall_s"], "max_pids": limits["max_pids"],
+                                "file_bytes": limits["file_bytes"], "output_bytes": limits["output_bytes"],
+                                "importable_packages": ["stdlib", *sandbox.POLICY_PACKAGES]},
+            "isolation": self.isolation_report()["level"],
+            "state": {"is_finalized": self.judge.closed, "n_submits": st.n_submits,
+                      "remaining_budget": st.remaining, "finalization": self.finalization["status"],
+                      "early_finish_allowed": c.allow_early_finish},
+        }
+
+    def task(self) -> str:
+        return briefs.brief(self.spec).rstrip() + "\n\n" + contract_text(self.info())
+
+    def finish(self) -> tuple[int, dict]:
+        if not self.config.allow_early_finish and self.judge.state.remaining > 0:
+            return 409, {"status": "budget_remaining", "error": {
+                "message": f"this run requires spending the whole budget ({self.judge.state.remaining} left)"}}
+        with self.judge.lock:
+            if self.judge.closed:
+                return 200, {"status": "finalizing" if not self.done.is_set() else "finalized"}
+            if self.judge.state.n_submits == 0 and self.judge.state.used == 0:
+                self.run.event("run.finish_without_submits")
+        self.start_finalize("finish")
+        return 200, {"status": "finalizing", "remaining_budget": self.judge.state.remaining}
+
+    # -- finalization ------------------------------------------------------------
+    def start_finalize(self, reason: str) -> None:
+        with self._final_lock:
+            with self.judge.lock:
+                if self.judge.closed:
+                    return
+                self.judge.closed = True
+            self.finalization = {"status": "running", "reason": reason}
+            self.run.event("run.close.start", reason=reason)
+            threading.Thread(target=self._finalize, name="finalize", daemon=True).start()
+
+    def _finalize(self) -> None:
+        try:
+            doc = finalize(self, progress=lambda line: self.run.event("finalize.progress", message=line))
+            self.finalization = {"status": "done", "reason": self.finalization.get("reason")}
+            self.run.event("run.close", status=doc["outcome"]["status"])
+        except Exception as exc:  # a host fault: record it, never leave the run unscored silently
+            self.finalization = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
+            self.run.event("run.close.error", error=f"{type(exc).__name__}: {exc}")
+            error_doc(self, f"finalization failed: {type(exc).__name__}: {exc}")
+        finally:
+            self.done.set()
+
+    def hidden_job(self, cand: Candidate, seeds: list[int]) -> EpisodeJob:
+        ckpt = self.run.checkpoints / self.run.submit_name(cand.index)
+        meta = self.judge.policy_env_meta(cand.index, cand.cost, 0)
+        return EpisodeJob(self.config.env, str(ckpt), tuple(seeds), meta, self.config.limits,
+                          self.config.isolation, record=False)
+
+
+def contract_text(info: dict) -> str:
+    """The generated contract appended to every brief (same facts as AGENTS.md, with this run's numbers)."""
+    import json
+    meta = info["env_meta"]
+    return "\n".join([
+        "## Policy Contract",
+        "`system/policy.py` defines a top-level `class Policy(obs_space: dict, action_space: dict, env_meta: dict)` "
+        "with `reset(episode_index)` and `act(obs)`. `__init__` runs once per submit, `reset` before each episode, "
+        "and `act` returns one action matching the action space.",
+        "",
+        "## Policy Input And Output",
+        f"- env: `{meta['env']}` (version {meta['env_version']})",
+        f"- visible train episode ids: `0` through `{meta['n_env_instances'] - 1}`",
+        f"- max episode steps: {meta['max_episode_steps']}",
+        f"- observation storage: {meta['obs_storage']}",
+        f"- reward components: {json.dumps(meta.get('reward_components', {}), sort_keys=True)}",
+        f"- importable in the sandbox: {', '.join(info['resource_limits']['importable_packages'])}",
+        "", "obs_space:", "```json", json.dumps(meta["obs_space"], indent=2, sort_keys=True), "```",
+        "", "action_space:", "```json", json.dumps(meta["action_space"], indent=2, sort_keys=True), "```",
+        "",
+        "## Submit Notes",
+        f"Submit between {info['min_episodes_per_submit']} and {info['max_episodes_per_submit']} visible train "
+        f"episode ids per accepted request; the whole budget is {info['episode_budget']} episodes. Bodies: "
+        '`{"env_instances": [0, 1, 2, 3]}` or `{"env_instances": "0-3"}`. Read `feedback/submit_NNN/summary.json` '
+        "and the episode files after each submit. `POST /finish` ends the run early; never call `/finalize`.",
+        "",
+    ])

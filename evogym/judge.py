@@ -1,0 +1,257 @@
+"""The submit lifecycle: parse -> Phase 1 (free checks) -> charge -> snapshot -> static
+scan -> sandboxed import/init -> episodes -> feedback.
+
+All submits are serialized by one lock, and each accepted request is charged exactly
+once: the charge is written to `events.jsonl` (fsynced) before anything runs, and an
+optional `Idempotency-Key` makes a retried request return the first answer instead of
+running again.
+"""
+from __future__ import annotations
+
+import ast
+import json
+import os
+import shutil
+import threading
+import time
+from pathlib import Path
+from typing import Callable
+
+from evogym import envs, metrics
+from evogym.feedback import (atomic_write_json, episode_files, error_line, summary_stats,
+                             write_tree)
+from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
+from evogym.run import BudgetState, RunConfig, RunDir
+from evogym.sandbox import validate_snapshot
+from evogym import spec as idspec
+
+# The spec's default denied imports (06-seeds-sandbox.md); env authors may add, never remove.
+DENIED_IMPORTS = ("transformers", "huggingface_hub", "datasets", "diffusers", "accelerate", "wandb",
+                  "mlflow", "tensorboard", "requests", "urllib3", "httpx", "aiohttp", "subprocess",
+                  "pkgutil")
+SNAPSHOT_MAX_FILES = 2000
+SNAPSHOT_MAX_BYTES = 64 << 20
+SNAPSHOT_SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
+IDEMPOTENCY_KEYS_KEPT = 1024
+START_VERDICT = {"missing_policy": "missing_policy", "import_error": "import_error",
+                 "denied_import": "denied_import", "oom": "oom"}
+
+
+class SnapshotError(Exception):
+    pass
+
+
+def snapshot(src: Path, dst: Path) -> None:
+    """Copy regular files of `src` into a new `dst`: no symlinks, FIFOs or devices, no caches, capped."""
+    tmp = dst.with_name(f".{dst.name}.tmp")
+    shutil.rmtree(tmp, ignore_errors=True)
+    tmp.mkdir(parents=True)
+    files = size = 0
+    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
+        dirnames[:] = sorted(d for d in dirnames if d not in SNAPSHOT_SKIP_DIRS
+                             and not os.path.islink(os.path.join(dirpath, d)))
+        rel = Path(dirpath).relative_to(src)
+        (tmp / rel).mkdir(parents=True, exist_ok=True)
+        for name in sorted(filenames):
+            path = Path(dirpath) / name
+            st = path.lstat()
+            if not path.is_file() or path.is_symlink():
+                continue
+            files += 1
+            size += st.st_size
+            if files > SNAPSHOT_MAX_FILES or size > SNAPSHOT_MAX_BYTES:
+                shutil.rmtree(tmp, ignore_errors=True)
+                raise SnapshotError(f"system/ exceeds the snapshot limits ({SNAPSHOT_MAX_FILES} files, "
+                                    f"{SNAPSHOT_MAX_BYTES >> 20} MiB)")
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            with os.fdopen(fd, "rb") as f_in, open(tmp / rel / name, "wb") as f_out:
+                shutil.copyfileobj(f_in, f_out)
+    os.rename(tmp, dst)
+
+
+def denied_imports(code_dir: Path, denied=DENIED_IMPORTS) -> list[str]:
+    """Top-level names of denied absolute imports anywhere under the snapshot (static)."""
+    found = set()
+    for path in sorted(code_dir.rglob("*.py")):
+        try:
+            tree = ast.parse(path.read_bytes())
+        except (SyntaxError, ValueError):
+            continue
+        for node in ast.walk(tree):
+            names = []
+            if isinstance(node, ast.Import):
+                names = [a.name for a in node.names]
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                names = [node.module]
+            for name in names:
+                if name.split(".")[0] in denied:
+                    found.add(name.split(".")[0])
+    return sorted(found)
+
+
+class Judge:
+    """Owns the budget and turns submit requests into verdicts and feedback."""
+
+    def __init__(self, run: RunDir, config: RunConfig, train_seeds: list[int],
+                 on_exhausted: Callable[[], None]) -> None:
+        self.run, self.config, self.train = run, config, list(train_seeds)
+        self.spec = envs.resolve(config.env)
+        self.lock = threading.Lock()
+        self.state = BudgetState.recover(run, config.budget)
+        self.closed = False
+        self.on_exhausted = on_exhausted
+        self._idem: dict[str, tuple[int, dict]] = {}
+        self.ep_width = max(3, len(str(config.budget)))
+        self._recover_interrupted()
+
+    # -- bookkeeping -------------------------------------------------------------
+    def _recover_interrupted(self) -> None:
+        """A checkpoint without feedback is a submit the host died in: record it, refund it."""
+        for ckpt in sorted(self.run.checkpoints.glob("submit_*")):
+            fb = self.run.feedback / ckpt.name
+            if ckpt.name[7:].isdigit() and not fb.exists():
+                index = int(ckpt.name[7:])
+                summary = self._summary(index, "host_interrupted", None, time.time(), utc_stamp())
+                write_tree(fb, {"summary.json": _pretty(summary), "errors.txt": (error_line(
+                    "host_interrupted", "host_interrupted: the host stopped during this submit; "
+                    "it was not charged", utc_stamp()) + "\n").encode()})
+                self.run.event("submit.interrupted", submit=index)
+
+    def _next_index(self) -> int:
+        index = self.state.next_index
+        while (self.run.feedback / self.run.submit_name(index)).exists() or \
+                (self.run.checkpoints / self.run.submit_name(index)).exists():
+            index += 1
+        self.state.next_index = index + 1
+        self.state.n_submits += 1
+        return index
+
+    def _summary(self, index, status, instances, started, started_at, **fields) -> dict:
+        base = {"schema_version": "0.1", "submit_index": index, "env": self.config.env, "status": status,
+                "n_episodes": 0, "first_global_episode": None, "env_instances": instances,
+                "remaining_budget": self.state.remaining, "submit_started_at": started_at,
+                "submit_completed_at": utc_stamp(), "wall_time_seconds": round(time.time() - started, 6),
+                "timeouts": None, "errors": None, "reward_components_mean": None,
+                "reward_components_per_episode": None}
+        base.update(summary_stats([], []))
+        base.update(fields)
+        return base
+
+    # -- the request ---------------------------------------------------------------
+    def submit(self, body: dict, idempotency_key: str | None = None) -> tuple[int, dict]:
+        with self.lock:
+            if idempotency_key is not None and idempotency_key in self._idem:
+                return self._idem[idempotency_key]
+            answer = self._submit_locked(body)
+            if idempotency_key is not None:
+                if len(self._idem) >= IDEMPOTENCY_KEYS_KEPT:
+                    self._idem.pop(next(iter(self._idem)))
+                self._idem[idempotency_key] = answer
+        if answer[0] == 200 and self.state.remaining == 0:
+            self.on_exhausted()
+        return answer
+
+    def _submit_locked(self, body: dict) -> tuple[int, dict]:
+        started, started_at = time.time(), utc_stamp()
+        if self.closed:
+            return 409, {"status": "run_closed", "error": {"message": "run is not open"}}
+        try:
+            req = idspec.parse(body.get("env_instances"), self.config.n_env_instances)
+        except idspec.ParseError as exc:
+            index = self._next_index()
+            self._reject(index, "budget_invalid", None, started, started_at, f"budget_invalid: {exc}")
+            self.run.event("submit.reject", submit=index, status="budget_invalid", reason=str(exc))
+            return 400, {"status": "budget_invalid", "error": {"message": str(exc)}}
+        limit = min(self.config.max_per_submit, self.state.remaining)
+        if req.out_of_range:
+            status = "invalid_env_instance"
+            msg = f"invalid_env_instance: ids must lie in [0, {self.config.n_env_instances})"
+        elif not (self.config.min_per_submit <= req.count <= limit):
+            status = "budget_invalid"
+            msg = (f"budget_invalid: {req.count} episodes requested; allowed {self.config.min_per_submit}.."
+                   f"{limit} (max per submit {self.config.max_per_submit}, remaining {self.state.remaining})")
+        else:
+            return self._execute(req.ids, started, started_at)
+        index = self._next_index()
+        summary = self._reject(index, status, req.ids, started, started_at, msg)
+        self.run.event("submit.reject", submit=index, status=status, n=req.count)
+        return 400, {"submit_id": index, "status": status, "summary": summary}
+
+    def _reject(self, index, status, instances, started, started_at, message) -> dict:
+        """Phase-1 reject (or parse error): free, recorded, numbered like any submit."""
+        summary = self._summary(index, status, instances, started, started_at)
+        write_tree(self.run.feedback / self.run.submit_name(index), {
+            "summary.json": _pretty(summary),
+            "errors.txt": (error_line(status, message, utc_stamp()) + "\n").encode()})
+        return summary
+
+    def _execute(self, instances: list[int], started: float, started_at: str) -> tuple[int, dict]:
+        index = self._next_index()
+        cost, first = len(instances), self.state.used
+        self.state.used += cost
+        self.run.event("submit.charge", submit=index, cost=cost, remaining=self.state.remaining)
+        ckpt = self.run.checkpoints / self.run.submit_name(index)
+        status, batch, errors = self._run_checkpoint(index, ckpt, instances, cost)
+        files = {"summary.json": b""}
+        fields = {"n_episodes": cost, "env_instances": instances}
+        if batch is not None and batch.episodes:
+            eps = batch.episodes
+            fields.update(summary_stats([e.ret for e in eps], [e.length for e in eps]))
+            fields["first_global_episode"] = first
+            fields["errors"] = [i for i, e in enumerate(eps) if e.error_category]
+            fields["timeouts"] = [i for i, e in enumerate(eps) if e.error_category == "act_timeout"]
+            for i, ep in enumerate(eps):
+                for name, data in episode_files(ep).items():
+                    files[f"episodes/ep_{first + i:0{self.ep_width}d}/{name}"] = data
+        if errors:
+            files["errors.txt"] = ("\n".join(errors) + "\n").encode()
+        summary = self._summary(index, status, instances, started, started_at, **fields)
+        files["summary.json"] = _pretty(summary)
+        write_tree(self.run.feedback / self.run.submit_name(index), files)
+        self.run.event("submit.finish", submit=index, status=status, cost=cost,
+                       mean_return=summary["mean_return"], wall=summary["wall_time_seconds"])
+        return 200, {"submit_id": index, "status": status, "summary": summary}
+
+    def _run_checkpoint(self, index, ckpt, instances, cost) -> tuple[str, BatchResult | None, list[str]]:
+        try:
+            snapshot(self.run.system, ckpt)
+        except SnapshotError as exc:
+            ckpt.mkdir(exist_ok=True)
+            return "import_error", None, [error_line("import_error", f"import_error: {exc}", utc_stamp())]
+        atomic_write_json(ckpt / "metrics.json", metrics.code_metrics(ckpt))
+        self.run.event("submit.snapshot", submit=index, checkpoint=f"checkpoints/{ckpt.name}")
+        static = validate_snapshot(ckpt)
+        if static is not None:
+            return static.category, None, [error_line(static.category, f"{static.category}: {static.message}",
+                                                      utc_stamp(), static.traceback)]
+        denied = denied_imports(ckpt)
+        if denied:
+            return "denied_import", None, [error_line("denied_import", f"denied_import: {', '.join(denied)} "
+                                                      "may not be imported by policies", utc_stamp())]
+        meta = self.policy_env_meta(index, cost, self.state.remaining)
+        job = EpisodeJob(self.config.env, str(ckpt), tuple(self.train[i] for i in instances), meta,
+                         self.config.limits, self.config.isolation, record=True)
+        batch = run_episodes(job)
+        if batch.start_failure is not None:
+            fail = batch.start_failure
+            verdict = START_VERDICT.get(fail.category, "init_error")
+            category = {"timeout": "init_timeout", "crashed": "init_crashed"}.get(fail.category, fail.category)
+            return verdict, batch, [error_line(category or verdict, f"{category}: {fail.message}",
+                                               utc_stamp(), fail.traceback)]
+        cats = {e.error_category for e in batch.episodes}
+        verdict = "oom" if "oom" in cats else "rollout_timeout" if "act_timeout" in cats else "ok"
+        return verdict, batch, []
+
+    def policy_env_meta(self, index: int, cost: int, remaining_after: int) -> dict:
+        meta = envs.env_meta(self.spec, n_env_instances=self.config.n_env_instances)
+        out = {"env": self.config.env, "submit_index": index, "n_episodes_this_submit": cost,
+               "remaining_budget_after": remaining_after, "max_episode_steps": meta["max_episode_steps"],
+               "obs_space": meta["obs_space"], "action_space": meta["action_space"],
+               "obs_storage": meta["obs_storage"]}
+        if meta.get("reward_components"):
+            out["reward_components"] = meta["reward_components"]
+        return out
+
+
+def _pretty(obj) -> bytes:
+    return (json.dumps(obj, indent=2, sort_keys=True, allow_nan=False) + "\n").encode()

@@ -1,0 +1,218 @@
+"""Episodes: the trusted side steps the environment, the sandboxed policy chooses actions.
+
+`run_episodes(job)` is a plain function of a picklable job so the same code serves a
+submit (in the server process) and hidden evaluation (in worker processes). Hidden
+seeds live only here and in the host; the policy process receives observations,
+public spaces and `env_meta` — never a seed, a pool or a path.
+
+Error semantics (a deliberate deviation from the reference, which turns any episode
+error into a failed submit — docs/protocol-deviations.md):
+- `reset_error` (policy.reset or env.reset raised): empty trajectory, return 0;
+- `act_error` (act raised): that step uses a sampled action, then the episode ends;
+- `act_timeout`, `policy_crashed`, `oom`, `protocol_error`: the policy process is gone,
+  the episode ends without a step for it, the next episode gets a fresh process;
+- `env_error` (the environment itself raised in step): a host-side fault, recorded.
+Every episode still yields a return; errors are listed, never hidden.
+"""
+from __future__ import annotations
+
+import ctypes
+import signal
+import time
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from evogym import envs, spaces
+from evogym.feedback import error_line
+from evogym.sandbox import CallResult, Limits, PolicyProcess
+
+# Categories that kill the policy process: the next episode needs a fresh one.
+FATAL = {"timeout": "act_timeout", "crashed": "policy_crashed", "oom": "oom",
+         "protocol_error": "protocol_error"}
+
+
+def die_with_parent() -> None:
+    """Worker-process initializer: SIGKILL this process when its parent dies (Linux prctl)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        pass
+
+
+def utc_stamp() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+@dataclass(frozen=True)
+class EpisodeJob:
+    """Everything needed to run a batch of episodes with one Policy instance."""
+
+    slug: str
+    code_dir: str
+    seeds: tuple[int, ...]
+    policy_env_meta: dict
+    limits: Limits
+    isolation: str
+    record: bool = True
+    """Keep trajectories and observations (submits) or only returns (hidden evaluation)."""
+
+
+@dataclass
+class EpisodeResult:
+    ret: float = 0.0
+    length: int = 0
+    rows: list = field(default_factory=list)
+    raw_observations: list = field(default_factory=list)
+    stdout: str = ""
+    stderr: str = ""
+    errors: list = field(default_factory=list)
+    """JSON lines of error.txt."""
+    error_category: str | None = None
+    wall_s: float = 0.0
+
+
+@dataclass
+class BatchResult:
+    """Outcome of a job: a start failure (no episodes) or one result per seed."""
+
+    start_failure: CallResult | None
+    episodes: list[EpisodeResult]
+    init_stdout: str = ""
+    init_stderr: str = ""
+
+    @property
+    def returns(self) -> list[float]:
+        return [e.ret for e in self.episodes]
+
+    @property
+    def failures(self) -> int:
+        return sum(1 for e in self.episodes if e.error_category)
+
+
+def _fail(ep: EpisodeResult, category: str, res: CallResult | str) -> None:
+    message = res if isinstance(res, str) else (res.message or category)
+    tb = None if isinstance(res, str) else res.traceback
+    ep.error_category = ep.error_category or category
+    ep.errors.append(error_line(category, f"{category}: {message}", utc_stamp(), tb))
+
+
+class _Session:
+    """One Policy instance; restarted (fresh process) after a fatal episode."""
+
+    def __init__(self, job: EpisodeJob, obs_schema: dict, act_schema: dict) -> None:
+        self.job, self.obs_schema, self.act_schema = job, obs_schema, act_schema
+        self.proc: PolicyProcess | None = None
+        self.start_failure: CallResult | None = None
+
+    def ensure(self) -> CallResult | None:
+        if self.proc is None:
+            self.proc = PolicyProcess(Path(self.job.code_dir), isolation=self.job.isolation,
+                                      limits=self.job.limits)
+            res = self.proc.start(self.obs_schema, self.act_schema, self.job.policy_env_meta)
+            if not res.ok:
+                self.start_failure = res
+                return res
+        return self.start_failure
+
+    def drop(self) -> None:
+        if self.proc is not None:
+            self.proc.close()
+        self.proc = None
+        self.start_failure = None
+
+
+def _step_row(t, obs_enc, raw_action, reward, term, trunc, info, invalid, record) -> dict | None:
+    if not record:
+        return None
+    row_info = envs.step_info(info)
+    row_info["steps"] = t + 1
+    if invalid:
+        row_info["action_invalid"] = True
+    return {"t": t, "obs": obs_enc, "action": spaces.to_jsonable(raw_action), "reward": float(reward),
+            "terminated": bool(term), "truncated": bool(trunc), "info": row_info}
+
+
+def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> EpisodeResult:
+    ep = EpisodeResult()
+    t0 = time.monotonic()
+    failure = sess.ensure()
+    if failure is not None:
+        _fail(ep, failure.category or "init_error", failure)
+        return ep
+    proc = sess.proc
+    env = envs.make_env(spec)
+    try:
+        proc.begin_episode(sess.job.limits.episode_wall_s)
+        try:
+            obs, _ = envs.reset_episode(env, seed)
+        except Exception as exc:  # env fault on reset: recorded like the reference's reset_error
+            _fail(ep, "reset_error", f"environment reset failed: {type(exc).__name__}: {exc}")
+            return ep
+        res = proc.reset(index)
+        if not res.ok:
+            category = FATAL.get(res.category, "reset_error")
+            _fail(ep, category, res)
+            if res.category in FATAL:
+                sess.drop()
+            return ep
+        _run_steps(sess, spec, env, obs, ep, record)
+    finally:
+        env.close()
+        if sess.proc is not None:
+            out, err = sess.proc.take_output()
+            ep.stdout, ep.stderr = ep.stdout + out, ep.stderr + err
+        ep.wall_s = time.monotonic() - t0
+    return ep
+
+
+def _run_steps(sess: _Session, spec, env, obs, ep: EpisodeResult, record: bool) -> None:
+    space = env.action_space
+    for t in range(spec.max_steps):
+        enc = spaces.to_jsonable(obs)
+        res = sess.proc.act(enc)
+        fallback = False
+        if not res.ok:
+            if res.category in FATAL:
+                _fail(ep, FATAL[res.category], res)
+                sess.drop()
+                return
+            _fail(ep, "act_error", res)
+            raw, fallback = space.sample(), True
+        else:
+            raw = res.value
+        action, invalid = (raw, False) if fallback else spaces.coerce_action(space, raw)
+        try:
+            nxt, reward, term, trunc, info = env.step(action)
+        except Exception as exc:
+            _fail(ep, "env_error", f"environment step failed: {type(exc).__name__}: {exc}")
+            return
+        ep.ret += float(reward)
+        ep.length += 1
+        if record:
+            ep.rows.append(_step_row(t, enc, raw, reward, term, trunc, info, invalid, True))
+            ep.raw_observations.append(obs)
+        obs = nxt
+        if term or trunc or fallback:
+            return
+
+
+def run_episodes(job: EpisodeJob) -> BatchResult:
+    """Run `job.seeds` in order with one Policy instance (`reset(i)` for local index i)."""
+    spec = envs.resolve(job.slug)
+    meta = envs.env_meta(spec, n_env_instances=0)
+    sess = _Session(job, meta["obs_space"], meta["action_space"])
+    try:
+        failure = sess.ensure()
+        init_out, init_err = sess.proc.take_output() if sess.proc is not None else ("", "")
+        if failure is not None and failure.category in ("missing_policy", "import_error", "init_error",
+                                                        "denied_import", "oom", "timeout", "crashed",
+                                                        "protocol_error"):
+            return BatchResult(failure, [], init_out, init_err)
+        episodes = [_episode(sess, spec, i, seed, job.record) for i, seed in enumerate(job.seeds)]
+        if episodes:
+            episodes[0].stdout = init_out + episodes[0].stdout
+            episodes[0].stderr = init_err + episodes[0].stderr
+        return BatchResult(None, episodes, init_out, init_err)
+    finally:
+        sess.drop()

@@ -1,0 +1,56 @@
+"""The OLE error tree.
+
+Every error is a caller mistake or a host fault; each carries a `.hint` naming the
+next step, so the CLI prints `message (hint: ...)` on one line without a traceback.
+A failing agent run is a recorded result (a trace), never one of these.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+
+class OleError(Exception):
+    """Base of all OLE errors; `hint` says what to do next."""
+
+    exit_code = 2
+    """CLI exit status: 2 = the caller can fix it (bad input, wrong name, conflict)."""
+
+    def __init__(self, message: str, *, hint: str = "") -> None:
+        super().__init__(message)
+        self.message = message
+        self.hint = hint
+
+    def __str__(self) -> str:
+        if self.hint:
+            return f"{self.message} (hint: {self.hint})"
+        return self.message
+
+
+class ValidationError(OleError):
+    """An input (a bundle, a YAML document, a flag value) breaks its schema or grammar."""
+
+
+class NotFound(OleError):
+    """A name or version did not resolve; `suggestions` holds close known ones."""
+
+    def __init__(self, message: str, *, suggestions: Sequence[str] = (), hint: str = "") -> None:
+        self.suggestions = tuple(suggestions)
+        if not hint and self.suggestions:
+            hint = "did you mean " + " or ".join(f"`{s}`" for s in self.suggestions) + "?"
+        super().__init__(message, hint=hint)
+
+
+class Conflict(OleError):
+    """The request contradicts recorded state (an immutable version, a rejected release)."""
+
+
+class IntegrityError(OleError):
+    """Stored registry state is damaged (hash mismatch, missing blob); run `ole fsck`."""
+
+    exit_code = 1
+
+
+class StorageError(OleError):
+    """The disk or database refused a write (full disk, permissions); nothing was changed."""
+
+    exit_code = 1

@@ -1,0 +1,146 @@
+"""Registry check and repair (`ole fsck`): hashes, lineage DAG, pointers, orphans.
+
+Runs inside the registry's write lock, so every temp file or unreferenced blob it sees
+belongs to a writer that died before its commit (reliability.md C1) and is swept. A
+blob whose bytes no longer hash to its name is moved to `quarantine/` and reported,
+never served again (C6). Everything else is reported, not changed.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+
+import networkx as nx
+from pydantic import BaseModel, ConfigDict
+
+from ole.bundle import format_ref, load_bundle_yaml
+from ole.errors import OleError
+
+EVENT_KINDS = ("registration", "evaluation", "gate_decision", "release", "activation", "rollback")
+
+
+class FsckReport(BaseModel):
+    """Outcome of one registry check."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    ok: bool
+    """True when no problem was found (swept orphans are repairs, not problems)."""
+    problems: tuple[str, ...]
+    """One line per inconsistency that needs attention."""
+    swept: tuple[str, ...]
+    """Orphan temp files and unreferenced blobs removed (relative paths)."""
+    quarantined: tuple[str, ...]
+    """Corrupt blobs moved to quarantine (relative paths)."""
+    bundles: int
+    """Registered versions checked."""
+    events: int
+    """Events checked."""
+    channels: dict[str, str]
+    """Champion `NAME@VERSION` per channel after the check."""
+
+
+def check(registry, *, repair: bool) -> FsckReport:
+    """Check `registry` (called with its write lock held)."""
+    problems: list[str] = []
+    quarantined: list[str] = []
+    db = registry._db
+    verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
+    if verdict != "ok":
+        problems.append(f"sqlite integrity_check: {verdict}")
+    rows = db.execute("SELECT name, version, content_hash, blob_hash, registered_seq FROM bundles").fetchall()
+    for row in rows:
+        problems.extend(_check_blob(registry, row, quarantined, repair))
+    events = registry.events()
+    problems.extend(_check_events(events, rows))
+    problems.extend(_check_lineage(events))
+    state = registry.state()
+    channels = {}
+    known = {(r[0], r[1]) for r in rows}
+    for channel in state.channels():
+        key = state.champion(channel)
+        if key is not None:
+            channels[channel] = format_ref(*key)
+            if key not in known:
+                problems.append(f"channel `{channel}` points at unregistered {format_ref(*key)}")
+    referenced = {r[3] for r in rows}
+    swept = _sweep(registry, referenced, repair)
+    return FsckReport(ok=not problems, problems=tuple(problems), swept=tuple(swept),
+                      quarantined=tuple(quarantined), bundles=len(rows), events=len(events), channels=channels)
+
+
+def _check_blob(registry, row: tuple, quarantined: list[str], repair: bool) -> list[str]:
+    name, version, content_hash, blob_hash, _ = row
+    ref = format_ref(name, version)
+    path = registry.blob_path(blob_hash)
+    if not path.is_file():
+        return [f"{ref}: blob {blob_hash[:12]}… is missing"]
+    data = path.read_bytes()
+    if hashlib.sha256(data).hexdigest() != blob_hash:
+        if repair:
+            moved = registry._quarantine(path)
+            quarantined.append(str(moved.relative_to(registry.home)))
+        return [f"{ref}: blob {blob_hash[:12]}… fails its hash check" + (" (quarantined)" if repair else "")]
+    try:
+        bundle = load_bundle_yaml(data.decode())
+    except (OleError, UnicodeDecodeError) as exc:
+        return [f"{ref}: blob does not load: {exc}"]
+    if bundle.name != name or bundle.content_hash != content_hash:
+        return [f"{ref}: blob content does not match its index row"]
+    return []
+
+
+def _check_events(events: list, rows: list) -> list[str]:
+    problems = []
+    registrations = {e.seq: e for e in events if e.kind == "registration"}
+    known = {(r[0], r[1]) for r in rows}
+    if len(registrations) != len(rows):
+        problems.append(f"{len(registrations)} registration events for {len(rows)} registered versions")
+    for name, version, content_hash, _, seq in rows:
+        event = registrations.get(seq)
+        if event is None or (event.name, event.version) != (name, version) \
+                or event.payload.get("content_hash") != content_hash:
+            problems.append(f"{format_ref(name, version)}: registration event {seq} does not match")
+    last = 0
+    for event in events:
+        if event.seq <= last:
+            problems.append(f"event {event.seq}: seq not increasing")
+        last = event.seq
+        if event.kind not in EVENT_KINDS:
+            problems.append(f"event {event.seq}: unknown kind {event.kind!r}")
+        if (event.name, event.version) not in known:
+            problems.append(f"event {event.seq} ({event.kind}) names unregistered {event.ref}")
+        if event.kind in ("release", "rollback", "activation") and not event.channel:
+            problems.append(f"event {event.seq} ({event.kind}) has no channel")
+        json.dumps(event.payload)
+    return problems
+
+
+def _check_lineage(events: list) -> list[str]:
+    graph = nx.DiGraph()
+    problems = []
+    for event in events:
+        if event.kind != "registration":
+            continue
+        graph.add_node(event.ref)
+        for parent in event.payload.get("parents", []):
+            if parent >= event.version:
+                problems.append(f"{event.ref}: parent version {parent} is not earlier")
+            graph.add_edge(format_ref(event.name, parent), event.ref)
+    missing = [n for n in graph if not any(e.kind == "registration" and e.ref == n for e in events)]
+    problems.extend(f"lineage names unregistered parent {n}" for n in missing)
+    if not nx.is_directed_acyclic_graph(graph):
+        problems.append("lineage has a cycle")
+    return problems
+
+
+def _sweep(registry, referenced: set[str], repair: bool) -> list[str]:
+    swept = []
+    for path in sorted(registry.blobs.rglob("*")):
+        if path.is_dir():
+            continue
+        orphan = path.name.startswith(".tmp-") or (path.suffix == ".yaml" and path.stem not in referenced)
+        if orphan:
+            swept.append(str(path.relative_to(registry.home)))
+            if repair:
+                path.unlink()
+    return swept

@@ -1,0 +1,282 @@
+"""The release gate (OLE Eq. 10): benefit · evidence quality · tail risk · cost.
+
+A challenger is released only when all four criteria hold on its paired evaluation.
+Evidence that is too thin to judge (too few pairs, too few families, unverified runs,
+gate instances the proposer has seen) makes the verdict `indecisive`, never `release`;
+a failed benefit, tail or cost criterion makes it `reject`.
+
+The configured thresholds cannot relax the task contract: every challenger run must be
+verified by the host and stay within the contract's resource budget β whatever the
+config says (those checks have no switch). Statistics are computed first into a
+`GateStats` record that keeps the per-pair values; the verdict only reads it.
+"""
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from pathlib import Path
+from typing import Literal
+
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+from scipy import stats as sps
+
+from ole.errors import ValidationError
+from ole.paired import Pair, instance_key
+from ole.trace import utc_now
+
+SCHEMA_VERSION = "1"
+DEFAULT_CONFIG_PATH = Path(__file__).with_name("gate.yaml")
+COST_RESOURCES = ("episodes", "wall_s", "tokens", "usd")
+
+Verdict = Literal["release", "reject", "indecisive"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+
+
+class GateConfig(_Record):
+    """Thresholds of the four gate criteria (the θ of OLE Eq. 10)."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    """Config schema version."""
+    alpha: float = Field(0.1, gt=0.0, le=0.5)
+    """One-sided significance level of the paired benefit test."""
+    test: Literal["wilcoxon", "bootstrap"] = "wilcoxon"
+    """Benefit test: Wilcoxon signed-rank on r (H1: median r > 0) or a bootstrap lower confidence bound of mean r."""
+    bootstrap_resamples: int = Field(4000, ge=200, le=200000)
+    """Resamples for the bootstrap bound (and the reported CI under either test)."""
+    min_mean_r: float = Field(0.0, ge=0.0)
+    """Mean relative change the challenger must exceed."""
+    min_win_rate: float = Field(0.5, ge=0.0, le=1.0)
+    """Fraction of pairs with r > 0 (ties count half) the challenger must reach."""
+    min_pairs: int = Field(6, ge=2)
+    """Fewest valid pairs to judge at all (fewer: indecisive)."""
+    min_families: int = Field(1, ge=1)
+    """Fewest env families the pairs must cover (fewer: indecisive)."""
+    tail_tau: float = Field(0.25, gt=0.0)
+    """A pair with r < −tail_tau counts as a regression."""
+    max_regressions: int = Field(1, ge=0)
+    """Most regressing pairs tolerated."""
+    cvar_alpha: float = Field(0.25, gt=0.0, le=1.0)
+    """Tail share for CVaR: the mean of the worst ⌈cvar_alpha·n⌉ values of r."""
+    min_cvar: float = -0.25
+    """CVaR of r must be at least this."""
+    min_worst_r: float = -0.5
+    """The single worst r must be at least this."""
+    cost_kappa: dict[str, float] = Field(default_factory=lambda: {"episodes": 0.1, "wall_s": 0.5,
+                                                                  "tokens": 0.25, "usd": 0.25})
+    """Per resource: the challenger's total may exceed the champion's by at most this fraction (1+κ)."""
+    seed: int = 0
+    """Seed of the bootstrap resampling (decisions are reproducible)."""
+
+    @model_validator(mode="after")
+    def _known_resources(self) -> "GateConfig":
+        unknown = sorted(set(self.cost_kappa) - set(COST_RESOURCES))
+        if unknown:
+            raise ValueError(f"unknown cost_kappa resources {unknown}; allowed: {list(COST_RESOURCES)}")
+        if any(v < 0 for v in self.cost_kappa.values()):
+            raise ValueError("cost_kappa values must be >= 0")
+        if self.min_cvar > 0 or self.min_worst_r > 0:
+            raise ValueError("min_cvar and min_worst_r are loss bounds: they must be <= 0")
+        return self
+
+
+def load_config(path: Path | str | None = None) -> GateConfig:
+    """Read a gate config YAML strictly; a given path that is missing is an error, never a fallback."""
+    from ole.bundle import validate_data
+    from ole.yamlio import read_yaml_file
+    target = Path(path) if path is not None else DEFAULT_CONFIG_PATH
+    return validate_data(GateConfig, read_yaml_file(target), source=str(target))
+
+
+class GateStats(_Record):
+    """Statistics of one paired evaluation; per-pair values kept."""
+
+    n_pairs: int
+    """Pairs judged."""
+    r: tuple[float, ...]
+    """Per-pair relative changes, in pair order."""
+    mean_r: float
+    """Mean of r."""
+    win_rate: float
+    """Fraction of r > 0, ties counted half."""
+    p_value: float
+    """One-sided p-value of the configured test (bootstrap: share of resampled means <= 0)."""
+    ci_low: float
+    """Bootstrap lower bound of mean r at level 1 − alpha."""
+    ci_high: float
+    """Bootstrap upper bound of mean r at level 1 − alpha."""
+    worst_r: float
+    """Smallest r."""
+    cvar: float
+    """Mean of the worst ⌈cvar_alpha·n⌉ values of r."""
+    n_regressions: int
+    """Pairs with r < −tail_tau."""
+    n_failures: int
+    """Pairs where the challenger failed to score."""
+    families: tuple[str, ...]
+    """Env families covered."""
+    all_verified: bool
+    """Every run of every pair was verified by the host."""
+    contract_breaches: tuple[str, ...]
+    """Challenger runs exceeding the contract's resource budget β."""
+    leaked_keys: tuple[str, ...]
+    """Gate instances the proposer had seen."""
+    cost_ratio: dict[str, float]
+    """Per resource: challenger total / champion total (inf when the champion used none)."""
+
+
+class Criterion(_Record):
+    """Outcome of one gate criterion."""
+
+    name: Literal["benefit", "evidence", "tail", "cost"]
+    """Which criterion."""
+    passed: bool
+    """True when the criterion holds."""
+    reasons: tuple[str, ...]
+    """Each failed check as `measured vs required`; empty when passed."""
+
+
+class GateDecision(_Record):
+    """The full, stored record of one gate decision."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    """Decision record schema version."""
+    decided_at: str
+    """UTC ISO-8601 time of the decision."""
+    champion: str
+    """Champion bundle ref (`name@version`)."""
+    challenger: str
+    """Challenger bundle ref."""
+    config: GateConfig
+    """The thresholds applied."""
+    pairs: tuple[Pair, ...]
+    """Every pair judged (inputs, both runs, δ, r)."""
+    stats: GateStats
+    """Statistics computed from the pairs."""
+    criteria: tuple[Criterion, ...]
+    """Benefit, evidence quality, tail risk and cost, in that order."""
+    verdict: Verdict
+    """release | reject | indecisive."""
+    reasons: tuple[str, ...]
+    """Why: the failed checks, or `all criteria hold`."""
+
+
+def _bootstrap(r: np.ndarray, cfg: GateConfig) -> tuple[float, float, float]:
+    rng = np.random.default_rng(cfg.seed)
+    idx = rng.integers(0, len(r), size=(cfg.bootstrap_resamples, len(r)))
+    means = r[idx].mean(axis=1)
+    low, high = np.quantile(means, [cfg.alpha, 1 - cfg.alpha])
+    p = float((np.sum(means <= 0.0) + 1) / (len(means) + 1))
+    return float(low), float(high), p
+
+
+def _wilcoxon_p(r: np.ndarray) -> float:
+    if np.all(r == 0.0):
+        return 1.0
+    return float(sps.wilcoxon(r, alternative="greater", zero_method="zsplit").pvalue)
+
+
+def _cost_ratio(pairs: Sequence[Pair]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in COST_RESOURCES:
+        champ = sum(float(getattr(p.champion, name)) for p in pairs)
+        chall = sum(float(getattr(p.challenger, name)) for p in pairs)
+        out[name] = chall / champ if champ > 0 else (1.0 if chall == 0 else math.inf)
+    return out
+
+
+def compute_stats(pairs: Sequence[Pair], cfg: GateConfig, seen_keys: Iterable[str] = ()) -> GateStats:
+    """Everything the verdict reads, from the pairs alone (pure; seeded bootstrap)."""
+    r = np.array([p.r for p in pairs], dtype=float)
+    n = len(r)
+    seen = set(seen_keys)
+    leaked = tuple(sorted({instance_key(p.task, p.condition) for p in pairs} & seen))
+    breaches = tuple(f"{p.challenger.trace_id}: {b}" for p in pairs for b in p.challenger.contract_breaches)
+    verified = all(p.champion.verified and p.challenger.verified for p in pairs)
+    families = tuple(sorted({p.family for p in pairs}))
+    if n == 0:
+        return GateStats(n_pairs=0, r=(), mean_r=0.0, win_rate=0.0, p_value=1.0, ci_low=0.0, ci_high=0.0,
+                         worst_r=0.0, cvar=0.0, n_regressions=0, n_failures=0, families=families,
+                         all_verified=verified, contract_breaches=breaches, leaked_keys=leaked,
+                         cost_ratio=_cost_ratio(pairs))
+    low, high, p_boot = _bootstrap(r, cfg)
+    k = max(1, math.ceil(cfg.cvar_alpha * n))
+    return GateStats(
+        n_pairs=n, r=tuple(float(x) for x in r), mean_r=float(r.mean()),
+        win_rate=float((np.sum(r > 0) + 0.5 * np.sum(r == 0)) / n),
+        p_value=_wilcoxon_p(r) if cfg.test == "wilcoxon" else p_boot,
+        ci_low=low, ci_high=high, worst_r=float(r.min()), cvar=float(np.sort(r)[:k].mean()),
+        n_regressions=int(np.sum(r < -cfg.tail_tau)),
+        n_failures=sum(p.failure in ("challenger", "both") for p in pairs),
+        families=families, all_verified=verified, contract_breaches=breaches, leaked_keys=leaked,
+        cost_ratio=_cost_ratio(pairs))
+
+
+def _check(name: str, failures: list[str]) -> Criterion:
+    return Criterion(name=name, passed=not failures, reasons=tuple(failures))  # type: ignore[arg-type]
+
+
+def _benefit(s: GateStats, c: GateConfig) -> Criterion:
+    f = []
+    if not s.mean_r > c.min_mean_r:
+        f.append(f"mean r {s.mean_r:+.4f} <= required {c.min_mean_r:+.4f}")
+    if s.win_rate < c.min_win_rate:
+        f.append(f"win rate {s.win_rate:.2f} < required {c.min_win_rate:.2f}")
+    if not s.p_value < c.alpha:
+        f.append(f"{c.test} one-sided p {s.p_value:.4f} >= alpha {c.alpha}")
+    return _check("benefit", f)
+
+
+def _evidence(s: GateStats, c: GateConfig) -> Criterion:
+    f = []
+    if s.n_pairs < c.min_pairs:
+        f.append(f"{s.n_pairs} pairs < required {c.min_pairs}")
+    if len(s.families) < c.min_families:
+        f.append(f"{len(s.families)} families {list(s.families)} < required {c.min_families}")
+    if not s.all_verified:
+        f.append("some runs were not verified by the host (contract V)")
+    if s.leaked_keys:
+        f.append(f"{len(s.leaked_keys)} gate instances were seen by the proposer: {list(s.leaked_keys)[:3]}")
+    return _check("evidence", f)
+
+
+def _tail(s: GateStats, c: GateConfig) -> Criterion:
+    f = []
+    if s.worst_r < c.min_worst_r:
+        f.append(f"worst r {s.worst_r:+.4f} < required {c.min_worst_r:+.4f}")
+    if s.cvar < c.min_cvar:
+        f.append(f"CVaR_{c.cvar_alpha:g} {s.cvar:+.4f} < required {c.min_cvar:+.4f}")
+    if s.n_regressions > c.max_regressions:
+        f.append(f"{s.n_regressions} pairs regress beyond tau={c.tail_tau:g} > allowed {c.max_regressions}")
+    return _check("tail", f)
+
+
+def _cost(s: GateStats, c: GateConfig) -> Criterion:
+    f = [f"contract budget exceeded by {b}" for b in s.contract_breaches[:5]]
+    for name, kappa in c.cost_kappa.items():
+        ratio = s.cost_ratio[name]
+        if ratio > 1.0 + kappa:
+            f.append(f"{name} ratio {ratio:.3f} > allowed {1.0 + kappa:.3f}")
+    return _check("cost", f)
+
+
+def decide(pairs: Sequence[Pair], cfg: GateConfig, *, champion: str, challenger: str,
+           seen_keys: Iterable[str] = ()) -> GateDecision:
+    """Judge a paired evaluation; `seen_keys` are the instance keys of the proposer's traces."""
+    s = compute_stats(pairs, cfg, seen_keys)
+    criteria = (_benefit(s, cfg), _evidence(s, cfg), _tail(s, cfg), _cost(s, cfg))
+    by = {c.name: c for c in criteria}
+    failed = [f"{c.name}: {r}" for c in criteria for r in c.reasons]
+    verdict: Verdict
+    if not by["evidence"].passed:
+        verdict = "indecisive"
+    elif failed:
+        verdict = "reject"
+    else:
+        verdict = "release"
+    return GateDecision(decided_at=utc_now(), champion=champion, challenger=challenger, config=cfg,
+                        pairs=tuple(pairs), stats=s, criteria=criteria, verdict=verdict,
+                        reasons=tuple(failed) or ("all criteria hold",))

@@ -1,0 +1,171 @@
+"""The Loop Policy: eight components that control how a host agent works a task.
+
+Every field is a concrete control that at least one host agent reads (the built-in
+coding agent reads all of them; the LLM and command agents read the ones that make
+sense for a language model). `docs/loop-policy.md` explains each field's effect and
+which agent reads it; `tests/ole/test_loop_policy_sensitivity.py` shows, field by
+field, that changing a field changes what the agent does.
+"""
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+SCHEMA_VERSION = "1"
+
+SUMMARY_FIELDS = (
+    "status", "mean_return", "std_return", "min_return", "max_return", "returns",
+    "episode_lengths", "mean_episode_length", "errors", "timeouts", "remaining_budget",
+)
+
+
+class _Component(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
+
+
+class Observation(_Component):
+    """What feedback the agent reads after each submit, and how much of it."""
+
+    summary_fields: tuple[str, ...] = ("status", "mean_return", "returns", "episode_lengths", "errors")
+    """Fields of `summary.json` the agent reads (others are ignored as if absent)."""
+    worst_k_episodes: int = Field(2, ge=0, le=64)
+    """How many of the worst episodes of a submit have their trajectories inspected (0 = none)."""
+    trajectory_window: int = Field(50, ge=0, le=5000)
+    """How many final steps of each inspected trajectory are read (0 = none)."""
+    read_stdout: bool = True
+    """Whether policy stdout/stderr diagnostics are read (and shown to an LLM)."""
+    max_context_chars: int = Field(12000, ge=500, le=400000)
+    """Upper bound on the feedback text assembled for one planning step."""
+
+    @model_validator(mode="after")
+    def _known_fields(self) -> "Observation":
+        unknown = sorted(set(self.summary_fields) - set(SUMMARY_FIELDS))
+        if unknown:
+            raise ValueError(f"unknown summary_fields {unknown}; allowed: {list(SUMMARY_FIELDS)}")
+        if "mean_return" not in self.summary_fields and "returns" not in self.summary_fields:
+            raise ValueError("summary_fields must include mean_return or returns (no score otherwise)")
+        return self
+
+
+class Planning(_Component):
+    """The phase schedule: structural synthesis -> parametric tuning -> confirmation."""
+
+    phases: tuple[Literal["synthesis", "tuning", "confirmation"], ...] = ("synthesis", "tuning", "confirmation")
+    """Phases in order; a phase left out is skipped."""
+    max_mechanisms: int = Field(4, ge=1, le=16)
+    """How many candidate mechanisms (program structures) synthesis tries at most."""
+    plateau_submits: int = Field(6, ge=1, le=64)
+    """Consecutive non-improving submits after which the current phase is declared plateaued."""
+    on_plateau: Literal["next_phase", "restructure", "widen_search"] = "next_phase"
+    """What a plateau triggers: move on, go back to synthesis with another mechanism, or double the step size."""
+
+
+class Memory(_Component):
+    """What the agent keeps within a run and carries across tasks."""
+
+    top_k_programs: int = Field(3, ge=1, le=32)
+    """How many best programs are kept as revert targets and restart points."""
+    edit_log_size: int = Field(20, ge=0, le=1000)
+    """How many past edits (kind, size, outcome) are kept and used (shown to an LLM, used for step adaptation)."""
+    carry_lessons: bool = True
+    """Read and write cross-task lessons (which mechanism worked for which observation/action signature)."""
+
+
+class Action(_Component):
+    """How the agent acts: submit sizes, episode indices, edit form and step sizes."""
+
+    episodes_per_submit: int = Field(4, ge=1, le=128)
+    """Episodes asked for in one exploratory submit (capped by the host's maximum and the remaining budget)."""
+    index_selection: Literal["matched", "fresh", "mixed"] = "matched"
+    """Episode indices: the same set for every comparison (common random numbers), new ones each submit, or half each."""
+    step_size: float = Field(0.3, gt=0.0, le=5.0)
+    """Initial search step size for parametric tuning, relative to each parameter's scale."""
+    population: int = Field(6, ge=2, le=64)
+    """Candidates per search generation during tuning (CMA-ES population size)."""
+    edit_granularity: Literal["parameters", "function", "file"] = "parameters"
+    """Unit of one edit: constants only, one function of the program, or the whole file (LLM agents: diff vs full file)."""
+
+
+class Verification(_Component):
+    """How an apparent improvement is confirmed before it is trusted."""
+
+    static_checks: bool = True
+    """Parse, AST and import-name checks before spending budget on a submit."""
+    retest_episodes: int = Field(4, ge=0, le=64)
+    """Extra episodes spent re-testing a candidate that beat the incumbent (0 = trust the first result)."""
+    margin: float = Field(0.0, ge=0.0, le=1.0)
+    """Relative margin a candidate must beat the incumbent by (of the incumbent's |score|, at least 1e-6)."""
+    matched_comparison: bool = True
+    """Compare candidate and incumbent only on the same episode indices."""
+
+
+class Recovery(_Component):
+    """What the agent does when things go wrong."""
+
+    on_error_verdict: Literal["retry", "revert", "restructure"] = "revert"
+    """After a charged failure verdict: fix and resubmit, return to the best program, or change mechanism."""
+    on_regression: Literal["revert", "keep", "restructure"] = "revert"
+    """After a confirmed regression: return to the best program, keep going from the new one, or change mechanism."""
+    max_retries: int = Field(2, ge=0, le=10)
+    """Consecutive failed attempts tolerated before escalating to the next recovery action."""
+
+
+class Stopping(_Component):
+    """When the agent ends the run."""
+
+    mode: Literal["spend_all", "finish_early"] = "spend_all"
+    """Spend the whole episode budget, or call `/finish` once progress has stalled."""
+    patience_submits: int = Field(10, ge=1, le=128)
+    """For finish_early: non-improving submits after which the agent finishes."""
+    reserve_episodes: int = Field(0, ge=0, le=128)
+    """Episodes never spent (finish_early keeps them; spend_all ignores this)."""
+
+
+class Budget(_Component):
+    """How the agent splits episodes, LLM calls, tokens, money and wall time."""
+
+    synthesis_fraction: float = Field(0.3, ge=0.0, le=1.0)
+    """Share of the episode budget for structural synthesis."""
+    confirmation_fraction: float = Field(0.15, ge=0.0, le=1.0)
+    """Share of the episode budget kept for confirmation at the end (the rest goes to tuning)."""
+    max_llm_calls: int = Field(64, ge=0, le=100000)
+    """Hard cap on LLM calls in one task (LLM agents)."""
+    max_tokens: int = Field(400000, ge=0, le=100000000)
+    """Hard cap on LLM tokens (prompt + completion) in one task."""
+    max_usd: float = Field(5.0, ge=0.0, le=10000.0)
+    """Hard cap on LLM spend in one task, in US dollars."""
+    wall_time_s: float = Field(1800.0, gt=0.0, le=86400.0)
+    """Wall-clock cap for the agent's work on one task; at the cap it stops submitting and finishes."""
+
+    @model_validator(mode="after")
+    def _fractions(self) -> "Budget":
+        if self.synthesis_fraction + self.confirmation_fraction > 1.0:
+            raise ValueError("synthesis_fraction + confirmation_fraction must be <= 1")
+        return self
+
+
+class LoopPolicy(_Component):
+    """A complete loop policy: the eight components of OLE §III-C."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    """Version of this schema; a bundle written for another version is rejected."""
+    observation: Observation = Observation()
+    """Which feedback is read and how much."""
+    planning: Planning = Planning()
+    """Phase schedule and plateau rule."""
+    memory: Memory = Memory()
+    """Kept programs, edit log, cross-task lessons."""
+    action: Action = Action()
+    """Submit sizes, index selection, step sizes, edit granularity."""
+    verification: Verification = Verification()
+    """How improvements are confirmed."""
+    recovery: Recovery = Recovery()
+    """Responses to error verdicts and regressions."""
+    stopping: Stopping = Stopping()
+    """When to stop."""
+    budget: Budget = Budget()
+    """Split of episodes, LLM calls, tokens, money and wall time."""
+
+
+COMPONENTS = ("observation", "planning", "memory", "action", "verification", "recovery", "stopping", "budget")

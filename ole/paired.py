@@ -1,0 +1,161 @@
+"""Champion–challenger paired evaluation (OLE Eq. 9).
+
+Champion and challenger run on identical tasks and run conditions (env, pools, agent
+seed, model); a pair keeps both runs' value scores and costs, the change
+δ = q_challenger − q_champion and the relative change r = δ / max(|q_champion|, ε).
+
+The value score q of a run is its normalized held-out score (comparable across envs);
+outside the envs with anchors it falls back to the raw held-out score and the pair
+says so (`q_source="raw"`). A failed run has no score: the pair then gets a bounded,
+failure-aware change (`FAIL_R`) instead of an undefined ratio, and keeps the failure
+state so the gate can see it.
+
+Completed evaluations are kept in a store keyed by (bundle hash, task, condition):
+the champion's runs are paid for once per task and reused by every challenger, and an
+interrupted search resumes without re-spending evaluations.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+from collections.abc import Callable, Sequence
+from typing import Literal, Protocol
+
+from pydantic import BaseModel, ConfigDict
+
+from ole.trace import RunCondition, TaskSpec, Trace
+
+EPS_Q = 1.0
+"""ε of Eq. 9 in value-score units: one normalized point (of 0–120). Keeps r finite when
+the champion scores near zero (an unsolved MiniGrid task) without inflating it 10^6-fold."""
+
+R_BOUND = 4.0
+"""|r| is clipped here so one near-zero champion score cannot dominate a mean."""
+
+FAIL_R = 1.0
+"""Bounded failure-aware change: a failed challenger against a scoring champion gets
+r = −FAIL_R (all of the champion's value lost); the reverse gets +FAIL_R; both failed, 0."""
+
+CONTRACT_RESOURCES = ("episodes", "wall_s", "llm_calls", "tokens", "usd")
+"""Keys of the task contract's resource budget β that a run's usage is checked against."""
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class RunResult(_Record):
+    """One evaluated run, reduced to what pairing and the gate need."""
+
+    trace_id: str
+    """The archived trace of the run."""
+    bundle_hash: str
+    """Content hash of the bundle that worked the task."""
+    q: float | None
+    """Value score: normalized held-out score, raw held-out score outside the anchors, None on failure."""
+    q_source: Literal["normalized", "raw", "none"]
+    """Where q came from (`raw` is not comparable across envs: r stays meaningful, q does not)."""
+    status: str
+    """Host run status (`completed`, `no_ok_submit`, `error`)."""
+    verified: bool
+    """True when the outcome was read from a scored host run.json."""
+    episodes: int
+    """Train episodes charged."""
+    wall_s: float
+    """Agent wall time in seconds."""
+    llm_calls: int = 0
+    """LLM calls made."""
+    tokens: int = 0
+    """LLM tokens used."""
+    usd: float = 0.0
+    """LLM spend in US dollars."""
+    within_contract: bool = True
+    """True when every usage above stays within the task contract's resource budget β."""
+    contract_breaches: tuple[str, ...] = ()
+    """Which β entries were exceeded, as `name: used > bound`."""
+
+    @property
+    def failed(self) -> bool:
+        return self.q is None
+
+
+class Pair(_Record):
+    """One paired comparison on an identical task and run condition."""
+
+    task: TaskSpec
+    """The task both bundles worked."""
+    condition: RunCondition
+    """The run condition both runs shared."""
+    family: str
+    """Env family of the task (for coverage checks)."""
+    champion: RunResult
+    """The champion's run."""
+    challenger: RunResult
+    """The challenger's run."""
+    delta: float
+    """q_challenger − q_champion (0 when either failed; see `r` for the failure-aware change)."""
+    r: float
+    """Relative change δ / max(|q_champion|, ε), clipped to ±R_BOUND, or ±FAIL_R / 0 on failures."""
+    failure: Literal["none", "challenger", "champion", "both"]
+    """Which side failed to score."""
+
+
+def value_score(trace: Trace) -> tuple[float | None, Literal["normalized", "raw", "none"]]:
+    """q of a run: normalized held-out score where anchors exist, raw score otherwise."""
+    out = trace.outcome
+    if out.status != "completed" or out.final_score is None:
+        return None, "none"
+    if out.normalized_score is not None:
+        return float(out.normalized_score), "normalized"
+    return float(out.final_score), "raw"
+
+
+def run_result(trace: Trace) -> RunResult:
+    """Reduce a trace to a RunResult, checking its usage against the contract's β."""
+    q, source = value_score(trace)
+    out = trace.outcome
+    usage = {"episodes": out.episodes_used, "wall_s": out.wall_time_s, "llm_calls": out.llm_calls,
+             "tokens": out.tokens, "usd": out.usd}
+    bounds = trace.contract.resource_budget
+    breaches = tuple(f"{k}: {usage[k]:g} > {bounds[k]:g}" for k in CONTRACT_RESOURCES
+                     if k in bounds and usage[k] > bounds[k])
+    return RunResult(trace_id=trace.trace_id, bundle_hash=trace.bundle_hash, q=q, q_source=source,
+                     status=out.status, verified=trace.verified, episodes=out.episodes_used,
+                     wall_s=out.wall_time_s, llm_calls=out.llm_calls, tokens=out.tokens, usd=out.usd,
+                     within_contract=not breaches, contract_breaches=breaches)
+
+
+def relative_change(q_champion: float | None, q_challenger: float | None) -> tuple[float, float, str]:
+    """(δ, r, failure) for one pair, with the bounded failure-aware change on failures."""
+    if q_champion is None and q_challenger is None:
+        return 0.0, 0.0, "both"
+    if q_challenger is None:
+        return 0.0, -FAIL_R, "challenger"
+    if q_champion is None:
+        return 0.0, FAIL_R, "champion"
+    delta = q_challenger - q_champion
+    r = delta / max(abs(q_champion), EPS_Q)
+    return delta, max(-R_BOUND, min(R_BOUND, r)), "none"
+
+
+def make_pair(task: TaskSpec, condition: RunCondition, family: str,
+              champion: RunResult, challenger: RunResult) -> Pair:
+    delta, r, failure = relative_change(champion.q, challenger.q)
+    return Pair(task=task, condition=condition, family=family, champion=champion,
+                challenger=challenger, delta=delta, r=r, failure=failure)  # type: ignore[arg-type]
+
+
+def instance_key(task: TaskSpec, condition: RunCondition) -> str:
+    """What makes a task instance distinct: env, pool seed and agent seed.
+
+    The gate requires its keys to be disjoint from the keys of traces the proposer saw,
+    so a candidate is never judged on the instances it was derived from.
+    """
+    return f"{task.env}|pool{task.pool_seed}|seed{condition.seed}"
+
+
+def eval_key(bundle_hash: str, task: TaskSpec, condition: RunCondition) -> str:
+    """Store key of one evaluation: (bundle hash, task, condition), canonical JSON hashed."""
+    doc = {"bundle": bundle_hash, "task": task.model_dump(mode="json"),
+           "condition": condition.model_dump(mode="json")}
+    return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()

@@ -1,0 +1,118 @@
+"""Proposers: evidence + parent bundles -> candidate bundles (OLE G_on, G_off, V_off).
+
+A proposal is either a valid candidate bundle (YAML, with provenance naming its parents,
+edge, generation, proposer and the evidence ids it acts on) or a recorded rejection
+saying why no valid bundle came out. Proposers never raise on bad candidates: an
+invalid mutation or an unusable LLM answer is a `Proposal` with `rejection` set.
+"""
+from __future__ import annotations
+
+import abc
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ole.bundle import Bundle, bundle_from_data, dump_bundle_yaml, load_bundle_yaml, parse_ref
+from ole.errors import ValidationError
+from ole.evidence import EvidenceItem
+
+SCHEMA_VERSION = "1"
+Edge = Literal["online", "offline_mutation", "recombination"]
+
+
+class Proposal(BaseModel):
+    """One proposer output: a candidate bundle, or the reason none could be formed."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    """Proposal record schema version."""
+    proposer: str
+    """`builtin` or `llm:<model>`."""
+    edge: Edge
+    """Lineage edge the candidate would get."""
+    parents: tuple[str, ...]
+    """Parent refs (`name@version`)."""
+    evidence_ids: tuple[str, ...]
+    """Evidence items the proposal acts on."""
+    bundle_yaml: str | None
+    """The candidate bundle as YAML; None when rejected."""
+    rejection: str | None = None
+    """Why no valid bundle was formed; None for a valid proposal."""
+    note: str = ""
+    """What was changed and why (one line per change)."""
+    llm_request: str | None = None
+    """Request hash of the LLM call behind it (replayable from the recorded call log)."""
+    tokens: int = 0
+    """LLM tokens spent on it."""
+    usd: float = 0.0
+    """LLM spend on it."""
+
+    @property
+    def valid(self) -> bool:
+        return self.bundle_yaml is not None
+
+    def bundle(self) -> Bundle:
+        if self.bundle_yaml is None:
+            raise ValidationError(f"proposal was rejected: {self.rejection}", hint="use only valid proposals")
+        return load_bundle_yaml(self.bundle_yaml)
+
+
+@dataclass(frozen=True)
+class Parent:
+    """A registered bundle a proposer may derive from."""
+
+    ref: str
+    bundle: Bundle
+
+    @property
+    def version(self) -> int:
+        version = parse_ref(self.ref)[1]
+        if version is None:
+            raise ValidationError(f"parent ref {self.ref!r} has no version", hint="use NAME@VERSION")
+        return version
+
+
+def child_bundle(parents: Sequence[Parent], policy: dict, *, edge: Edge, evidence_ids: Sequence[str],
+                 generation: int, proposer: str, note: str) -> Bundle:
+    """A candidate bundle: the first parent's name and applicability, a new policy and provenance.
+
+    Raises `ValidationError` when the policy breaks the schema (the caller records it).
+    """
+    base = parents[0].bundle.model_dump(mode="json")
+    base["loop_policy"] = policy
+    base["provenance"] = {
+        "parents": [p.version for p in parents], "edge": edge,
+        "mode": "online" if edge == "online" else "offline", "evidence_ids": list(evidence_ids),
+        "generation": generation, "proposer": proposer, "note": note[:4000]}
+    return bundle_from_data(base, source=f"{proposer} proposal")
+
+
+def accepted(proposer: str, edge: Edge, parents: Sequence[Parent], bundle: Bundle, **kw) -> Proposal:
+    return Proposal(proposer=proposer, edge=edge, parents=tuple(p.ref for p in parents),
+                    evidence_ids=bundle.provenance.evidence_ids, bundle_yaml=dump_bundle_yaml(bundle),
+                    note=bundle.provenance.note, **kw)
+
+
+def rejected(proposer: str, edge: Edge, parents: Sequence[Parent], reason: str,
+             evidence_ids: Sequence[str] = (), **kw) -> Proposal:
+    return Proposal(proposer=proposer, edge=edge, parents=tuple(p.ref for p in parents),
+                    evidence_ids=tuple(evidence_ids), bundle_yaml=None, rejection=reason[:2000], **kw)
+
+
+class Proposer(abc.ABC):
+    """Makes candidate bundles from parents and evidence."""
+
+    name: str = "proposer"
+
+    @abc.abstractmethod
+    def mutate(self, parent: Parent, evidence: Sequence[EvidenceItem], *, edge: Edge,
+               generation: int, seed: int) -> Proposal:
+        """One candidate derived from one parent, aimed at the components the evidence names."""
+
+    def recombine(self, a: Parent, b: Parent, evidence: Sequence[EvidenceItem], *,
+                  generation: int, seed: int) -> Proposal:
+        """One candidate mixing two parents; by default section-wise (see builtin)."""
+        from ole.proposers.builtin import section_recombination
+        return section_recombination(self.name, a, b, evidence, generation=generation, seed=seed)

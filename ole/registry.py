@@ -1,0 +1,535 @@
+"""The bundle registry: an append-only SQLite (WAL) event store beside immutable blobs.
+
+Layout under the root (`--root`, else `$OLE_ROOT`, else the project's `bundles/`):
+
+    <root>/*.yaml                      seed bundles, auto-registered as version 1 on first use
+    <root>/.registry/registry.sqlite3  tables `events` (append-only) and `bundles` (index)
+    <root>/.registry/blobs/ab/<sha256>.yaml   the registered YAML, content-addressed, read-only
+    <root>/.registry/quarantine/       blobs that failed their hash check (moved by fsck)
+
+Registration assigns the stable version and is not release (OLE §III-D). Statuses,
+champions and lineage are views derived from the events (STYLE pattern 7); no row is
+ever updated or deleted (SQLite triggers enforce it). Every write is one `BEGIN
+IMMEDIATE` transaction with `synchronous=FULL` (reliability.md S2, S3); a blob is
+written temp + fsync + rename + directory fsync *inside* that transaction, so an
+unreferenced blob or temp file seen by `fsck` (which holds the same lock) is always the
+residue of a dead writer and is swept (C1). Concurrent writers serialize on the lock (C3,
+C4). Named crash points (`OLE_CRASH_AT=<step>` with `OLE_TEST_MODE=1`) let tests kill a
+writer at each step.
+"""
+from __future__ import annotations
+
+import difflib
+import hashlib
+import json
+import os
+import re
+import sqlite3
+import uuid
+from collections.abc import Iterator, Sequence
+from contextlib import contextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from ole.bundle import (EDGE_MODE, NAME_PATTERN, Bundle, Provenance, dump_bundle_yaml, format_ref, load_bundle_yaml,
+                        parse_ref, validate_data)
+from ole.errors import Conflict, IntegrityError, NotFound, StorageError, ValidationError
+from ole.fsck import FsckReport, check
+from ole.registry_state import State, derive_state
+
+REGISTRY_DIR = ".registry"
+DB_FILE = "registry.sqlite3"
+BLOB_DIR = "blobs"
+QUARANTINE_DIR = "quarantine"
+ROOT_ENV = "OLE_ROOT"
+DEFAULT_CHANNEL = "default"
+DEFAULT_BUNDLE = "coder"
+"""Seed registered first, hence the champion of every channel until a release activates."""
+BUSY_TIMEOUT_S = 30.0
+"""How long a writer waits for the lock; 8 concurrent writers on 2 cores need well under 1 s."""
+MAX_PAYLOAD_BYTES = 1 << 20
+"""Largest JSON payload of one event (evaluations carry per-pair values)."""
+CRASH_ENV = "OLE_CRASH_AT"
+TEST_MODE_ENV = "OLE_TEST_MODE"
+CRASH_EXIT = 137
+CRASH_POINTS = ("blob_temp_written", "blob_fsynced", "blob_renamed", "register_before_commit",
+                "register_after_commit", "evaluation_before_commit", "gate_decision_before_commit",
+                "release_before_commit", "rollback_before_commit", "activation_before_commit")
+"""Named steps of the write paths where a test may kill the writer."""
+Status = Literal["registered", "evaluated", "released", "active", "rejected", "rolled_back", "retired"]
+EventKind = Literal["registration", "evaluation", "gate_decision", "release", "activation", "rollback"]
+
+_SCHEMA = """
+CREATE TABLE IF NOT EXISTS events (
+  seq INTEGER PRIMARY KEY AUTOINCREMENT, ts TEXT NOT NULL, kind TEXT NOT NULL,
+  name TEXT NOT NULL, version INTEGER NOT NULL, channel TEXT, payload TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS bundles (
+  name TEXT NOT NULL, version INTEGER NOT NULL, content_hash TEXT NOT NULL, blob_hash TEXT NOT NULL,
+  registered_seq INTEGER NOT NULL, PRIMARY KEY (name, version), UNIQUE (name, content_hash));
+CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
+  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS bundles_no_update BEFORE UPDATE ON bundles
+  BEGIN SELECT RAISE(ABORT, 'bundle versions are immutable'); END;
+CREATE TRIGGER IF NOT EXISTS bundles_no_delete BEFORE DELETE ON bundles
+  BEGIN SELECT RAISE(ABORT, 'bundle versions are immutable'); END;
+"""
+
+
+def crash_point(step: str) -> None:
+    """Die like `kill -9` at `step` when a test asked for it (never outside test mode)."""
+    if os.environ.get(TEST_MODE_ENV) == "1" and os.environ.get(CRASH_ENV) == step:
+        os._exit(CRASH_EXIT)
+
+
+def default_root(explicit: str | Path | None = None) -> Path:
+    """Resolve the registry root: `explicit`, else `$OLE_ROOT`, else the project's `bundles/`."""
+    given = explicit if explicit is not None else os.environ.get(ROOT_ENV) or None
+    root = Path(given) if given else Path(__file__).resolve().parent.parent / "bundles"
+    if not root.is_dir():
+        source = "--root" if explicit is not None else (ROOT_ENV if given else "the project default")
+        raise NotFound(f"registry root {root} (from {source}) is not a directory",
+                       hint="create it, or pass --root DIR / set OLE_ROOT")
+    return root
+
+
+def _now() -> datetime:
+    return datetime.now(timezone.utc)
+
+
+def _sha256(data: bytes) -> str:
+    return hashlib.sha256(data).hexdigest()
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class Event(BaseModel):
+    """One recorded registry event; the registry's only source of truth."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    seq: int
+    """Strictly increasing sequence number (SQLite AUTOINCREMENT)."""
+    ts: datetime
+    """UTC time the event was committed."""
+    kind: EventKind
+    """registration, evaluation, gate_decision, release, activation or rollback."""
+    name: str
+    """Bundle name the event is about."""
+    version: int
+    """Bundle version the event is about (for a rollback: the version rolled back to)."""
+    channel: str | None
+    """Release channel (release, activation, rollback); null for the others."""
+    payload: dict
+    """Kind-specific JSON: parents/edge, evaluation results, gate decision, reason, ..."""
+
+    @property
+    def ref(self) -> str:
+        """`NAME@VERSION` of the bundle this event is about."""
+        return format_ref(self.name, self.version)
+
+
+class RegisteredBundle(BaseModel):
+    """A registered bundle version with its current (derived) status."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    name: str
+    """Bundle name."""
+    version: int
+    """Stable version index assigned at registration."""
+    content_hash: str
+    """sha256 of loop policy + applicability (`Bundle.content_hash`)."""
+    blob_hash: str
+    """sha256 of the stored YAML bytes (the blob's file name)."""
+    status: Status
+    """Derived from events: registered ... active, rejected, rolled_back, retired."""
+    registered_at: datetime
+    """UTC time of registration."""
+    bundle: Bundle
+    """The bundle as stored (provenance stamped at registration)."""
+
+    @property
+    def ref(self) -> str:
+        """`NAME@VERSION`."""
+        return format_ref(self.name, self.version)
+
+
+class Registry:
+    """Versioned bundles, their events, and one champion pointer per channel.
+
+    One instance holds one SQLite connection: share a Registry between processes by
+    opening it in each, not between threads.
+    """
+
+    def __init__(self, root: str | Path | None = None, *, seed: bool = True) -> None:
+        self.root = default_root(root)
+        self.home = self.root / REGISTRY_DIR
+        self.blobs = self.home / BLOB_DIR
+        self.quarantine = self.home / QUARANTINE_DIR
+        try:
+            self.blobs.mkdir(parents=True, exist_ok=True)
+            self._db = sqlite3.connect(self.home / DB_FILE, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            self._db.execute("PRAGMA journal_mode=WAL")
+            self._db.execute("PRAGMA synchronous=FULL")
+            with self._write("schema"):
+                for statement in _SCHEMA.split(";\n"):
+                    if statement.strip():
+                        self._db.execute(statement)
+        except (OSError, sqlite3.Error) as exc:
+            raise StorageError(f"cannot open registry at {self.home}: {exc}",
+                               hint="check permissions and free space") from None
+        if seed:
+            self._register_seeds()
+
+    def close(self) -> None:
+        """Close the database connection."""
+        self._db.close()
+
+    def __enter__(self) -> "Registry":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ----- write transactions and blobs -------------------------------------------------
+
+    @contextmanager
+    def _write(self, op: str) -> Iterator[sqlite3.Connection]:
+        try:
+            self._db.execute("BEGIN IMMEDIATE")
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot lock the registry for {op}: {exc}", hint="retry; is a writer stuck?") from None
+        try:
+            yield self._db
+            crash_point(f"{op}_before_commit")
+            self._db.execute("COMMIT")
+        except BaseException as exc:
+            self._db.execute("ROLLBACK")
+            if isinstance(exc, (sqlite3.Error, OSError)):
+                raise StorageError(f"{op} failed, nothing was recorded: {exc}",
+                                   hint="check free disk space and permissions") from None
+            raise
+        crash_point(f"{op}_after_commit")
+
+    def blob_path(self, blob_hash: str) -> Path:
+        """Where the blob with this sha256 lives."""
+        return self.blobs / blob_hash[:2] / f"{blob_hash}.yaml"
+
+    def _write_blob(self, data: bytes, blob_hash: str) -> None:
+        final = self.blob_path(blob_hash)
+        if final.is_file() and _sha256(final.read_bytes()) == blob_hash:
+            return
+        if final.exists():
+            self._quarantine(final)
+        final.parent.mkdir(exist_ok=True)
+        temp = final.parent / f".tmp-{blob_hash[:12]}-{uuid.uuid4().hex}"
+        try:
+            with open(temp, "xb") as handle:
+                handle.write(data)
+                crash_point("blob_temp_written")
+                handle.flush()
+                os.fsync(handle.fileno())
+            crash_point("blob_fsynced")
+            os.chmod(temp, 0o444)
+            os.replace(temp, final)
+            crash_point("blob_renamed")
+            _fsync_dir(final.parent)
+        finally:
+            temp.unlink(missing_ok=True)
+
+    def _quarantine(self, path: Path) -> Path:
+        self.quarantine.mkdir(exist_ok=True)
+        target = self.quarantine / f"{path.name}.{uuid.uuid4().hex[:8]}"
+        os.replace(path, target)
+        return target
+
+    def _append(self, kind: str, name: str, version: int, payload: dict, channel: str | None = None) -> int:
+        text = json.dumps(payload, sort_keys=True, allow_nan=False)
+        if len(text) > MAX_PAYLOAD_BYTES:
+            raise ValidationError(f"{kind} payload is {len(text)} bytes (at most {MAX_PAYLOAD_BYTES})",
+                                  hint="store bulky data in the trace archive and reference it by id")
+        cursor = self._db.execute(
+            "INSERT INTO events (ts, kind, name, version, channel, payload) VALUES (?, ?, ?, ?, ?, ?)",
+            (_now().isoformat(), kind, name, version, channel, text))
+        return int(cursor.lastrowid)
+
+    # ----- registration -----------------------------------------------------------------
+
+    def register(self, bundle: Bundle, *, parents: Sequence[int] = (), edge: str | None = None,
+                 evidence_ids: Sequence[str] = (), note: str = "",
+                 expected_hash: str | None = None) -> RegisteredBundle:
+        """Register a bundle and assign the next version of its name (registration is not release).
+
+        `parents`/`edge`/`evidence_ids` stamp the provenance (a bundle whose file already
+        names different parents is a `Conflict`); parents given without an edge mean
+        `manual` (one parent) or `recombination` (two). Identical content under the same
+        name returns the existing version (dedupe). `expected_hash`, when given, must equal
+        the content hash.
+        """
+        if expected_hash is not None and expected_hash != bundle.content_hash:
+            raise ValidationError(f"claimed content hash {expected_hash[:12]}… does not match "
+                                  f"the content ({bundle.content_hash[:12]}…)", hint="recompute the hash")
+        stamped = self._stamp(bundle, parents, edge, evidence_ids)
+        return self._register(stamped, note=note, seed=False)
+
+    def _stamp(self, bundle: Bundle, parents: Sequence[int], edge: str | None,
+               evidence_ids: Sequence[str]) -> Bundle:
+        prov = bundle.provenance.model_dump(mode="json")
+        parents = [int(p) for p in parents]
+        if parents or edge:
+            edge = edge or ("recombination" if len(parents) == 2 else "manual")
+            for key, value in (("parents", parents), ("edge", edge)):
+                if prov[key] not in ([], None, value):
+                    raise Conflict(f"the bundle's provenance says {key}={prov[key]!r} but {value!r} was given",
+                                   hint="drop the flag or fix the file's provenance")
+            if not prov["parents"]:  # derived here, so the file's timestamp is the parent's
+                prov["created_at"] = None
+            prov.update(parents=parents, edge=edge, mode=EDGE_MODE.get(edge, prov["mode"]))
+        prov["evidence_ids"] = list(dict.fromkeys([*prov["evidence_ids"], *evidence_ids]))
+        if prov["created_at"] is None:
+            prov["created_at"] = _now().isoformat()
+        provenance = validate_data(Provenance, prov, source=f"{bundle.name} provenance")
+        return bundle.model_copy(update={"provenance": provenance})
+
+    def _register(self, bundle: Bundle, *, note: str, seed: bool) -> RegisteredBundle:
+        data = dump_bundle_yaml(bundle).encode()
+        blob_hash = _sha256(data)
+        with self._write("register"):
+            row = self._db.execute("SELECT version FROM bundles WHERE name = ? AND content_hash = ?",
+                                   (bundle.name, bundle.content_hash)).fetchone()
+            latest = self._db.execute("SELECT MAX(version) FROM bundles WHERE name = ?",
+                                      (bundle.name,)).fetchone()[0] or 0
+            if row is None and not (seed and latest):
+                self._check_parents(bundle, latest)
+                self._write_blob(data, blob_hash)
+                version = latest + 1
+                seq = self._append("registration", bundle.name, version, {
+                    "content_hash": bundle.content_hash, "blob_hash": blob_hash,
+                    "parents": list(bundle.provenance.parents), "edge": bundle.provenance.edge,
+                    "evidence_ids": list(bundle.provenance.evidence_ids), "note": note, "seed": seed})
+                self._db.execute("INSERT INTO bundles VALUES (?, ?, ?, ?, ?)",
+                                 (bundle.name, version, bundle.content_hash, blob_hash, seq))
+            else:
+                version = row[0] if row else 1
+        return self.get(format_ref(bundle.name, version))
+
+    def _check_parents(self, bundle: Bundle, latest: int) -> None:
+        for parent in bundle.provenance.parents:
+            if not 1 <= parent <= latest:
+                known = f"versions: 1–{latest}" if latest else "no versions yet"
+                raise NotFound(f"parent {format_ref(bundle.name, parent)} is not registered ({known})",
+                               hint="parents are earlier versions of the same bundle name")
+
+    def _register_seeds(self) -> None:
+        files = sorted(self.root.glob("*.yaml"), key=lambda p: (p.stem != DEFAULT_BUNDLE, p.name))
+        known = set(self.names())
+        for path in files:
+            if path.stem in known:
+                continue
+            bundle = load_bundle_yaml(path)
+            if bundle.name != path.stem:
+                raise ValidationError(f"seed {path} declares name `{bundle.name}`",
+                                      hint=f"rename the file to {bundle.name}.yaml or fix its name")
+            if bundle.provenance.parents:
+                raise ValidationError(f"seed {path} names parents {list(bundle.provenance.parents)}",
+                                      hint="a seed has no parents; register children with `ole bundle register`")
+            self._register(self._stamp(bundle, (), None, ()), note=f"seed {path.name}", seed=True)
+
+    # ----- reads --------------------------------------------------------------------------
+
+    def events(self, *, name: str | None = None, version: int | None = None, channel: str | None = None,
+               kind: str | None = None, since: int = 0) -> list[Event]:
+        """Recorded events in seq order, optionally filtered; `since` = only seq > since."""
+        clauses, args = ["seq > ?"], [since]
+        for column, value in (("name", name), ("version", version), ("channel", channel), ("kind", kind)):
+            if value is not None:
+                clauses.append(f"{column} = ?")
+                args.append(value)
+        rows = self._db.execute(f"SELECT seq, ts, kind, name, version, channel, payload FROM events "
+                                f"WHERE {' AND '.join(clauses)} ORDER BY seq", args).fetchall()
+        return [Event(seq=r[0], ts=datetime.fromisoformat(r[1]), kind=r[2], name=r[3], version=r[4],
+                      channel=r[5], payload=json.loads(r[6])) for r in rows]
+
+    def state(self) -> State:
+        """Statuses and channel pointers derived from all events."""
+        return derive_state(self.events(), DEFAULT_CHANNEL)
+
+    def names(self) -> list[str]:
+        """Registered bundle names, sorted."""
+        return [r[0] for r in self._db.execute("SELECT DISTINCT name FROM bundles ORDER BY name")]
+
+    def _row(self, name: str, version: int | None) -> tuple:
+        rows = self._db.execute("SELECT version, content_hash, blob_hash, registered_seq FROM bundles "
+                                "WHERE name = ? ORDER BY version", (name,)).fetchall()
+        if not rows:
+            close = difflib.get_close_matches(name, self.names(), n=2)
+            raise NotFound(f"no bundle named `{name}` in {self.root}", suggestions=close,
+                           hint="" if close else "see `ole bundle list`")
+        if version is None:
+            return rows[-1]
+        for row in rows:
+            if row[0] == version:
+                return row
+        raise NotFound(f"no version {version} of bundle `{name}`; versions: 1–{rows[-1][0]}",
+                       hint=f"e.g. `{format_ref(name, rows[-1][0])}`")
+
+    def get(self, ref: str, *, state: State | None = None) -> RegisteredBundle:
+        """The bundle `NAME@VERSION` (or the latest version of `NAME`), hash-checked."""
+        name, version = parse_ref(ref)
+        version, content_hash, blob_hash, seq = self._row(name, version)
+        path = self.blob_path(blob_hash)
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            raise IntegrityError(f"blob of {format_ref(name, version)} is missing ({path.name})",
+                                 hint="run `ole fsck`") from None
+        if _sha256(data) != blob_hash:
+            raise IntegrityError(f"blob of {format_ref(name, version)} fails its hash check",
+                                 hint="run `ole fsck` to quarantine it") from None
+        bundle = load_bundle_yaml(data.decode())
+        state = state or self.state()
+        ts = self._db.execute("SELECT ts FROM events WHERE seq = ?", (seq,)).fetchone()[0]
+        return RegisteredBundle(name=name, version=version, content_hash=content_hash, blob_hash=blob_hash,
+                                status=state.status_of(name, version), registered_at=datetime.fromisoformat(ts),
+                                bundle=bundle)
+
+    def versions(self, name: str) -> list[RegisteredBundle]:
+        """All versions of `name`, oldest first."""
+        state = self.state()
+        latest = self._row(name, None)[0]
+        return [self.get(format_ref(name, v), state=state) for v in range(1, latest + 1)]
+
+    def find_content(self, name: str, content_hash: str) -> RegisteredBundle | None:
+        """The version of `name` with this content hash, if registered."""
+        row = self._db.execute("SELECT version FROM bundles WHERE name = ? AND content_hash = ?",
+                               (name, content_hash)).fetchone()
+        return self.get(format_ref(name, row[0])) if row else None
+
+    def champion(self, channel: str = DEFAULT_CHANNEL) -> RegisteredBundle:
+        """The ACTIVE bundle of `channel` (see `registry_state.State.champion` for defaults)."""
+        key = self.state().champion(channel)
+        if key is None:
+            raise NotFound(f"no bundle is registered in {self.root}",
+                           hint="add a seed bundles/*.yaml or run `ole bundle register FILE`")
+        return self.get(format_ref(*key))
+
+    # ----- evaluation, gate, release, rollback, activation ----------------------------------
+
+    def _existing(self, ref: str, *, explicit: bool = True) -> tuple[str, int]:
+        name, version = parse_ref(ref)
+        if explicit and version is None:
+            latest = self._row(name, None)[0]
+            raise ValidationError(f"`{ref}` needs an explicit version", hint=f"e.g. `{format_ref(name, latest)}`")
+        return name, self._row(name, version)[0]
+
+    def record_evaluation(self, ref: str, payload: dict) -> int:
+        """Append an evaluation result (any JSON object) for a version; returns the event seq."""
+        name, version = self._existing(ref)
+        with self._write("evaluation"):
+            return self._append("evaluation", name, version, dict(payload))
+
+    def record_gate_decision(self, ref: str, decision: dict) -> int:
+        """Append a release-gate decision; returns the event seq.
+
+        `decision` must say `accepted: true|false` or `decision: "accept"|"reject"`; a
+        rejection makes the status `rejected`, an acceptance `evaluated`.
+        """
+        accepted = decision.get("accepted", {"accept": True, "reject": False}.get(decision.get("decision")))
+        if not isinstance(accepted, bool):
+            raise ValidationError(f"gate decision needs accepted: true/false, got keys {sorted(decision)}",
+                                  hint='pass {"accepted": true, ...} or {"decision": "accept", ...}')
+        name, version = self._existing(ref)
+        with self._write("gate_decision"):
+            return self._append("gate_decision", name, version, {**decision, "accepted": accepted})
+
+    def release(self, ref: str, *, channel: str = DEFAULT_CHANNEL, reason: str,
+                force: bool = False) -> RegisteredBundle:
+        """Release a version on a channel; it becomes active at the next `activate_pending`."""
+        name, version = self._existing(ref)
+        _need_reason(reason, "release")
+        _check_channel(channel)
+        with self._write("release"):
+            state = self.state()
+            key = (name, version)
+            if state.status_of(name, version) == "rejected" and not force:
+                raise Conflict(f"{format_ref(*key)} was rejected by the gate",
+                               hint="release another version, or pass --force to override the gate")
+            if state.target(channel) == key or (state.target(channel) is None and state.champion(channel) == key):
+                raise Conflict(f"{format_ref(*key)} is already the release of channel `{channel}`",
+                               hint="see `ole champion show`")
+            current = state.champion(channel)
+            self._append("release", name, version, {"reason": reason, "forced": force,
+                                                    "active": format_ref(*current) if current else None}, channel)
+        return self.get(format_ref(name, version))
+
+    def rollback(self, channel: str = DEFAULT_CHANNEL, *, to: str | None = None, reason: str) -> RegisteredBundle:
+        """Roll a channel back to `to` (default: the active version's first parent).
+
+        Recorded now; takes effect at the next `activate_pending` (a task boundary).
+        """
+        _need_reason(reason, "rollback")
+        _check_channel(channel)
+        with self._write("rollback"):
+            state = self.state()
+            current = state.champion(channel)
+            if current is None:
+                raise NotFound("nothing to roll back: the registry is empty", hint="register a bundle first")
+            target = self._rollback_target(current, to)
+            if target == current:
+                raise Conflict(f"{format_ref(*target)} is already active on `{channel}`",
+                               hint="pass --to an earlier version")
+            if state.status_of(*target) == "rejected":
+                raise Conflict(f"{format_ref(*target)} was rejected by the gate", hint="roll back to another version")
+            self._append("rollback", target[0], target[1], {"reason": reason, "from": format_ref(*current)}, channel)
+        return self.get(format_ref(*target))
+
+    def _rollback_target(self, current: tuple[str, int], to: str | None) -> tuple[str, int]:
+        if to is not None:
+            return self._existing(to)
+        parents = self.get(format_ref(*current)).bundle.provenance.parents
+        if not parents:
+            raise Conflict(f"{format_ref(*current)} has no parent to roll back to",
+                           hint="pass --to NAME@VERSION")
+        return current[0], parents[0]
+
+    def activate_pending(self, channel: str = DEFAULT_CHANNEL) -> RegisteredBundle | None:
+        """Task boundary: make the latest released-or-rolled-back-to version active (recorded).
+
+        Returns the active bundle of the channel, or None when nothing is registered.
+        """
+        _check_channel(channel)
+        with self._write("activation"):
+            state = self.state()
+            current, target = state.champion(channel), state.target(channel)
+            if target is not None and target != current:
+                cause = state.target_event(channel)
+                self._append("activation", target[0], target[1], {
+                    "from": format_ref(*current) if current else None, "cause_seq": cause.seq,
+                    "cause": cause.kind, "reason": cause.payload.get("reason", "")}, channel)
+                current = target
+        return self.get(format_ref(*current)) if current else None
+
+    def fsck(self, *, repair: bool = True) -> FsckReport:
+        """Check hashes, lineage DAG and pointers; sweep orphans and quarantine corrupt blobs."""
+        with self._write("fsck"):
+            return check(self, repair=repair)
+
+
+def _need_reason(reason: str, what: str) -> None:
+    if not isinstance(reason, str) or not reason.strip():
+        raise ValidationError(f"a {what} needs a reason", hint='pass --reason "why"')
+
+
+def _check_channel(channel: str) -> None:
+    if not isinstance(channel, str) or not re.fullmatch(NAME_PATTERN, channel):
+        raise ValidationError(f"bad channel name `{channel}`",
+                              hint="lower-case letters, digits, - and _, e.g. `default` or `classic_control`")

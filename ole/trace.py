@@ -1,0 +1,244 @@
+"""Traces: τ = (task, bundle version + hash, history, outcome) — OLE §III-B, Eq. (4).
+
+A trace is written only after the host has scored the run (`run.json` with a final
+score), so every outcome in `traces/` is verified by the host, never by the agent's
+own report. The archive is append-only: one JSON file per trace, written atomically
+(temp + fsync + rename + directory fsync); an existing id is never overwritten.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import tempfile
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Iterator, Literal
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ole.errors import NotFound, ValidationError
+
+SCHEMA_VERSION = "1"
+EditKind = Literal["synthesis", "tuning", "none", "revert"]
+
+
+class _Record(BaseModel):
+    model_config = ConfigDict(frozen=True, extra="forbid")
+
+
+class TaskSpec(_Record):
+    """Which benchmark task was worked: an EvoPolicyGym run."""
+
+    env: str
+    """Env slug, e.g. `gym/acrobot`."""
+    profile: str = "quick"
+    """Host run profile (`paper`, `bench`, `quick`)."""
+    budget: int | None = None
+    """Episode budget override; None = the profile's budget."""
+    pool_seed: int = 0
+    """Seed of the case pools (0 = the paper's pools); other seeds give disjoint task instances."""
+
+
+class RunCondition(_Record):
+    """The controlled run condition z: what must be identical in a paired comparison."""
+
+    host: str
+    """Host agent kind: `builtin`, `llm` or `command`."""
+    seed: int = 0
+    """Agent seed (the agent's own randomness)."""
+    model: str | None = None
+    """Model string for LLM agents; None for agents without a model."""
+
+
+class TaskContract(_Record):
+    """The executable task contract g = (d, U, M, S, V, β) recorded with the run (OLE Eq. 1)."""
+
+    objective: str
+    """d: what the agent must produce."""
+    permitted_actions: tuple[str, ...]
+    """U: what the agent may do."""
+    metrics: tuple[str, ...]
+    """M: how progress, quality and cost are measured."""
+    evidence_sources: tuple[str, ...]
+    """S: which sources may support a judgment."""
+    verification: str
+    """V: how the outcome is verified (the hidden held-out score)."""
+    resource_budget: dict[str, float]
+    """β: upper bounds (episodes, wall seconds, LLM calls, tokens, dollars)."""
+
+
+class Iteration(_Record):
+    """One agent iteration: what it observed, what it did, what the host answered."""
+
+    index: int
+    """0-based iteration number."""
+    phase: str
+    """Loop phase the agent was in (synthesis, tuning, confirmation, recovery, ...)."""
+    observation_digest: str
+    """sha256 of the feedback text the agent read before acting."""
+    edit_kind: EditKind
+    """Edit classification by AST topology hash: synthesis (structure changed), tuning (constants only), none, revert."""
+    diff_lines: int = 0
+    """Changed lines in `system/` relative to the previous submit."""
+    mechanism: str | None = None
+    """Mechanism (program family) of the submitted program, if the agent knows it."""
+    submitted_indices: tuple[int, ...] = ()
+    """Train episode ids in the submit."""
+    submit_id: int | None = None
+    """Host submit index; None if nothing was submitted."""
+    verdict: str | None = None
+    """Host verdict (`ok`, `import_error`, ...)."""
+    returns: tuple[float, ...] | None = None
+    """Per-episode train returns from the feedback."""
+    mean_return: float | None = None
+    """Mean train return of the submit (None on failure)."""
+    episodes_charged: int = 0
+    """Budget charged by this submit."""
+    wall_s: float = 0.0
+    """Wall seconds this iteration took."""
+    llm_calls: int = 0
+    """LLM calls made in this iteration."""
+    tokens: int = 0
+    """LLM tokens used in this iteration."""
+    usd: float = 0.0
+    """LLM spend in this iteration."""
+    note: str = ""
+    """One line of agent reasoning (why this action)."""
+
+
+class Outcome(_Record):
+    """The run outcome, copied from the host's `run.json` plus agent-side costs."""
+
+    status: Literal["completed", "no_ok_submit", "error"]
+    """Host run status."""
+    final_score: float | None
+    """Raw held-out mean return (the paper's score)."""
+    normalized_score: float | None
+    """clip((R-random)/(expert-random), 0, 1.2)*100 where anchors exist."""
+    best_val_score: float | None
+    """Validation score of the selected checkpoint."""
+    best_submit_index: int | None
+    """Selected checkpoint."""
+    episodes_used: int
+    """Train episodes charged."""
+    n_submits: int
+    """Submits that reached the host."""
+    wall_time_s: float
+    """Agent wall time."""
+    llm_calls: int = 0
+    """LLM calls over the run."""
+    tokens: int = 0
+    """LLM tokens over the run."""
+    usd: float = 0.0
+    """LLM spend over the run."""
+    finish_reason: str = ""
+    """Why the agent stopped (budget_spent, finished_early, wall_time, llm_cap, error)."""
+
+
+class Trace(_Record):
+    """A verified, attributable run: the unit of evidence for evolution."""
+
+    schema_version: Literal["1"] = SCHEMA_VERSION
+    """Trace schema version."""
+    trace_id: str
+    """Stable id: `<env-slug>-<bundle>@<version>-s<seed>-<utc stamp>-<short hash>`."""
+    created_at: str
+    """UTC ISO-8601 time the trace was archived."""
+    task: TaskSpec
+    """The task worked."""
+    condition: RunCondition
+    """The controlled run condition."""
+    contract: TaskContract
+    """The task contract recorded with the run."""
+    bundle_name: str
+    """Bundle name."""
+    bundle_version: int
+    """Registered bundle version (stable index v(i))."""
+    bundle_hash: str
+    """Content hash of the bundle used."""
+    history: tuple[Iteration, ...]
+    """The interaction history H_i."""
+    outcome: Outcome
+    """The verified outcome y_i."""
+    run_dir: str
+    """Host run directory (relative to the traces root's parent when possible)."""
+    run_json_sha256: str
+    """sha256 of the host's run.json the outcome was copied from."""
+    verified: bool = True
+    """True when the outcome was read from a scored host run.json (only these enter the archive)."""
+    extras: dict[str, str] = Field(default_factory=dict)
+    """Host-agent specific pointers (LLM call log, command agent stdout/stderr files)."""
+
+
+def utc_now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
+
+
+def make_trace_id(task: TaskSpec, bundle: str, version: int, seed: int, salt: str) -> str:
+    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in task.env)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    short = hashlib.sha256(f"{task.model_dump_json()}|{bundle}|{version}|{seed}|{salt}|{stamp}".encode()).hexdigest()[:8]
+    return f"{slug}-{bundle}@{version}-s{seed}-{stamp}-{short}"
+
+
+class TraceArchive:
+    """Append-only archive of verified traces under a root folder (default `traces/`)."""
+
+    def __init__(self, root: Path | str) -> None:
+        self.root = Path(root)
+
+    def append(self, trace: Trace) -> Path:
+        """Write a trace atomically; refuses unverified traces and existing ids."""
+        if not trace.verified:
+            raise ValidationError("only verified traces enter the archive", hint="score the run first")
+        self.root.mkdir(parents=True, exist_ok=True)
+        path = self.root / f"{trace.trace_id}.json"
+        if path.exists():
+            raise ValidationError(f"trace {trace.trace_id} already archived", hint="trace ids are immutable")
+        data = trace.model_dump_json(indent=2).encode() + b"\n"
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
+        try:
+            with os.fdopen(fd, "wb") as f:
+                f.write(data)
+                f.flush()
+                os.fsync(f.fileno())
+            os.link(tmp, path)  # fails if the id appeared meanwhile: never overwrite
+        finally:
+            os.unlink(tmp)
+        dfd = os.open(self.root, os.O_RDONLY)
+        try:
+            os.fsync(dfd)
+        finally:
+            os.close(dfd)
+        return path
+
+    def ids(self) -> list[str]:
+        if not self.root.is_dir():
+            return []
+        return sorted(p.stem for p in self.root.glob("*.json") if not p.name.startswith("."))
+
+    def get(self, trace_id: str) -> Trace:
+        path = self.root / f"{trace_id}.json"
+        if not path.is_file():
+            import difflib
+            close = difflib.get_close_matches(trace_id, self.ids(), n=3)
+            raise NotFound(f"no trace {trace_id!r} in {self.root}",
+                           hint=f"did you mean {close[0]!r}?" if close else "see `ole trace ls`")
+        return Trace.model_validate_json(path.read_text())
+
+    def __iter__(self) -> Iterator[Trace]:
+        for trace_id in self.ids():
+            yield self.get(trace_id)
+
+    def select(self, *, env: str | None = None, bundle_hash: str | None = None) -> list[Trace]:
+        return [t for t in self if (env is None or t.task.env == env)
+                and (bundle_hash is None or t.bundle_hash == bundle_hash)]
+
+
+def run_json_digest(path: Path) -> str:
+    return "sha256:" + hashlib.sha256(Path(path).read_bytes()).hexdigest()
+
+
+def dumps(trace: Trace) -> str:
+    return json.dumps(trace.model_dump(mode="json"), sort_keys=True)

@@ -1,0 +1,152 @@
+"""Gate statistics and criteria: null false-positive rate, power, each criterion blocks alone."""
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import pytest
+
+from ole.errors import NotFound, ValidationError
+from ole.gate import GateConfig, GateDecision, compute_stats, decide, load_config
+from ole.paired import RunResult, instance_key, make_pair
+from ole.trace import RunCondition, TaskSpec
+
+ENVS = (("gym/acrobot", "curated"), ("gym/reacher5", "generic"), ("gymnasium/MiniGrid-FourRooms-v0", "minigrid"))
+
+
+def _run(q, *, tid="t", episodes=16, wall=10.0, tokens=0, verified=True, breaches=()):
+    return RunResult(trace_id=tid, bundle_hash="h", q=q, q_source="normalized" if q is not None else "none",
+                     status="completed" if q is not None else "error", verified=verified, episodes=episodes,
+                     wall_s=wall, tokens=tokens, within_contract=not breaches, contract_breaches=tuple(breaches))
+
+
+def pairs_from(r_values, *, base=50.0, pool0=100, **challenger_kw):
+    pairs = []
+    for i, r in enumerate(r_values):
+        env, family = ENVS[i % len(ENVS)]
+        task = TaskSpec(env=env, budget=16, pool_seed=pool0 + i)
+        cond = RunCondition(host="builtin", seed=i)
+        champ = _run(base, tid=f"c{i}")
+        chall = _run(base * (1 + r), tid=f"x{i}", **challenger_kw)
+        pairs.append(make_pair(task, cond, family, champ, chall))
+    return pairs
+
+
+LOOSE = GateConfig(min_pairs=2, min_families=1, max_regressions=100, min_cvar=-1e9, min_worst_r=-1e9,
+                   cost_kappa={}, min_win_rate=0.0)
+
+
+def test_default_config_loads_and_missing_path_is_an_error(tmp_path):
+    cfg = load_config()
+    assert cfg.alpha == 0.1 and cfg.min_pairs == 6
+    with pytest.raises(NotFound):
+        load_config(tmp_path / "missing.yaml")
+    bad = tmp_path / "bad.yaml"
+    bad.write_text("alpha: 0.1\nalpah: 0.2\n")
+    with pytest.raises(ValidationError, match="alpah"):
+        load_config(bad)
+
+
+def test_config_rejects_positive_loss_bounds_and_unknown_resources():
+    with pytest.raises(Exception, match="loss bounds"):
+        GateConfig(min_worst_r=0.1)
+    with pytest.raises(Exception, match="unknown cost_kappa"):
+        GateConfig(cost_kappa={"gpu_hours": 0.1})
+
+
+@pytest.mark.parametrize("test", ["wilcoxon", "bootstrap"])
+def test_false_positive_rate_under_the_null_is_at_most_alpha_plus_tolerance(test):
+    cfg = LOOSE.model_copy(update={"test": test, "bootstrap_resamples": 400})
+    rng = np.random.default_rng(7)
+    sims, releases = 300, 0
+    for _ in range(sims):
+        r = rng.normal(0.0, 0.2, size=10)
+        releases += decide(pairs_from(r), cfg, champion="a@1", challenger="a@2").verdict == "release"
+    assert releases / sims <= cfg.alpha + 0.05
+
+
+@pytest.mark.parametrize("test", ["wilcoxon", "bootstrap"])
+def test_power_on_a_known_effect(test):
+    cfg = LOOSE.model_copy(update={"test": test, "bootstrap_resamples": 400})
+    rng = np.random.default_rng(11)
+    sims, releases = 100, 0
+    for _ in range(sims):
+        r = rng.normal(0.2, 0.2, size=10)
+        releases += decide(pairs_from(r), cfg, champion="a@1", challenger="a@2").verdict == "release"
+    assert releases / sims >= 0.8
+
+
+GOOD = [0.2, 0.15, 0.3, 0.1, 0.25, 0.2, 0.12, 0.18]
+STRICT = GateConfig(min_pairs=6, min_families=2)
+
+
+def test_a_clear_improvement_is_released_and_the_record_round_trips():
+    d = decide(pairs_from(GOOD), STRICT, champion="a@1", challenger="a@2")
+    assert d.verdict == "release", d.reasons
+    again = GateDecision.model_validate_json(d.model_dump_json())
+    assert again == d and len(again.pairs) == len(GOOD) and again.stats.r == tuple(p.r for p in d.pairs)
+
+
+@pytest.mark.parametrize("case,verdict,criterion", [
+    ("flat", "reject", "benefit"),
+    ("thin", "indecisive", "evidence"),
+    ("one_family", "indecisive", "evidence"),
+    ("unverified", "indecisive", "evidence"),
+    ("leak", "indecisive", "evidence"),
+    ("tail", "reject", "tail"),
+    ("cost", "reject", "cost"),
+    ("contract", "reject", "cost"),
+])
+def test_each_criterion_blocks_a_release_on_its_own(case, verdict, criterion):
+    r, kw, cfg, seen = list(GOOD), {}, STRICT, ()
+    if case == "flat":
+        r = [0.01, -0.02, 0.0, 0.01, -0.01, 0.02, -0.01, 0.0]
+    elif case == "thin":
+        r = GOOD[:4]
+    elif case == "one_family":
+        cfg = STRICT.model_copy(update={"min_families": 4})
+    elif case == "unverified":
+        kw = {"verified": False}
+    elif case == "leak":
+        p0 = pairs_from(GOOD)[0]
+        seen = (instance_key(p0.task, p0.condition),)
+    elif case == "tail":
+        r = GOOD[:-1] + [-0.9]
+        cfg = STRICT.model_copy(update={"min_worst_r": -0.5})
+    elif case == "cost":
+        kw = {"episodes": 32}
+    elif case == "contract":
+        kw = {"breaches": ("episodes: 40 > 32",)}
+    d = decide(pairs_from(r, **kw), cfg, champion="a@1", challenger="a@2", seen_keys=seen)
+    assert d.verdict == verdict, d.reasons
+    failed = [c.name for c in d.criteria if not c.passed]
+    assert criterion in failed
+    if case not in ("flat", "tail"):
+        assert failed == [criterion]
+
+
+def test_contract_breach_cannot_be_relaxed_by_config():
+    cfg = STRICT.model_copy(update={"cost_kappa": {}})
+    d = decide(pairs_from(GOOD, breaches=("usd: 9 > 5",)), cfg, champion="a@1", challenger="a@2")
+    assert d.verdict == "reject" and any("contract budget" in r for r in d.reasons)
+
+
+def test_failure_aware_change_is_bounded():
+    task, cond = TaskSpec(env="gym/acrobot"), RunCondition(host="builtin")
+    lost = make_pair(task, cond, "curated", _run(40.0), _run(None))
+    won = make_pair(task, cond, "curated", _run(None), _run(40.0))
+    both = make_pair(task, cond, "curated", _run(None), _run(None))
+    assert (lost.r, won.r, both.r) == (-1.0, 1.0, 0.0)
+    near_zero = make_pair(task, cond, "minigrid", _run(0.0), _run(100.0))
+    assert near_zero.r == 4.0
+
+
+def test_stats_keep_per_pair_values_and_tail_numbers():
+    r = [0.5, 0.4, -0.3, 0.2, 0.1, -0.6, 0.3, 0.2]
+    s = compute_stats(pairs_from(r), STRICT)
+    assert s.r == pytest.approx(r)
+    assert s.worst_r == pytest.approx(-0.6)
+    assert s.cvar == pytest.approx((-0.6 - 0.3) / 2)
+    assert s.n_regressions == 2
+    assert s.ci_low < s.mean_r < s.ci_high
+    json.loads(s.model_dump_json())
