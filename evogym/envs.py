@@ -161,7 +161,13 @@ def _discover_max_steps(gym_id: str) -> int:
     registered = gym.spec(gym_id).max_episode_steps
     if registered:
         return int(registered)
-    env = _make(gym_id, {})
+    try:
+        env = _make(gym_id, {})
+    except Exception as exc:  # noqa: BLE001 - any construction failure means "not usable here"
+        raise EnvNotFound(
+            f"`gymnasium/{gym_id}` is registered but cannot be built here: {type(exc).__name__}: {exc}",
+            hint="install the package that provides it, or pick another env",
+        ) from exc
     try:
         inner = env.unwrapped
         if isinstance(getattr(inner, "max_steps", None), int):

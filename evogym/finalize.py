@@ -87,6 +87,8 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     progress(f"validation: {len(cands)} ok checkpoints, {len(firsts)} distinct programs")
     jobs = [host.hidden_job(c, host.pools.valid) for c in firsts]
     results = dict(zip((c.tree_hash for c in firsts), _evaluate(jobs, workers)))
+    for c in firsts:
+        run.event("eval.run", kind="valid", snap=c.index, shared_with=[x.index for x in groups[c.tree_hash][1:]])
     scores: dict[int, tuple[float, int]] = {}
     val_failures: dict[str, int] = {}
     for c in cands:

@@ -242,7 +242,8 @@ def _dot(graph: nx.DiGraph) -> str:
 
 def _mermaid(graph: nx.DiGraph) -> str:
     def ident(ref: str) -> str:
-        return "n_" + ref.replace("@", "_").replace("-", "_")
+        name, version = parse_ref(ref)
+        return "n_" + name.replace("_", "_u").replace("-", "_d") + f"_{version}"
 
     lines = ["graph TD"]
     for node in sorted(graph, key=_version_key):

@@ -286,7 +286,7 @@ class Registry:
         prov = bundle.provenance.model_dump(mode="json")
         parents = [int(p) for p in parents]
         if parents or edge:
-            edge = edge or ("recombination" if len(parents) == 2 else "manual")
+            edge = edge or prov["edge"] or ("recombination" if len(parents) == 2 else "manual")
             for key, value in (("parents", parents), ("edge", edge)):
                 if prov[key] not in ([], None, value):
                     raise Conflict(f"the bundle's provenance says {key}={prov[key]!r} but {value!r} was given",

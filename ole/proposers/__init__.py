@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ole.bundle import Bundle, bundle_from_data, dump_bundle_yaml, load_bundle_yaml, parse_ref
+from ole.bundle import Bundle, bundle_from_data, parse_ref
 from ole.errors import ValidationError
 from ole.evidence import EvidenceItem
 
@@ -36,8 +36,8 @@ class Proposal(BaseModel):
     """Parent refs (`name@version`)."""
     evidence_ids: tuple[str, ...]
     """Evidence items the proposal acts on."""
-    bundle_yaml: str | None
-    """The candidate bundle as YAML; None when rejected."""
+    bundle: Bundle | None
+    """The candidate bundle; None when rejected."""
     rejection: str | None = None
     """Why no valid bundle was formed; None for a valid proposal."""
     note: str = ""
@@ -51,12 +51,7 @@ class Proposal(BaseModel):
 
     @property
     def valid(self) -> bool:
-        return self.bundle_yaml is not None
-
-    def bundle(self) -> Bundle:
-        if self.bundle_yaml is None:
-            raise ValidationError(f"proposal was rejected: {self.rejection}", hint="use only valid proposals")
-        return load_bundle_yaml(self.bundle_yaml)
+        return self.bundle is not None
 
 
 @dataclass(frozen=True)
@@ -91,14 +86,14 @@ def child_bundle(parents: Sequence[Parent], policy: dict, *, edge: Edge, evidenc
 
 def accepted(proposer: str, edge: Edge, parents: Sequence[Parent], bundle: Bundle, **kw) -> Proposal:
     return Proposal(proposer=proposer, edge=edge, parents=tuple(p.ref for p in parents),
-                    evidence_ids=bundle.provenance.evidence_ids, bundle_yaml=dump_bundle_yaml(bundle),
+                    evidence_ids=bundle.provenance.evidence_ids, bundle=bundle,
                     note=bundle.provenance.note, **kw)
 
 
 def rejected(proposer: str, edge: Edge, parents: Sequence[Parent], reason: str,
              evidence_ids: Sequence[str] = (), **kw) -> Proposal:
     return Proposal(proposer=proposer, edge=edge, parents=tuple(p.ref for p in parents),
-                    evidence_ids=tuple(evidence_ids), bundle_yaml=None, rejection=reason[:2000], **kw)
+                    evidence_ids=tuple(evidence_ids), bundle=None, rejection=reason[:2000], **kw)
 
 
 class Proposer(abc.ABC):

@@ -8,6 +8,7 @@ candidate.
 """
 from __future__ import annotations
 
+import functools
 import random
 import typing
 from collections.abc import Sequence
@@ -45,10 +46,11 @@ def _annotation(component: str, field: str):
     return getattr(LoopPolicy.model_fields[component].annotation, "model_fields")[field].annotation
 
 
-def fields() -> list[str]:
+@functools.cache
+def fields() -> tuple[str, ...]:
     """Every movable `component.field` path."""
-    return [f"{c}.{f}" for c in COMPONENTS
-            for f in getattr(LoopPolicy.model_fields[c].annotation, "model_fields")]
+    return tuple(f"{c}.{f}" for c in COMPONENTS
+                 for f in getattr(LoopPolicy.model_fields[c].annotation, "model_fields"))
 
 
 def _numeric(value, direction: str, component: str, field: str):

@@ -80,10 +80,10 @@ class LLMProposer(Proposer):
         cost = {"llm_request": comp.request_hash, "tokens": comp.tokens, "usd": comp.usd}
         try:
             policy, ids, note = parse_reply(comp.text, {e.evidence_id for e in evidence})
-            if policy == parent.bundle.loop_policy.model_dump(mode="json"):
-                raise ValidationError("the proposed loop policy equals the parent's", hint="change something")
             bundle = child_bundle([parent], policy, edge=edge, evidence_ids=ids, generation=generation,
                                   proposer=self.name, note=note)
+            if bundle.content_hash == parent.bundle.content_hash:
+                raise ValidationError("the proposed loop policy equals the parent's", hint="change something")
         except ValidationError as exc:
             return rejected(self.name, edge, [parent], exc.message, **cost)
         return accepted(self.name, edge, [parent], bundle, **cost)

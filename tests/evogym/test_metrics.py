@@ -203,6 +203,8 @@ def test_nesting_too_deep_to_parse_is_a_parse_error(tmp_path: Path):
     [
         ("x = 1\n", 0, 0, 3),
         ("x = -1\n", 0, 0, 4),
+        ("x = a < b <= c\n", 0, 0, 4),               # operators are tags, not levels
+        ("x = not a + b\n", 0, 0, 5),
         ("if a:\n    pass\nelif b or c or d:\n    pass\n", 1 + 1 + 2, 0, 5),
         ("y = [a for a in b for c in a]\nwhile y:\n    y = 0 if y else 1\n", 1, 3, 5),
         ("match p:\n    case 1:\n        pass\n    case 2 | 3:\n        pass\n", 2, 0, 6),

@@ -1,0 +1,437 @@
+"""The LLM coding agent: a language model writes `system/policy.py`, the loop policy runs the loop.
+
+The model only proposes programs. Everything else -- which feedback it sees, which
+phase it is in, what is kept and reverted to, how many episodes a submit spends, when
+an improvement is trusted, what happens after a failure, when to stop -- is decided
+here from the bundle's loop policy, so two bundles give two different runs with the
+same model. The agent works only through the HTTP protocol and workspace files.
+
+A run is never lost to the model: unusable answers get repair prompts, then the best
+known program (or a schema-derived baseline) is submitted instead; a spent LLM cap or
+an unreachable model ends the loop cleanly and the runner finishes the run.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import time
+from pathlib import Path
+from typing import Any
+
+from ole.agents.base import AgentContext, AgentResult, AgentUsage, HostAgent
+from ole.agents.client import HostClient, HostError, SubmitAnswer
+from ole.agents.edits import (EditRejected, Proposal, diff_lines, edit_kind, parse_answer, scope_problem,
+                              static_problems)
+from ole.agents.memory import Kept, ProgramMemory
+from ole.agents.prompts import BASELINE_POLICY, Turn, render_feedback, repair_prompt, system_prompt, user_prompt
+from ole.llm import Caps, LLMCapReached, LLMClient, LLMError
+from ole.trace import Iteration
+
+CALL_LOG = "llm_calls.jsonl"
+"""Per-run record of every model call, under the agent log dir; `--model replay:<it>` replays the run."""
+MAX_ANSWER_TOKENS = 4096
+"""Completion tokens asked for per call (a full policy file fits comfortably)."""
+MAX_REJECTS = 3
+"""Consecutive Phase-1 rejects (nothing charged) after which the agent stops: the host disagrees with it."""
+LESSONS_SHOWN = 5
+"""Cross-task lessons put in a prompt."""
+
+
+class LLMAgent(HostAgent):
+    """Host agent backed by a language model; `model` is any litellm string, `scripted:` or `replay:`."""
+
+    name = "llm"
+
+    def __init__(self, model: str | None = None, *, client: LLMClient | None = None, temperature: float = 0.0,
+                 max_answer_tokens: int = MAX_ANSWER_TOKENS, timeout_s: float | None = None,
+                 retries: int | None = None, api_base: str | None = None) -> None:
+        if model is None and client is None:
+            raise ValueError("LLMAgent needs a model string (e.g. openai/gpt-4o-mini, scripted:<file>) or a client")
+        self.model = model
+        self.client = client
+        self.temperature = temperature
+        self.max_answer_tokens = max_answer_tokens
+        self.client_options = {k: v for k, v in (("timeout_s", timeout_s), ("retries", retries)) if v is not None}
+        self.api_base = api_base
+
+    def make_client(self, ctx: AgentContext) -> LLMClient:
+        """The model client with the loop policy's caps and the run's call log."""
+        bud = ctx.bundle.loop_policy.budget
+        caps = Caps(calls=bud.max_llm_calls, tokens=bud.max_tokens, usd=bud.max_usd)
+        if self.client is not None:
+            self.client.caps, self.client.log_path = caps, ctx.log_dir / CALL_LOG
+            return self.client
+        params = {"api_base": self.api_base} if self.api_base else {}
+        return LLMClient.from_model_string(str(self.model), caps=caps, log_path=ctx.log_dir / CALL_LOG,
+                                           params=params, **self.client_options)
+
+    def work(self, ctx: AgentContext) -> AgentResult:
+        ctx.log_dir.mkdir(parents=True, exist_ok=True)
+        session = _Session(self, ctx, self.make_client(ctx))
+        return session.run()
+
+
+class _Session:
+    """One task worked by the LLM agent; all state of the loop lives here."""
+
+    def __init__(self, agent: LLMAgent, ctx: AgentContext, llm: LLMClient) -> None:
+        self.agent, self.ctx, self.llm = agent, ctx, llm
+        self.pol = ctx.bundle.loop_policy
+        self.host = HostClient(ctx.url)
+        self.system_dir = ctx.workspace / "system"
+        self.memory = ProgramMemory(self.pol.memory.top_k_programs, self.pol.memory.edit_log_size,
+                                    self.pol.verification)
+        self.started = time.monotonic()
+        self.iterations = 0
+        self.phase_index = 0
+        self.stale = 0           # consecutive non-improving candidate evaluations (stopping.patience)
+        self.phase_stale = 0     # the same, reset at each phase change (planning.plateau_submits)
+        self.failures = 0        # consecutive charged failure verdicts (recovery.max_retries)
+        self.rejects = 0
+        self.bold = False
+        self.force_synthesis = False
+        self.mechanisms: list[str] = []
+        self.current: str | None = None
+        self.feedback = ""
+        self.digest = "sha256:" + hashlib.sha256(b"").hexdigest()
+        self.last_edit = ""
+        self.recovering = False
+        self.ok_submits = 0
+
+    # ---- the loop ----------------------------------------------------------------------------
+    def run(self) -> AgentResult:
+        info = self.host.info()
+        self.budget = int(info["episode_budget"])
+        self.remaining = int(info["state"]["remaining_budget"])
+        self.min_per = int(info.get("min_episodes_per_submit", 1))
+        self.max_per = int(info.get("max_episodes_per_submit", self.budget))
+        self.n_ids = int(info["env_meta"]["n_env_instances"])
+        self.action_type = str(info["env_meta"].get("action_space", {}).get("type", "?"))
+        self.memory.set_index_space(self.n_ids, self.pol.action.episodes_per_submit)
+        self.system = system_prompt(self.host.task(), info, self.pol)
+        self.lessons = self._read_lessons()
+        reason = self._loop()
+        reason = self._ensure_scored(reason)
+        if reason == "finished_early" and not self._finalized():
+            self.host.finish()
+        self._write_lesson()
+        u = self.llm.usage
+        return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd), extras={"llm_calls": CALL_LOG})
+
+    def _loop(self) -> str:
+        try:
+            while True:
+                reason = self._stop_reason()
+                if reason:
+                    return reason
+                self._iterate()
+        except LLMCapReached as exc:
+            self.ctx.progress(f"llm agent: {exc.message}; stopping")
+            return "llm_cap"
+        except LLMError as exc:
+            self.ctx.progress(f"llm agent: model unavailable ({exc.message}); stopping")
+            return "error"
+        except HostError as exc:
+            self.ctx.progress(f"llm agent: host said {exc.message}; stopping")
+            return "budget_spent" if self._finalized() else "error"
+
+    def _stop_reason(self) -> str | None:
+        stop = self.pol.stopping
+        if self.remaining <= 0:
+            return "budget_spent"
+        if time.monotonic() - self.started >= self.pol.budget.wall_time_s:
+            return "wall_time"
+        if self.rejects >= MAX_REJECTS:
+            return "error"
+        if stop.mode == "finish_early":
+            if self.remaining <= stop.reserve_episodes or self.stale >= stop.patience_submits:
+                return "finished_early"
+        return None
+
+    def _finalized(self) -> bool:
+        try:
+            return bool(self.host.info().get("state", {}).get("is_finalized"))
+        except HostError:
+            return False
+
+    # ---- one iteration -----------------------------------------------------------------------
+    def _iterate(self) -> None:
+        phase = self._phase()
+        if phase == "confirmation":
+            self._confirm()
+            return
+        synth = phase == "synthesis" or self.force_synthesis or self.current is None and not self.memory.kept
+        turn_phase = "recovery" if self.recovering else ("synthesis" if synth else "tuning")
+        turn = self._turn(turn_phase)
+        calls0 = self._usage()
+        proposal, why = self._ask(turn)
+        if proposal is None:
+            source, kind, note = self._fallback(why)
+            self._submit(source, self._indices(), turn_phase, kind, note, None, calls0)
+            return
+        if turn_phase == "synthesis":
+            self.force_synthesis = False
+            self.mechanisms.append(proposal.mechanism or f"mechanism {len(self.mechanisms) + 1}")
+        mechanism = proposal.mechanism or self._mechanism_of(turn.program)
+        kind = edit_kind(turn.program, proposal.source)
+        answer = self._submit(proposal.source, self._indices(), turn_phase, kind, f"{proposal.form} edit",
+                              mechanism, calls0, base=turn.program)
+        if answer is not None:
+            self._judge(proposal.source, mechanism, answer)
+
+    def _phase(self) -> str:
+        phases = self.pol.planning.phases or ("tuning",)
+        spent = self.budget - self.remaining
+        while self.phase_index < len(phases) - 1:
+            name = phases[self.phase_index]
+            plateau = self.phase_stale >= self.pol.planning.plateau_submits and self.pol.planning.on_plateau == "next_phase"
+            done = {"synthesis": spent >= self.pol.budget.synthesis_fraction * self.budget
+                    or len(self.mechanisms) >= self.pol.planning.max_mechanisms,
+                    "tuning": "confirmation" in phases
+                    and self.remaining <= self.pol.budget.confirmation_fraction * self.budget}.get(name, False)
+            if not (done or plateau) or (name == "synthesis" and not self.memory.kept and not plateau):
+                break
+            self.phase_index += 1
+            self.phase_stale, self.bold = 0, False
+        return phases[self.phase_index]
+
+    def _turn(self, phase: str) -> Turn:
+        mem = self.memory
+        extra = ()
+        if phase == "recovery":
+            extra = (f"Failed attempts in a row: {self.failures}.",)
+        return Turn(phase=phase, granularity=self.pol.action.edit_granularity, program=self.current,
+                    feedback=self.feedback, step_size=self.pol.action.step_size, remaining_episodes=self.remaining,
+                    tried_mechanisms=tuple(self.mechanisms), best=mem.best_lines(), edit_log=mem.log_lines(),
+                    lessons=self.lessons, bold=self.bold, extra=extra)
+
+    def _ask(self, turn: Turn) -> tuple[Proposal | None, str]:
+        """Model answer -> checked program, with up to recovery.max_retries repair prompts."""
+        messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user_prompt(turn)}]
+        why = ""
+        for _ in range(self.pol.recovery.max_retries + 1):
+            comp = self.llm.complete(messages, temperature=self.agent.temperature,
+                                     max_tokens=self.agent.max_answer_tokens, seed=self.ctx.condition.seed)
+            try:
+                return self._check(comp.text, turn, comp.finish_reason == "length"), ""
+            except EditRejected as exc:
+                why = str(exc)
+            granularity = "file" if turn.phase == "synthesis" else turn.granularity
+            messages = messages + [{"role": "assistant", "content": comp.text[:8000]},
+                                   {"role": "user", "content": repair_prompt(why, granularity, turn.program is not None)}]
+        return None, why
+
+    def _check(self, text: str, turn: Turn, truncated: bool) -> Proposal:
+        proposal = parse_answer(text, turn.program, truncated=truncated)
+        if self.pol.verification.static_checks:
+            problems = static_problems(proposal.source)
+            if problems:
+                raise EditRejected("; ".join(problems))
+        if turn.program is not None and proposal.source == turn.program:
+            raise EditRejected("the program is unchanged; propose a different program")
+        if turn.phase == "tuning" and turn.program is not None:
+            try:
+                problem = scope_problem(turn.program, proposal.source, turn.granularity)  # type: ignore[arg-type]
+            except SyntaxError:
+                problem = None  # static checks are off: the host's verdict will say it
+            if problem:
+                raise EditRejected(problem)
+        return proposal
+
+    def _fallback(self, why: str) -> tuple[str, str, str]:
+        best = self.memory.best()
+        note = f"model output unusable after {self.pol.recovery.max_retries + 1} tries ({why[:120]})"
+        if best is not None:
+            return best.source, "revert", note + "; resubmitting the best program"
+        return BASELINE_POLICY, "synthesis", note + "; submitting the schema baseline"
+
+    # ---- submits and verdicts ----------------------------------------------------------------
+    def _indices(self, k: int | None = None, selection: str | None = None) -> list[int]:
+        k = self._size(self.pol.action.episodes_per_submit if k is None else k)
+        return self.memory.indices(k, selection or self.pol.action.index_selection)
+
+    def _size(self, want: int) -> int:
+        avail = self.remaining
+        if self.pol.stopping.mode == "finish_early":
+            avail -= self.pol.stopping.reserve_episodes
+        k = max(self.min_per, min(want, self.max_per, avail))
+        tail = self.remaining - k
+        if self.pol.stopping.mode == "spend_all" and 0 < tail < self.min_per and self.remaining <= self.max_per:
+            k = self.remaining
+        return min(k, self.remaining)
+
+    def _submit(self, source: str, indices: list[int], phase: str, kind: str, note: str, mechanism: str | None,
+                calls0: tuple[int, int, float], base: str | None = None) -> SubmitAnswer | None:
+        t0 = time.monotonic()
+        read_digest = self.digest
+        previous = self._read_policy()
+        self._write_policy(source)
+        answer = self.host.submit(indices)
+        info_state = self.host.info().get("state", {})
+        self.remaining = int(info_state.get("remaining_budget", self.remaining - answer.charged))
+        self.feedback = self._feedback(answer)
+        self.digest = "sha256:" + hashlib.sha256(self.feedback.encode()).hexdigest()
+        calls, tokens, usd = (a - b for a, b in zip(self._usage(), calls0))
+        returns = answer.summary.get("returns") if "returns" in self.pol.observation.summary_fields else None
+        self.ctx.record(Iteration(
+            index=self.iterations, phase=phase, observation_digest=read_digest, edit_kind=kind,  # type: ignore[arg-type]
+            diff_lines=diff_lines(previous, source), mechanism=mechanism, submitted_indices=tuple(indices),
+            submit_id=answer.submit_id, verdict=answer.status,
+            returns=tuple(float(r) for r in returns) if isinstance(returns, list) and answer.status == "ok" else None,
+            mean_return=self.memory.score_of(answer.summary, self.pol.observation.summary_fields),
+            episodes_charged=answer.charged, wall_s=round(time.monotonic() - t0, 3), llm_calls=int(calls),
+            tokens=int(tokens), usd=float(usd), note=note[:200]))
+        self.iterations += 1
+        self.last_edit = f"submit {answer.submit_id} ({phase}, {kind}, {diff_lines(base, source)} lines changed)"
+        self.ctx.progress(f"llm agent: submit {answer.submit_id} {answer.status} "
+                          f"(mean {answer.summary.get('mean_return')}, {self.remaining} episodes left)")
+        if answer.http_status == 400:
+            self.rejects += 1
+            return None
+        self.rejects = 0
+        if answer.status == "ok":
+            self.ok_submits += 1
+            self.memory.add_result(source, mechanism or "?", answer, self.pol.observation.summary_fields)
+        return answer
+
+    def _judge(self, source: str, mechanism: str, answer: SubmitAnswer) -> None:
+        """Decide what the last candidate's verdict means: improvement, regression or failure."""
+        if answer.status != "ok":
+            self._on_error(source, answer.status)
+            return
+        self.failures, self.recovering = 0, False
+        incumbent = self.memory.incumbent
+        improved = self.memory.beats(source, incumbent)
+        if improved and incumbent is not None and self.pol.verification.retest_episodes > 0:
+            improved = self._retest(source, mechanism, incumbent)
+        outcome = "improved" if improved else "no improvement"
+        self.memory.log(f"{self.last_edit}: mean {self.memory.mean(source):.4g}, {outcome}")
+        if improved:
+            self.memory.incumbent = self.memory.kept_for(source)
+            self.current, self.stale, self.phase_stale = source, 0, 0
+            return
+        self.stale += 1
+        self.phase_stale += 1
+        self._on_plateau()
+        action = self.pol.recovery.on_regression
+        best = self.memory.best()
+        self.current = source if action == "keep" or best is None else best.source
+        if action == "restructure":
+            self._restructure()
+
+    def _retest(self, source: str, mechanism: str, incumbent: Kept) -> bool:
+        """Re-run a candidate that beat the incumbent on new episodes (and the incumbent too when matched)."""
+        ver = self.pol.verification
+        indices = self._indices(ver.retest_episodes, "fresh")
+        self._submit(source, indices, "verification", "none", "retest of an apparent improvement", mechanism,
+                     self._usage())
+        if ver.matched_comparison and self.remaining > 0:
+            self._submit(incumbent.source, indices, "verification", "revert", "incumbent on the retest episodes",
+                         incumbent.mechanism, self._usage())
+        return self.memory.beats(source, incumbent)
+
+    def _on_error(self, source: str, status: str) -> None:
+        self.failures += 1
+        self.stale += 1
+        self.phase_stale += 1
+        self.memory.log(f"{self.last_edit}: failed with {status}")
+        action = self.pol.recovery.on_error_verdict
+        if action == "retry" and self.failures > self.pol.recovery.max_retries:
+            action = "revert"
+        best = self.memory.best()
+        self.recovering = action == "retry"
+        self.current = source if action == "retry" else (best.source if best else None)
+        if action == "restructure":
+            self._restructure()
+
+    def _restructure(self) -> None:
+        if len(self.mechanisms) < self.pol.planning.max_mechanisms:
+            self.force_synthesis = True
+
+    def _on_plateau(self) -> None:
+        if self.phase_stale < self.pol.planning.plateau_submits:
+            return
+        if self.pol.planning.on_plateau == "widen_search":
+            self.bold, self.phase_stale = True, 0
+        elif self.pol.planning.on_plateau == "restructure":
+            self._restructure()
+            self.phase_stale = 0
+
+    def _confirm(self) -> None:
+        """Confirmation: re-run the kept programs on shared new episodes; no model calls."""
+        target = self.memory.next_to_confirm()
+        if target is None:
+            target = Kept(BASELINE_POLICY, "baseline")
+        indices = self.memory.confirmation_indices(self._size(self.pol.action.episodes_per_submit))
+        answer = self._submit(target.source, indices, "confirmation", "revert", "confirmation re-test",
+                              target.mechanism, self._usage())
+        if answer is not None and answer.status == "ok" and self.memory.incumbent is not None:
+            self.memory.incumbent = self.memory.best()
+
+    def _ensure_scored(self, reason: str) -> str:
+        """A run with no ok submit gets one small submit of the best (or baseline) program if budget allows."""
+        if self.ok_submits or self.remaining <= 0 or self._finalized():
+            return reason
+        best = self.memory.best()
+        source = best.source if best else BASELINE_POLICY
+        try:
+            self._submit(source, self.memory.indices(self._size(self.min_per), "matched"), "recovery",
+                         "revert" if best else "synthesis", "ensure the run has a valid submit", None, self._usage())
+        except HostError:
+            pass
+        return reason
+
+    # ---- helpers -----------------------------------------------------------------------------
+    def _feedback(self, answer: SubmitAnswer) -> str:
+        if answer.submit_id is None:
+            return f"submit refused: {answer.status}"
+        sub = self.ctx.workspace / "feedback" / f"submit_{answer.submit_id:03d}"
+        return render_feedback(sub, self.pol.observation) if sub.is_dir() else f"status: {answer.status}"
+
+    def _usage(self) -> tuple[int, int, float]:
+        u = self.llm.usage
+        return u.calls, u.tokens, u.usd
+
+    def _mechanism_of(self, program: str | None) -> str:
+        kept = self.memory.kept_for(program) if program else None
+        return kept.mechanism if kept else (self.mechanisms[-1] if self.mechanisms else "?")
+
+    def _read_policy(self) -> str | None:
+        path = self.system_dir / "policy.py"
+        return path.read_text() if path.is_file() else None
+
+    def _write_policy(self, source: str) -> None:
+        self.system_dir.mkdir(parents=True, exist_ok=True)
+        tmp = self.system_dir / ".policy.py.tmp"
+        tmp.write_text(source)
+        tmp.replace(self.system_dir / "policy.py")
+
+    def _read_lessons(self) -> tuple[str, ...]:
+        path = self.ctx.lessons_path
+        if not self.pol.memory.carry_lessons or path is None or not Path(path).is_file():
+            return ()
+        rows = []
+        for line in Path(path).read_text(errors="replace").splitlines():
+            try:
+                rows.append(json.loads(line))
+            except json.JSONDecodeError:
+                continue
+        same = [r for r in rows if isinstance(r, dict) and r.get("action_type") == self.action_type]
+        return tuple(_lesson_text(r) for r in (same or [r for r in rows if isinstance(r, dict)])[-LESSONS_SHOWN:])
+
+    def _write_lesson(self) -> None:
+        best, path = self.memory.best(), self.ctx.lessons_path
+        if not self.pol.memory.carry_lessons or path is None or best is None:
+            return
+        row = {"host": "llm", "env": self.ctx.task.env, "action_type": self.action_type,
+               "mechanism": best.mechanism, "train_score": self.memory.mean(best.source)}
+        Path(path).parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "a", encoding="utf-8") as f:
+            f.write(json.dumps(row, sort_keys=True) + "\n")
+
+
+def _lesson_text(row: dict[str, Any]) -> str:
+    if isinstance(row.get("text"), str):
+        return row["text"][:200]
+    return (f"{row.get('env', '?')} ({row.get('action_type', '?')} actions): mechanism "
+            f"{row.get('mechanism', '?')} reached train score {row.get('train_score', '?')}")

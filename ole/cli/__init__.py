@@ -1,0 +1,70 @@
+"""The `ole` command: noun then verb (`ole bundle register FILE`), --json everywhere.
+
+Each noun lives in its own module under `ole/cli/` exposing `register(subparsers)`;
+adding a noun is one line in `NOUNS`. Errors print one line without a traceback
+(`--debug` shows it): exit 2 for a caller mistake, 1 for a host or storage fault.
+"""
+from __future__ import annotations
+
+import argparse
+import difflib
+import json
+import re
+import sys
+import traceback
+
+from ole.cli import bundle, champion, lineage, registry
+from ole.cli.common import add_global_options, emit
+from ole.errors import OleError
+
+NOUNS = [bundle, lineage, champion, registry]
+"""Modules whose `register(subparsers)` adds their commands, in help order."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors and a did-you-mean for a mistyped command."""
+
+    def error(self, message: str) -> None:
+        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            choices = re.findall(r"'([^']*)'", match.group(2))
+            close = difflib.get_close_matches(match.group(1), choices, n=1)
+            message = f"unknown command `{match.group(1)}`" + (
+                f" (hint: did you mean `{close[0]}`?)" if close else f" (hint: one of {', '.join(choices)})")
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The full `ole` parser."""
+    parser = _Parser(prog="ole", description=__doc__.split("\n\n")[0])
+    add_global_options(parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    for module in NOUNS:
+        module.register(subparsers)
+    return parser
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point of `ole`; returns the exit status."""
+    args = build_parser().parse_args(argv)
+    try:
+        output = args.handler(args)
+    except OleError as exc:
+        return _fail(args, str(exc), exc.exit_code, type(exc).__name__)
+    except KeyboardInterrupt:
+        return _fail(args, "interrupted", 130, "KeyboardInterrupt")
+    except Exception as exc:  # a bug or host fault: still one line unless --debug
+        return _fail(args, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)", 1,
+                     type(exc).__name__)
+    emit(args, output)
+    return output.exit_code
+
+
+def _fail(args: argparse.Namespace, message: str, code: int, kind: str) -> int:
+    if args.debug:
+        traceback.print_exc()
+    if args.json:
+        print(json.dumps({"error": message, "kind": kind, "exit_code": code}))
+    print(f"ole: error: {message}", file=sys.stderr)
+    return code

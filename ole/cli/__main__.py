@@ -1,0 +1,6 @@
+"""`python -m ole.cli` = the `ole` command."""
+import sys
+
+from ole.cli import main
+
+sys.exit(main())

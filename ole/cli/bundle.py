@@ -1,0 +1,113 @@
+"""`ole bundle validate|register|show|diff|list`."""
+from __future__ import annotations
+
+import argparse
+from pathlib import Path
+
+from ole.bundle import diff_bundles, dump_bundle_yaml, load_bundle_yaml
+from ole.cli.common import Output, leaf, noun, open_registry, table
+from ole.errors import OleError
+
+
+def register(subparsers) -> None:
+    """Add `ole bundle ...`."""
+    verbs = noun(subparsers, "bundle", "validate, register and inspect bundles")
+    p = leaf(verbs, "validate", validate, "check bundle YAML files strictly (writes nothing)")
+    p.add_argument("files", nargs="+", metavar="FILE")
+    p = leaf(verbs, "register", register_file, "register a bundle file as the next version of its name")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--parent", type=int, action="append", default=[], metavar="VERSION",
+                   help="parent version (same name); twice for a recombination")
+    p.add_argument("--edge", choices=["online", "offline_mutation", "recombination", "manual"],
+                   help="how it was derived (default: manual, or recombination with two parents)")
+    p.add_argument("--evidence", action="append", default=[], metavar="ID", help="supporting evidence id")
+    p.add_argument("--note", default="", help="why it was registered (recorded in the event)")
+    p.add_argument("--expect-hash", metavar="SHA256", help="fail unless the content hash is this")
+    p = leaf(verbs, "show", show, "show one version: status, provenance, events, YAML")
+    p.add_argument("ref", metavar="NAME[@VERSION]")
+    p = leaf(verbs, "diff", diff, "per-component differences between two versions")
+    p.add_argument("a", metavar="NAME@VERSION")
+    p.add_argument("b", metavar="NAME@VERSION")
+    p = leaf(verbs, "list", list_bundles, "list registered versions")
+    p.add_argument("name", nargs="?", metavar="NAME")
+
+
+def validate(args: argparse.Namespace) -> Output:
+    """Validate each FILE; exit 2 if any is invalid. Nothing is registered or written."""
+    results, lines = [], []
+    for file in args.files:
+        try:
+            bundle = load_bundle_yaml(Path(file))
+        except OleError as exc:
+            results.append({"file": file, "ok": False, "error": str(exc)})
+            lines.append(f"invalid  {exc}")
+            continue
+        results.append({"file": file, "ok": True, "name": bundle.name, "content_hash": bundle.content_hash})
+        lines.append(f"ok       {file}  ({bundle.name}, content {bundle.content_hash[:12]})")
+    failed = any(not r["ok"] for r in results)
+    return Output(results, "\n".join(lines), 2 if failed else 0)
+
+
+def register_file(args: argparse.Namespace) -> Output:
+    """Register FILE (stamping --parent/--edge/--evidence); identical content dedupes."""
+    bundle = load_bundle_yaml(Path(args.file))
+    with open_registry(args) as registry:
+        existing = registry.find_content(bundle.name, bundle.content_hash)
+        entry = existing or registry.register(bundle, parents=args.parent, edge=args.edge,
+                                              evidence_ids=args.evidence, note=args.note,
+                                              expected_hash=args.expect_hash)
+    data = {"ref": entry.ref, "status": entry.status, "content_hash": entry.content_hash,
+            "deduplicated": existing is not None}
+    if existing:
+        text = f"identical content is already registered as {entry.ref} ({entry.status}); nothing recorded"
+    else:
+        text = (f"registered {entry.ref} ({entry.status}, content {entry.content_hash[:12]})\n"
+                f"next: ole release {entry.ref} --reason \"...\"")
+    return Output(data, text)
+
+
+def show(args: argparse.Namespace) -> Output:
+    """Show one version (latest when VERSION is omitted) with its events."""
+    with open_registry(args) as registry:
+        entry = registry.get(args.ref)
+        events = registry.events(name=entry.name, version=entry.version)
+    prov = entry.bundle.provenance
+    data = entry.model_dump(mode="json")
+    data["events"] = [e.model_dump(mode="json") for e in events]
+    parents = ", ".join(f"{entry.name}@{p}" for p in prov.parents) or "none (seed)"
+    lines = [f"{entry.ref}  [{entry.status}]  content {entry.content_hash[:12]}",
+             f"registered {entry.registered_at:%Y-%m-%d %H:%M:%S}Z  parents {parents}  edge {prov.edge or '-'}"
+             f"  mode {prov.mode}  proposer {prov.proposer}",
+             f"evidence {', '.join(prov.evidence_ids) or '-'}",
+             "events:", *(f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind}"
+                          f"{' on ' + e.channel if e.channel else ''}"
+                          f"{': ' + e.payload['reason'] if e.payload.get('reason') else ''}" for e in events),
+             "---", dump_bundle_yaml(entry.bundle).rstrip()]
+    return Output(data, "\n".join(lines))
+
+
+def diff(args: argparse.Namespace) -> Output:
+    """Per-component field changes from A to B (provenance excluded)."""
+    with open_registry(args) as registry:
+        a, b = registry.get(args.a), registry.get(args.b)
+    changes = diff_bundles(a.bundle, b.bundle)
+    data = {"a": a.ref, "b": b.ref, "changes": [c.model_dump(mode="json") for c in changes]}
+    if not changes:
+        return Output(data, f"{a.ref} and {b.ref} have the same loop policy and applicability")
+    rows = [["component", "field", a.ref, b.ref]] + [[c.component, c.field, repr(c.old), repr(c.new)] for c in changes]
+    return Output(data, table(rows))
+
+
+def list_bundles(args: argparse.Namespace) -> Output:
+    """All registered versions (of NAME, or of every name)."""
+    with open_registry(args) as registry:
+        names = [args.name] if args.name else registry.names()
+        entries = [e for name in names for e in registry.versions(name)]
+    data = [{"ref": e.ref, "status": e.status, "parents": list(e.bundle.provenance.parents),
+             "edge": e.bundle.provenance.edge, "content_hash": e.content_hash,
+             "registered_at": e.registered_at.isoformat()} for e in entries]
+    rows = [["version", "status", "edge", "parents", "registered (UTC)", "content"]]
+    rows += [[e.ref, e.status, e.bundle.provenance.edge or "seed",
+              ",".join(map(str, e.bundle.provenance.parents)) or "-",
+              f"{e.registered_at:%Y-%m-%d %H:%M:%S}", e.content_hash[:12]] for e in entries]
+    return Output(data, table(rows))

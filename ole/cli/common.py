@@ -1,0 +1,95 @@
+"""Shared plumbing for CLI noun modules: leaf parsers, registry opening, output.
+
+A verb handler takes the parsed args and returns an `Output`: `data` (JSON-able, printed
+with --json) and `text` (printed otherwise). Handlers never print or exit themselves, so
+every command gets --json, and errors are rendered in one place (`ole.cli.main`).
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from collections.abc import Callable
+from dataclasses import dataclass
+from datetime import datetime, timezone
+
+from ole.errors import ValidationError
+
+
+@dataclass(frozen=True)
+class Output:
+    """What a command produced: machine data, human text, exit status."""
+
+    data: object
+    text: str
+    exit_code: int = 0
+
+
+def _common() -> argparse.ArgumentParser:
+    common = argparse.ArgumentParser(add_help=False)
+    common.add_argument("--root", default=argparse.SUPPRESS,
+                        help="registry root (default: $OLE_ROOT, else the project's bundles/)")
+    common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
+    common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
+                        help="show the traceback of an error")
+    return common
+
+
+COMMON = _common()
+
+
+def add_global_options(parser: argparse.ArgumentParser) -> None:
+    """--root/--json/--debug before the noun; the same flags after the verb override them."""
+    parser.add_argument("--root", default=None, help="registry root (default: $OLE_ROOT, else bundles/)")
+    parser.add_argument("--json", action="store_true", help="print JSON")
+    parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
+
+
+def leaf(subparsers, name: str, handler: Callable[[argparse.Namespace], Output], help: str,
+         description: str | None = None) -> argparse.ArgumentParser:
+    """Add one verb: a parser with the common options whose handler is `handler`."""
+    parser = subparsers.add_parser(name, help=help, description=description or handler.__doc__ or help,
+                                   parents=[COMMON], formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.set_defaults(handler=handler)
+    return parser
+
+
+def noun(subparsers, name: str, help: str) -> argparse._SubParsersAction:
+    """Add a noun (`ole bundle ...`) and return the sub-parsers for its verbs."""
+    parser = subparsers.add_parser(name, help=help, description=help)
+    return parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+
+
+def open_registry(args: argparse.Namespace):
+    """The registry at --root / $OLE_ROOT / bundles/ (auto-registers seeds on first use)."""
+    from ole.registry import Registry
+    return Registry(getattr(args, "root", None))
+
+
+def parse_time(text: str) -> datetime:
+    """ISO date or time; without a zone it is read as UTC."""
+    try:
+        when = datetime.fromisoformat(text)
+    except ValueError:
+        raise ValidationError(f"bad time `{text}`", hint="use ISO 8601, e.g. 2026-11-30 or 2026-11-30T12:00Z") from None
+    return when if when.utcoffset() is not None else when.replace(tzinfo=timezone.utc)
+
+
+def emit(args: argparse.Namespace, output: Output) -> None:
+    """Print an output as JSON (--json) or text."""
+    text = json.dumps(output.data, indent=2, default=str) if getattr(args, "json", False) else output.text
+    if not text:
+        return
+    try:
+        print(text, flush=True)
+    except BrokenPipeError:  # `ole ... | head`: the reader left; not an error
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+
+
+def table(rows: list[list[str]]) -> str:
+    """Left-aligned columns separated by two spaces."""
+    if not rows:
+        return ""
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
+    return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)

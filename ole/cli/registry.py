@@ -1,0 +1,39 @@
+"""Top-level `ole fsck` and `ole events`: the registry's health and its raw record."""
+from __future__ import annotations
+
+import argparse
+
+from ole.cli.common import Output, leaf, open_registry
+
+
+def register(subparsers) -> None:
+    """Add `ole fsck` and `ole events`."""
+    p = leaf(subparsers, "fsck", fsck, "check hashes, lineage and pointers; sweep orphans")
+    p.add_argument("--no-repair", action="store_true", help="report only: sweep and quarantine nothing")
+    p = leaf(subparsers, "events", events, "the append-only event record, oldest first")
+    p.add_argument("--name", help="only events of this bundle name")
+    p.add_argument("--kind", choices=["registration", "evaluation", "gate_decision", "release",
+                                      "activation", "rollback"])
+    p.add_argument("--channel", help="only events of this channel")
+
+
+def fsck(args: argparse.Namespace) -> Output:
+    """Exit 0 when clean, 1 when problems remain."""
+    with open_registry(args) as registry:
+        report = registry.fsck(repair=not args.no_repair)
+    verb = "would sweep" if args.no_repair else "swept"
+    lines = [f"{'clean' if report.ok else 'PROBLEMS'}: {report.bundles} versions, {report.events} events, "
+             f"champions {', '.join(f'{c}={r}' for c, r in report.channels.items()) or '-'}"]
+    lines += [f"problem: {p}" for p in report.problems]
+    lines += [f"{verb}: {s}" for s in report.swept] + [f"quarantined: {q}" for q in report.quarantined]
+    return Output(report.model_dump(mode="json"), "\n".join(lines), 0 if report.ok else 1)
+
+
+def events(args: argparse.Namespace) -> Output:
+    """Every recorded event (filtered), with its payload's reason or note."""
+    with open_registry(args) as registry:
+        found = registry.events(name=args.name, kind=args.kind, channel=args.channel)
+    lines = [f"#{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind:<13} {e.ref}{' on ' + e.channel if e.channel else ''}"
+             f"{'  ' + (e.payload.get('reason') or e.payload.get('note') or '') if e.payload else ''}".rstrip()
+             for e in found]
+    return Output([e.model_dump(mode="json") for e in found], "\n".join(lines))

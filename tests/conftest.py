@@ -1,0 +1,86 @@
+"""Shared fixtures: a live evogym host on loopback, policies written into its workspace."""
+from __future__ import annotations
+
+import json
+import os
+import textwrap
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("MUJOCO_GL", "egl")
+
+
+class LiveHost:
+    """A Host + HTTP server in this process; requests go over real loopback HTTP."""
+
+    def __init__(self, host, server) -> None:
+        self.host, self.server, self.url = host, server, server.url
+        self.workspace = host.run.workspace
+        self.run_dir = host.run.root
+
+    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
+        data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        req = urllib.request.Request(self.url + path, data=data, method=method,
+                                     headers={"Content-Type": "application/json", **(headers or {})})
+        try:
+            with urllib.request.urlopen(req, timeout=120) as resp:
+                return resp.status, resp.read()
+        except urllib.error.HTTPError as exc:
+            return exc.code, exc.read()
+
+    def get(self, path: str):
+        status, data = self.request("GET", path)
+        return status, (json.loads(data) if path == "/info" else data.decode())
+
+    def submit(self, instances, **kw):
+        status, data = self.request("POST", "/submit", {"env_instances": instances}, **kw)
+        return status, json.loads(data)
+
+    def write_policy(self, source: str, name: str = "policy.py") -> None:
+        path = self.workspace / "system" / name
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(textwrap.dedent(source))
+
+    def finish_and_wait(self, timeout: float = 300) -> dict:
+        self.request("POST", "/finish", {})
+        assert self.host.done.wait(timeout), "finalization did not finish"
+        return json.loads((self.run_dir / "run.json").read_text())
+
+    def close(self) -> None:
+        self.server.stop()
+        if self.host.judge.closed:
+            self.host.done.wait(300)
+
+
+@pytest.fixture
+def live_host(tmp_path):
+    """Factory: live_host(env="gym/acrobot", budget=8, **config overrides) -> LiveHost."""
+    from evogym.host import Host, make_config
+    from evogym.server import Server
+    made = []
+
+    def factory(env: str = "gym/acrobot", profile: str = "quick", run_dir: Path | None = None, **kw) -> LiveHost:
+        token = kw.pop("token", None)
+        config = make_config(env, profile, **kw)
+        host = Host(run_dir or tmp_path / f"run{len(made)}", config)
+        live = LiveHost(host, Server(host, token=token).start())
+        made.append(live)
+        return live
+
+    yield factory
+    for live in made:
+        live.close()
+
+
+ZERO_POLICY = """
+class Policy:
+    def __init__(self, obs_space, action_space, env_meta):
+        self.meta = env_meta
+    def reset(self, episode_index):
+        pass
+    def act(self, obs):
+        return 0
+"""

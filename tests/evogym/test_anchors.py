@@ -1,0 +1,50 @@
+"""Anchors: published rows, expert = best agent, our random baseline, normalization."""
+from __future__ import annotations
+
+import pytest
+
+from evogym.anchors import AGENTS, PAPER_ROWS, RANDOM, RANDOM_BASELINES, anchors, expert_baseline, normalized
+from evogym.envs import CORE16
+
+
+def test_rows_cover_core16_with_five_columns():
+    assert set(PAPER_ROWS) == set(CORE16) == set(RANDOM_BASELINES)
+    for row in PAPER_ROWS.values():
+        assert list(row) == [*AGENTS, RANDOM]
+
+
+@pytest.mark.parametrize("slug, best", [
+    ("gym/acrobot", -84.6875), ("gym/ant5", 990.149093275651), ("gym/halfcheetah5", 606.15),
+    ("gymnasium/roundabout-v0", 10.203), ("gymnasium/FetchPush-v4", -18.15625),
+])
+def test_expert_is_the_best_agent(slug, best):
+    assert expert_baseline(slug) == best
+
+
+def test_integer_reward_rows_are_multiples_of_one_256th():
+    for slug in ("gym/acrobot", "gymnasium/FetchPush-v4", "gymnasium/FetchPickAndPlace-v4"):
+        for model, value in PAPER_ROWS[slug].items():
+            if (slug, model) != ("gym/acrobot", "MiniMax-M3"):
+                assert (value * 256).is_integer(), (slug, model)
+
+
+def test_normalized_clips_to_0_and_120():
+    a = anchors("gym/reacher5")
+    assert a is not None and a.expert_baseline == -3.473
+    assert normalized("gym/reacher5", a.random_baseline) == 0.0
+    assert normalized("gym/reacher5", a.expert_baseline) == pytest.approx(100.0)
+    assert normalized("gym/reacher5", -1000.0) == 0.0
+    assert normalized("gym/reacher5", 1000.0) == pytest.approx(120.0)
+    mid = (a.random_baseline + a.expert_baseline) / 2
+    assert normalized("gym/reacher5", mid) == pytest.approx(50.0)
+
+
+def test_envs_outside_core16_have_no_anchors():
+    assert anchors("gymnasium/CartPole-v1") is None
+    assert normalized("gymnasium/CartPole-v1", 10.0) is None
+
+
+def test_random_baselines_are_below_the_expert():
+    for slug in CORE16:
+        a = anchors(slug)
+        assert a.random_baseline < a.expert_baseline, slug

@@ -1,0 +1,186 @@
+"""Env ids, Core16 specs, schemas as given to the policy (§5.2–5.3), seeding, determinism."""
+from __future__ import annotations
+
+import json
+
+import gymnasium as gym
+import numpy as np
+import pytest
+
+from evogym.envs import CORE16, EnvSpec, env_meta, make_env, reset_episode, resolve, step_info
+from evogym.errors import EnvNotFound
+from evogym.spaces import coerce_action, to_jsonable
+
+ACROBOT_LOW = [-1.0, -1.0, -1.0, -1.0, -12.566370964050293, -28.274333953857422]
+
+
+def _inf_box(n, dtype="float64"):
+    return {"type": "Box", "shape": [n], "dtype": dtype, "low": ["-inf"] * n, "high": ["inf"] * n}
+
+
+def test_core16_is_the_paper_suite_in_order():
+    assert len(CORE16) == 16 and len(set(CORE16)) == 16
+    assert CORE16[0] == "gym/acrobot" and CORE16[-1] == "gymnasium/FetchPickAndPlace-v4"
+    caps = {s: resolve(s).max_steps for s in CORE16}
+    assert caps["gym/continuouscar"] == 999 and caps["gym/bipedal"] == 1600
+    assert caps["gymnasium/MiniGrid-DoorKey-16x16-v0"] == 2560
+    assert caps["gymnasium/roundabout-v0"] == 11 and caps["gymnasium/FetchPush-v4"] == 50
+
+
+def test_core16_kwargs_and_caps_match_the_installed_registry():
+    resolve("gymnasium/CartPole-v1")  # registers all families
+    for slug in CORE16:
+        spec = resolve(slug)
+        registered = gym.spec(spec.gym_id)
+        assert dict(registered.kwargs) == spec.kwargs, slug
+        if registered.max_episode_steps:
+            assert registered.max_episode_steps == spec.max_steps, slug
+
+
+def test_acrobot_meta_is_the_published_info_shape():
+    meta = env_meta(resolve("gym/acrobot"), n_env_instances=1024)
+    assert meta == {
+        "action_space": {"n": 3, "type": "Discrete"},
+        "env": "gym/acrobot",
+        "env_version": "0.1",
+        "max_episode_steps": 500,
+        "n_env_instances": 1024,
+        "obs_space": {"dtype": "float32", "high": [-x for x in ACROBOT_LOW], "low": ACROBOT_LOW,
+                      "shape": [6], "type": "Box"},
+        "obs_storage": "inline",
+        "reward_components": {"return": "sum of Gymnasium rewards over the episode"},
+    }
+
+
+def test_continuouscar_and_reacher_schemas():
+    car = env_meta(resolve("gym/continuouscar"))
+    assert car["obs_space"]["low"] == [-1.2000000476837158, -0.07000000029802322]
+    assert car["obs_space"]["high"] == [0.6000000238418579, 0.07000000029802322]
+    assert car["action_space"] == {"type": "Box", "shape": [1], "dtype": "float32", "low": [-1.0], "high": [1.0]}
+    reacher = env_meta(resolve("gym/reacher5"))
+    assert reacher["obs_space"] == _inf_box(10)
+    assert reacher["action_space"]["low"] == [-1.0, -1.0] and reacher["max_episode_steps"] == 50
+
+
+def test_minigrid_schema_is_external_and_process_independent():
+    meta = env_meta(resolve("gymnasium/MiniGrid-FourRooms-v0"))
+    spaces = meta["obs_space"]["spaces"]
+    assert list(spaces) == ["direction", "image", "mission"]
+    assert spaces["direction"] == {"type": "Discrete", "n": 4}
+    assert spaces["image"]["type"] == "Image" and spaces["image"]["shape"] == [7, 7, 3]
+    assert spaces["mission"]["type"] == "MissionSpace"
+    assert " at 0x" not in spaces["mission"]["repr"]
+    assert meta["obs_storage"] == "external"
+    assert meta["artifacts"] == {"observations": True, "video": False}
+    assert meta["action_space"] == {"type": "Discrete", "n": 7} and meta["max_episode_steps"] == 100
+
+
+def test_parking_and_fetch_dict_schemas():
+    parking = env_meta(resolve("gymnasium/parking-v0"))
+    assert parking["obs_space"] == {"type": "Dict", "spaces": {k: _inf_box(6) for k in
+                                    ("achieved_goal", "desired_goal", "observation")}}
+    assert parking["obs_storage"] == "inline" and "artifacts" not in parking
+    assert parking["max_episode_steps"] == 500
+    fetch = env_meta(resolve("gymnasium/FetchPush-v4"))
+    assert fetch["obs_space"]["spaces"] == {"achieved_goal": _inf_box(3), "desired_goal": _inf_box(3),
+                                            "observation": _inf_box(25)}
+    assert fetch["action_space"]["shape"] == [4]
+
+
+@pytest.mark.parametrize("slug, expected", [
+    ("Acrobot-v1", "gym/acrobot"),
+    ("gym/acrobt", "gym/acrobot"),
+    ("gymnasium/FetchPush-v9", "gymnasium/FetchPush-v4"),
+    ("gymnasium/CartPol-v1", "gymnasium/CartPole-v1"),
+    ("gym/CartPole-v1", "gymnasium/CartPole-v1"),
+])
+def test_unknown_ids_suggest_the_canonical_name(slug, expected):
+    with pytest.raises(EnvNotFound) as info:
+        resolve(slug)
+    assert expected in info.value.suggestions
+    assert expected in str(info.value)
+
+
+def test_generic_ids_discover_their_step_cap():
+    assert resolve("gymnasium/CartPole-v1").max_steps == 500
+    empty = resolve("gymnasium/MiniGrid-Empty-5x5-v0")
+    assert (empty.max_steps, empty.family) == (100, "minigrid")
+    gym.register("EvogymTestNoLimit-v0", entry_point="gymnasium.envs.classic_control:CartPoleEnv")
+    try:
+        spec = resolve("gymnasium/EvogymTestNoLimit-v0")
+        assert (spec.max_steps, spec.family, spec.title) == (1000, "generic", "EvogymTestNoLimit-v0")
+    finally:
+        del gym.registry["EvogymTestNoLimit-v0"]
+
+
+def test_spec_is_frozen_and_strict():
+    spec = resolve("gym/acrobot")
+    with pytest.raises(Exception):
+        spec.max_steps = 3
+    with pytest.raises(Exception):
+        EnvSpec(slug="x", gym_id="y", max_steps=1, family="generic", title="t", extra=1)
+
+
+def _rollout(slug, seed, steps=5):
+    env = make_env(resolve(slug))
+    obs, _ = reset_episode(env, seed)
+    trace = [json.dumps(to_jsonable(obs), sort_keys=True)]
+    for _ in range(steps):
+        action, invalid = coerce_action(env.action_space, to_jsonable(env.action_space.sample()))
+        assert not invalid
+        obs, reward, terminated, truncated, info = env.step(action)
+        trace.append(json.dumps([to_jsonable(obs), float(reward), terminated, truncated, step_info(info)],
+                                sort_keys=True))
+        if terminated or truncated:
+            break
+    env.close()
+    return trace
+
+
+@pytest.mark.parametrize("slug", ["gym/acrobot", "gym/continuouscar", "gym/reacher5",
+                                  "gymnasium/MiniGrid-FourRooms-v0", "gymnasium/FetchPush-v4"])
+def test_seeded_episodes_are_deterministic(slug):
+    first = [_rollout(slug, s) for s in (47113601, 1076138659)]
+    second = [_rollout(slug, s) for s in (47113601, 1076138659)]
+    assert first == second
+    assert first[0] != first[1]
+
+
+def test_reset_wraps_seed_and_seeds_spaces_with_offsets():
+    env = make_env(resolve("gym/acrobot"))
+    obs_big, _ = reset_episode(env, 2**32 + 5)
+    obs_small, _ = reset_episode(env, 5)
+    assert np.array_equal(obs_big, obs_small)
+    reference_act, reference_obs = gym.spaces.Discrete(3), env.observation_space.__class__(
+        env.observation_space.low, env.observation_space.high, dtype=np.float32)
+    reference_act.seed(6)
+    reference_obs.seed(7)
+    reset_episode(env, 5)
+    assert [env.action_space.sample() for _ in range(8)] == [reference_act.sample() for _ in range(8)]
+    assert np.array_equal(env.observation_space.sample(), reference_obs.sample())
+    env.close()
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("slug", CORE16)
+def test_every_core16_env_makes_resets_and_steps(slug):
+    spec = resolve(slug)
+    env = make_env(spec)
+    obs, _ = reset_episode(env, 1654615998)
+    assert env.observation_space.contains(obs)
+    for _ in range(3):
+        action, _ = coerce_action(env.action_space, to_jsonable(env.action_space.sample()))
+        obs, reward, terminated, truncated, info = env.step(action)
+        json.dumps(step_info(info), allow_nan=False)
+        json.dumps(to_jsonable(obs), allow_nan=False)
+    env.close()
+    assert env_meta(spec)["env"] == slug
+
+
+def test_registered_but_unbuildable_id_is_not_found():
+    gym.register("EvogymTestBroken-v0", entry_point="evogym_no_such_module:Env")
+    try:
+        with pytest.raises(EnvNotFound, match="cannot be built"):
+            resolve("gymnasium/EvogymTestBroken-v0")
+    finally:
+        del gym.registry["EvogymTestBroken-v0"]

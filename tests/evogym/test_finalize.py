@@ -1,0 +1,62 @@
+"""Finalization: validation selection, tie-break, shared evaluation of identical trees, determinism."""
+import json
+
+from conftest import ZERO_POLICY
+from evogym.finalize import select
+from evogym.rollout import EpisodeJob, run_episodes
+from evogym.sandbox import Limits
+
+SWING = """
+class Policy:
+    def __init__(self, o, a, m): pass
+    def reset(self, i): pass
+    def act(self, obs):
+        return 0 if obs[4] > 0 else 2
+"""
+
+
+def test_select_tie_breaks():
+    assert select({0: (1.0, 0), 1: (2.0, 3), 2: (2.0, 3)}) == 2       # ties to the latest
+    assert select({0: (2.0, 0), 1: (2.0, 1)}) == 0                    # then fewer failures first
+    assert select({3: (-5.0, 0), 1: (-1.0, 9)}) == 1                  # the mean decides first
+
+
+def _events(live, name):
+    rows = [json.loads(x) for x in (live.run_dir / "events.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["event"] == name]
+
+
+def test_best_validation_wins_and_identical_trees_share_evaluation(live_host):
+    live = live_host(budget=12)
+    live.write_policy(ZERO_POLICY)
+    live.submit([0])
+    live.write_policy(SWING)
+    live.submit([1])
+    live.write_policy(ZERO_POLICY)
+    live.submit([2])
+    doc = live.finish_and_wait()
+    out = doc["outcome"]
+    assert out["status"] == "completed" and out["best_submit_index"] == 1
+    assert set(out["val_scores"]) == {"0", "1", "2"} and out["val_scores"]["0"] == out["val_scores"]["2"]
+    assert out["final_score"] > -300 and len(out["heldout_returns"]) == 16
+    assert len(_events(live, "eval.run")) == 2            # three ok checkpoints, two distinct programs
+    assert (live.workspace / "system" / "policy.py").read_text() == SWING.lstrip("\n") or \
+        "obs[4] > 0 else 2" in (live.workspace / "system" / "policy.py").read_text()
+    aux = out["auxiliary"]
+    assert aux["episodes_used"] == 3 and aux["n_successful_submits"] == 3
+    assert aux["edit_kinds"] == {"0": "synthesis", "1": "synthesis", "2": "synthesis"}
+    assert doc["versions"]["packages"]["gymnasium"] == "1.4.0" and doc["isolation"]["level"] == "bwrap"
+
+
+def test_no_ok_submit(live_host):
+    live = live_host(budget=4)
+    live.write_policy("class Policy:\n    def __init__(self, o, a, m): raise RuntimeError\n")
+    live.submit([0])
+    doc = live.finish_and_wait()
+    assert doc["outcome"]["status"] == "no_ok_submit" and doc["outcome"]["final_score"] == 0.0
+
+
+def test_same_checkpoint_same_seeds_same_returns(tmp_path):
+    (tmp_path / "policy.py").write_text(SWING)
+    job = EpisodeJob("gym/acrobot", str(tmp_path), (11, 22), {"env": "gym/acrobot"}, Limits(), "bwrap", record=False)
+    assert run_episodes(job).returns == run_episodes(job).returns

@@ -1,0 +1,158 @@
+"""Submit lifecycle through the live host: verdicts, charging, feedback invariants, canaries."""
+import json
+
+import numpy as np
+import pytest
+
+from conftest import ZERO_POLICY
+from evogym import data
+from evogym.sandbox import Limits
+
+BROKEN = {
+    "missing_policy": None,
+    "no_class": "def Policy():\n    pass\n",
+    "import_only": "from collections import OrderedDict as Policy\n",
+    "syntax": "class Policy:\n    def __init__(self, o, a, m):\n        return (\n",
+    "import_raises": "raise RuntimeError('at import')\nclass Policy: pass\n",
+    "missing_module": "import gymnasium\nclass Policy:\n    def __init__(self, o, a, m): pass\n",
+    "denied": "import requests\nclass Policy:\n    def __init__(self, o, a, m): pass\n",
+    "init_raises": "class Policy:\n    def __init__(self, o, a, m):\n        raise ValueError('bad init')\n",
+    "init_hangs": "import time\nclass Policy:\n    def __init__(self, o, a, m):\n        time.sleep(60)\n",
+}
+VERDICT = {"missing_policy": "missing_policy", "no_class": "missing_policy", "import_only": "missing_policy",
+           "syntax": "import_error", "import_raises": "import_error", "missing_module": "import_error",
+           "denied": "denied_import", "init_raises": "init_error", "init_hangs": "init_error"}
+
+
+@pytest.mark.parametrize("case", sorted(BROKEN))
+def test_broken_policy_verdicts_are_charged(live_host, case):
+    live = live_host(budget=6, limits=Limits(init_wall_s=2.0, episode_wall_s=5.0))
+    if BROKEN[case] is not None:
+        live.write_policy(BROKEN[case])
+    status, body = live.submit([0, 1])
+    assert status == 200 and body["status"] == VERDICT[case]
+    s = body["summary"]
+    assert s["n_episodes"] == 2 and s["remaining_budget"] == 4 and s["mean_return"] is None
+    fb = live.workspace / "feedback" / "submit_000"
+    errors = [json.loads(line) for line in (fb / "errors.txt").read_text().splitlines()]
+    assert errors and errors[0]["schema_version"] == "0.1"
+    assert (live.run_dir / "checkpoints" / "submit_000" / "metrics.json").exists()
+
+
+EPISODE_ERRORS = """
+class Policy:
+    def __init__(self, o, a, m): self.i = 0
+    def reset(self, i):
+        self.i = i
+        if i == 1: raise KeyError('reset boom')
+    def act(self, obs):
+        if self.i == 2: raise ValueError('act boom')
+        return 0
+"""
+
+
+def test_episode_errors_keep_the_submit_ok(live_host):
+    live = live_host(budget=8)
+    live.write_policy(EPISODE_ERRORS)
+    status, body = live.submit([0, 1, 2, 3])
+    s = body["summary"]
+    assert status == 200 and body["status"] == "ok"
+    assert s["errors"] == [1, 2] and s["episode_lengths"][1] == 0 and s["episode_lengths"][2] == 1
+    assert s["returns"][0] == -500.0 and s["mean_return"] is not None
+    ep1 = live.workspace / "feedback" / "submit_000" / "episodes" / "ep_001"
+    assert json.loads((ep1 / "error.txt").read_text().splitlines()[0])["category"] == "reset_error"
+    assert (ep1 / "trajectory.jsonl").read_text() == ""
+
+
+def test_episode_timeout_is_rollout_timeout_and_next_episode_runs(live_host):
+    live = live_host(budget=8, limits=Limits(init_wall_s=10.0, episode_wall_s=1.0))
+    live.write_policy("""
+import time
+class Policy:
+    def __init__(self, o, a, m): self.i = 0
+    def reset(self, i): self.i = i
+    def act(self, obs):
+        if self.i == 0: time.sleep(30)
+        return 0
+""")
+    status, body = live.submit([0, 1])
+    s = body["summary"]
+    assert body["status"] == "rollout_timeout" and s["timeouts"] == [0] and s["errors"] == [0]
+    assert s["episode_lengths"][1] == 500
+
+
+def test_budget_conservation_and_feedback_invariants(live_host):
+    live = live_host(budget=10, max_per_submit=4)
+    live.write_policy(ZERO_POLICY)
+    live.submit([0, 1])
+    live.submit("9999")              # Phase-1 reject, free
+    live.write_policy("class Policy:\n    def __init__(self, o, a, m): raise RuntimeError\n")
+    live.submit([3])                 # charged failure
+    live.write_policy(ZERO_POLICY)
+    live.submit("5,5,5")             # duplicates count
+    fb = sorted((live.workspace / "feedback").iterdir())
+    summaries = [json.loads((d / "summary.json").read_text()) for d in fb]
+    assert [s["submit_index"] for s in summaries] == list(range(len(fb)))                     # F1 contiguous
+    assert sum(s["n_episodes"] for s in summaries) + summaries[-1]["remaining_budget"] == 10  # conservation
+    for s, d in zip(summaries, fb):
+        if s["status"] == "ok":
+            eps = sorted((d / "episodes").iterdir())
+            first = s["first_global_episode"]
+            assert [e.name for e in eps] == [f"ep_{first + i:03d}" for i in range(s["n_episodes"])]
+            for e, n in zip(eps, s["episode_lengths"]):
+                lines = (e / "trajectory.jsonl").read_text().splitlines()
+                assert len(lines) == n
+                obs_file = e / "observations.npy"
+                if obs_file.exists():
+                    assert np.load(obs_file).shape[0] == n and json.loads(lines[0])["obs"] is None
+                assert (e / "stdout.txt").exists() and (e / "stderr.txt").exists()
+        else:
+            assert (d / "errors.txt").exists()
+    assert summaries[-1]["first_global_episode"] == 3  # numbered by budget used (2 + 1 charged failure)
+
+
+def test_policy_gets_env_meta_and_output_is_captured(live_host):
+    live = live_host(budget=4)
+    live.write_policy("""
+import json, sys
+class Policy:
+    def __init__(self, o, a, m):
+        print('INIT', json.dumps(sorted(m)))
+    def reset(self, i): print('RESET', i)
+    def act(self, obs):
+        print('x' * 100000, file=sys.stderr)
+        return 0
+""")
+    live.submit([0])
+    ep = live.workspace / "feedback" / "submit_000" / "episodes" / "ep_000"
+    out = (ep / "stdout.txt").read_text()
+    assert out.startswith("INIT") and "RESET 0" in out and "remaining_budget_after" in out
+    assert "seed" not in out.lower()
+    assert len((ep / "stderr.txt").read_bytes()) < 70 * 1024
+
+
+def test_hidden_seeds_never_leak(live_host):
+    """H5: no validation/held-out/train seed appears in any response, feedback file, or the workspace."""
+    live = live_host(budget=4)
+    live.write_policy("""
+import os, gc
+class Policy:
+    def __init__(self, o, a, m):
+        found = []
+        for root in ('/', '/tmp', '/policy', '/proc/1'):
+            try: found.append(os.listdir(root))
+            except Exception as e: found.append(str(e))
+        print(found)
+        print(os.environ)
+    def reset(self, i): pass
+    def act(self, obs): return 0
+""")
+    texts = [json.dumps(live.get("/info")[1]), live.get("/task")[1], json.dumps(live.submit([0, 1])[1])]
+    live.finish_and_wait()
+    for path in live.workspace.rglob("*"):
+        if path.is_file():
+            texts.append(path.read_bytes().decode("latin-1"))
+    blob = "\n".join(texts)
+    pools = data.pools_for("gym/acrobot", "quick")
+    for seed in pools.valid + pools.heldout + pools.train[:8]:
+        assert str(seed) not in blob

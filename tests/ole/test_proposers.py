@@ -1,0 +1,143 @@
+"""Proposers: evidence-aimed mutation, recombination, 1000 random proposals, LLM replies."""
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from ole import evidence
+from ole.bundle import Bundle, dump_bundle_yaml, load_bundle_yaml
+from ole.llm import LLMClient
+from ole.loop_policy import LoopPolicy
+from ole.proposers import Parent
+from ole.proposers.builtin import BuiltinProposer, fields
+from ole.proposers.llm import LLMProposer
+from synthetic import make_trace
+
+SEED_BUNDLE = Bundle(name="default", loop_policy=LoopPolicy())
+CHAMP = Parent("default@1", SEED_BUNDLE)
+
+
+def _evidence():
+    traces = [make_trace("a", [10.0, None, None, 12.0, None, 13.0]),
+              make_trace("b", [10.0, 20.0, 15.0, 16.0, 14.0, 15.0, 12.0, 13.0], final=5.0)]
+    return evidence.extract(traces)
+
+
+def test_mutation_targets_the_evidence_and_cites_it():
+    ev = _evidence()
+    p = BuiltinProposer().mutate(CHAMP, ev, edge="offline_mutation", generation=1, seed=3)
+    assert p.valid and p.evidence_ids and set(p.evidence_ids) <= {e.evidence_id for e in ev}
+    b = p.bundle
+    assert b.provenance.parents == (1,) and b.provenance.edge == "offline_mutation"
+    assert b.content_hash != SEED_BUNDLE.content_hash
+    cited = next(e for e in ev if e.evidence_id == p.evidence_ids[0])
+    assert cited.component in p.note or any(h.split(".")[0] in p.note for h in cited.hints)
+
+
+def test_mutation_is_deterministic_per_seed():
+    ev = _evidence()
+    a = BuiltinProposer().mutate(CHAMP, ev, edge="online", generation=2, seed=5)
+    b = BuiltinProposer().mutate(CHAMP, ev, edge="online", generation=2, seed=5)
+    assert a == b
+
+
+def test_section_recombination_takes_whole_components():
+    a = BuiltinProposer().mutate(CHAMP, [], edge="offline_mutation", generation=1, seed=1).bundle
+    b = BuiltinProposer().mutate(CHAMP, [], edge="offline_mutation", generation=1, seed=2).bundle
+    pa = Parent("default@2", a.model_copy(update={"loop_policy": a.loop_policy.model_copy(
+        update={"stopping": a.loop_policy.stopping.model_copy(update={"mode": "finish_early"})})}))
+    pb = Parent("default@3", b.model_copy(update={"loop_policy": b.loop_policy.model_copy(
+        update={"memory": b.loop_policy.memory.model_copy(update={"top_k_programs": 9})})}))
+    p = BuiltinProposer().recombine(pa, pb, [], generation=2, seed=0)
+    assert p.valid, p.rejection
+    child = p.bundle.loop_policy
+    for comp in ("observation", "planning", "memory", "action", "verification", "recovery", "stopping", "budget"):
+        assert getattr(child, comp) in (getattr(pa.bundle.loop_policy, comp), getattr(pb.bundle.loop_policy, comp))
+    same = BuiltinProposer().recombine(pa, Parent("default@4", pa.bundle), [], generation=2, seed=0)
+    assert not same.valid and "differ" in same.rejection
+
+
+def test_thousand_random_proposals_are_valid_or_cleanly_rejected():
+    rng = random.Random(0)
+    ev = _evidence()
+    bogus = ev[0].model_copy(update={"hints": ("budget.synthesis_fraction=0.99", "nope.field:up",
+                                               "stopping.mode=sometimes", "action.population=1000")})
+    pool = [*ev, bogus]
+    parents = [CHAMP]
+    valid = rejected = 0
+    for i in range(1000):
+        parent = rng.choice(parents)
+        items = rng.sample(pool, rng.randint(0, len(pool)))
+        p = BuiltinProposer().mutate(parent, items, edge="offline_mutation", generation=1, seed=i)
+        if p.valid:
+            b = p.bundle
+            if i % 50 == 0:
+                assert load_bundle_yaml(dump_bundle_yaml(b)) == b
+            valid += 1
+            if len(parents) < 40:
+                parents.append(Parent(f"default@{len(parents) + 1}", b))
+        else:
+            assert p.rejection
+            rejected += 1
+    assert valid > 900 and valid + rejected == 1000
+
+
+def test_every_field_is_reachable_by_exploration():
+    touched = set()
+    for seed in range(400):
+        p = BuiltinProposer().mutate(CHAMP, [], edge="offline_mutation", generation=0, seed=seed)
+        if p.valid:
+            touched |= {line.split(":")[0].strip() for line in p.note.split(";")}
+    assert set(fields()) <= touched
+
+
+GOOD_REPLY = """Here you go.
+```yaml
+loop_policy:
+  stopping: {mode: finish_early, patience_submits: 5}
+evidence_ids: [%s]
+note: stop at plateaus
+```
+"""
+
+
+@pytest.mark.parametrize("reply,ok,reason", [
+    ("no yaml at all", False, "no ```yaml block"),
+    ("```yaml\nloop_policy: [1, 2]\n```", False, "no loop_policy mapping"),
+    ("```yaml\nloop_policy:\n  stopping: {mode: sometimes}\n```", False, "stopping.mode"),
+    ("```yaml\nloop_policy:\n  stoping: {}\n```", False, "unknown field"),
+    ("```yaml\nloop_policy: {}\nevidence_ids: [ev-made-up]\n```", False, "unknown evidence"),
+    ("```yaml\nloop_policy: {}\n```", False, "equals the parent"),
+    ("```yaml\nloop_policy: {a: &x 1, b: *x}\n```", False, ""),
+    ("GOOD", True, ""),
+])
+def test_llm_replies_become_bundles_or_recorded_rejections(reply, ok, reason):
+    ev = _evidence()
+    if reply == "GOOD":
+        reply = GOOD_REPLY % ev[0].evidence_id
+    client = LLMClient(model="scripted", mode="scripted", script=[reply])
+    p = LLMProposer(client).mutate(CHAMP, ev, edge="online", generation=1, seed=0)
+    assert p.valid is ok, p.rejection
+    assert p.llm_request and p.llm_request.startswith("sha256:")
+    if ok:
+        assert p.bundle.loop_policy.stopping.mode == "finish_early"
+        assert p.evidence_ids == (ev[0].evidence_id,)
+    else:
+        assert reason in p.rejection
+
+
+def test_llm_failure_is_a_rejection_not_a_crash():
+    client = LLMClient(model="scripted", mode="scripted", script=[])
+    p = LLMProposer(client).mutate(CHAMP, _evidence(), edge="online", generation=1, seed=0)
+    assert not p.valid and "LLM call failed" in p.rejection
+
+
+def test_llm_proposals_replay_from_the_recorded_log(tmp_path):
+    ev = _evidence()
+    log = tmp_path / "calls.jsonl"
+    live = LLMClient(model="scripted", mode="scripted", script=[GOOD_REPLY % ev[0].evidence_id], log_path=log)
+    first = LLMProposer(live).mutate(CHAMP, ev, edge="online", generation=1, seed=0)
+    replay = LLMClient(model="scripted", mode="replay", store_path=log)
+    again = LLMProposer(replay).mutate(CHAMP, ev, edge="online", generation=1, seed=0)
+    assert again.bundle == first.bundle and again.llm_request == first.llm_request
