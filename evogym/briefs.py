@@ -77,7 +77,7 @@ _FETCH_OBS = (
     "A dict:\n"
     "- `observation` (25): 0–2 gripper position xyz, 3–5 object position, 6–8 object position relative "
     "to the gripper, 9–10 the two finger joint positions, 11–13 object rotation (Euler), 14–16 object "
-    "linear velocity, 17–19 object angular velocity, 20–22 gripper linear velocity, 23–24 finger velocities;\n"
+    "linear velocity relative to the gripper, 17–19 object angular velocity, 20–22 gripper linear velocity, 23–24 finger velocities;\n"
     "- `achieved_goal` (3): the object's current position;\n"
     "- `desired_goal` (3): the target position, different in every episode.\n"
     "Positions are in metres in the world frame; velocities are per simulation step (displacement × dt)."
@@ -106,8 +106,8 @@ _DOCS: dict[str, _Doc] = {
         reward="-1 per step while the tip is below the target; the episode terminates (with reward 0 on that "
         "step) once `-cos θ1 - cos(θ1 + θ2) > 1`, i.e. the tip is one link length above the pivot. "
         "Never reaching it gives -500.",
-        notes="The reward carries no information until the goal is reached: pump energy into the swing "
-        "first (torque in the direction of the second joint's motion works well), then aim for height.",
+        notes="The reward carries no information until the goal is reached: the single torque is too weak "
+        "to lift the chain directly, so pump energy into the swing first, then aim the tip upward.",
     ),
     "gym/continuouscar": _Doc(
         objective="Drive an underpowered car out of a valley and up to the flag on the right hill.",
@@ -216,8 +216,8 @@ _DOCS: dict[str, _Doc] = {
         external_obs=True,
     ),
     "gymnasium/MiniGrid-KeyCorridorS4R3-v0": _Doc(
-        objective="Pick up the ball named in the mission (\"pick up the <color> ball\"). It sits behind a "
-        "locked door off a central corridor (3 rows of 4×4 rooms); the key of that door's colour is hidden "
+        objective="Pick up the ball named in the mission (\"pick up the <color> ball\"). It sits in a room "
+        "behind a locked door off a central corridor lined with small rooms (3 rows); the key of that door's colour is hidden "
         "in another room.",
         observation=_MINIGRID_OBS,
         action=_MINIGRID_ACTION,

@@ -184,3 +184,12 @@ def test_coerced_box_is_stepable_float32_even_for_float64_input():
     space = gs.Box(-2.0, 2.0, (7,), np.float32)
     action, bad = coerce_action(space, [math.pi] * 7)
     assert action.dtype == np.float32 and bad and float(action.max()) == 2.0
+
+
+@pytest.mark.parametrize("space", [
+    gs.Box(-np.inf, np.inf, (40,), np.float64), gs.Box(0, 255, (7, 7, 3), np.uint8),
+    gs.Dict({"a": gs.Discrete(3, start=2), "b": gs.Tuple([gs.MultiBinary(2), gs.Text(5)])}),
+])
+def test_schemas_round_trip_through_strict_json(space):
+    schema = space_schema(space)
+    assert json.loads(json.dumps(schema, allow_nan=False)) == schema

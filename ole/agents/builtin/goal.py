@@ -52,7 +52,7 @@ class Policy:
         along = float(rel[:-1] @ dn[:-1])
         lateral = float(np.linalg.norm(rel[:-1] - along * dn[:-1]))
         if along < 0 and lateral < P["tol"][0] and abs(rel[-1]) < P["ztol"][0]:
-            target = o + dn * P["push"][0]
+            target = o + dn * min(P["push"][0], dist)
             target[-1] = o[-1]
         elif np.linalg.norm((e - behind)[:-1]) > P["tol"][0]:
             target = behind.copy()
@@ -148,7 +148,7 @@ def goal_push(obs_space: dict, action_space: dict) -> Mechanism | None:
         Param("ztol", (0.02,), 0.01, 0.002, 0.2, "stage"),
         Param("hover", (0.06,), 0.02, 0.0, 0.5, "stage"),
         Param("push", (0.05,), 0.02, -0.2, 0.5, "stage"),
-        Param("done", (0.01,), 0.01, 0.0, 0.2, "stage"),
+        Param("done", (0.025,), 0.01, 0.0, 0.2, "stage"),
     ), "goal-conditioned Dict with an effector: staged push along the goal line")
 
 

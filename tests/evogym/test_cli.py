@@ -1,0 +1,113 @@
+"""The `evogym` CLI end to end in real subprocesses: run with a scripted agent, serve, crash recovery (C5)."""
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+from pathlib import Path
+
+import pytest
+
+EVOGYM = [sys.executable, "-m", "evogym.cli"]
+AGENT = r'''
+import json, os, urllib.request, urllib.error
+api = os.environ["EVOPOLICYGYM_API"]
+open(os.path.join(os.environ["EVOPOLICYGYM_SYSTEM"], "policy.py"), "w").write(
+    "class Policy:\n"
+    "    def __init__(self, o, a, m): pass\n"
+    "    def reset(self, i): pass\n"
+    "    def act(self, obs): return 0 if obs[4] > 0 else 2\n")
+def post(path, body):
+    req = urllib.request.Request(api + path, data=json.dumps(body).encode(),
+                                 headers={"Content-Type": "application/json"})
+    try:
+        return json.load(urllib.request.urlopen(req))
+    except urllib.error.HTTPError as e:
+        return json.load(e)
+info = json.load(urllib.request.urlopen(os.environ["EVOPOLICYGYM_INFO_URL"]))
+while info["state"]["remaining_budget"] > 0:
+    post("/submit", {"env_instances": [0, 1]})
+    info = json.load(urllib.request.urlopen(os.environ["EVOPOLICYGYM_INFO_URL"]))
+print("agent done")
+'''
+
+
+def test_run_with_scripted_agent_ends_scored(tmp_path):
+    agent = tmp_path / "agent.py"
+    agent.write_text(AGENT)
+    run_dir = tmp_path / "run"
+    out = subprocess.run(EVOGYM + ["run", "--env", "gym/acrobot", "--run-dir", str(run_dir), "--budget", "4",
+                                   "--", sys.executable, str(agent)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    summary = json.loads(out.stdout.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["final_score"] > -300
+    doc = json.loads((run_dir / "run.json").read_text())
+    assert doc["outcome"]["auxiliary"]["episodes_used"] == 4
+    rep = subprocess.run(EVOGYM + ["report", str(run_dir)], capture_output=True, text=True)
+    assert rep.returncode == 0 and "status   completed" in rep.stdout
+
+
+def test_errors_are_one_line(tmp_path):
+    out = subprocess.run(EVOGYM + ["serve", "--env", "gym/acrobat", "--run-dir", str(tmp_path / "r")],
+                         capture_output=True, text=True)
+    assert out.returncode == 2 and "did you mean" in out.stderr and "Traceback" not in out.stderr
+    out = subprocess.run(EVOGYM + ["serve", "--env", "gym/acrobot", "--profile", "nope", "--run-dir",
+                                   str(tmp_path / "r")], capture_output=True, text=True)
+    assert out.returncode == 2 and "profile" in out.stderr and len(out.stderr.strip().splitlines()) == 1
+
+
+def _serve(run_dir: Path):
+    proc = subprocess.Popen(EVOGYM + ["serve", "--env", "gym/acrobot", "--run-dir", str(run_dir), "--budget", "8"],
+                            stdout=subprocess.PIPE, text=True)
+    return proc, json.loads(proc.stdout.readline())
+
+
+def _sandboxes_alive(marker: str) -> list[int]:
+    pids = []
+    for proc in Path("/proc").iterdir():
+        if proc.name.isdigit():
+            try:
+                if marker in (proc / "cmdline").read_bytes().decode(errors="replace"):
+                    pids.append(int(proc.name))
+            except OSError:
+                pass
+    return pids
+
+
+def test_server_sigkill_leaves_no_sandbox_and_restart_refunds(tmp_path):
+    run_dir = tmp_path / "crashrun"
+    proc, ready = _serve(run_dir)
+    (Path(ready["workspace"]) / "system" / "policy.py").write_text(
+        "import time\nclass Policy:\n    def __init__(self, o, a, m): pass\n    def reset(self, i): pass\n"
+        "    def act(self, obs):\n        time.sleep(3600)\n")
+    req = urllib.request.Request(ready["url"] + "/submit", data=b'{"env_instances": [0, 1, 2]}',
+                                 headers={"Content-Type": "application/json"})
+    def doomed_submit():
+        try:
+            urllib.request.urlopen(req, timeout=60)
+        except OSError:
+            pass  # the server is killed mid-request: no answer is the expected outcome
+    threading.Thread(target=doomed_submit, daemon=True).start()
+    marker = str(run_dir / "checkpoints")
+    deadline = time.monotonic() + 20
+    while not _sandboxes_alive(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _sandboxes_alive(marker), "sandbox never started"
+    os.kill(proc.pid, signal.SIGKILL)
+    proc.wait()
+    deadline = time.monotonic() + 10
+    while _sandboxes_alive(marker) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert _sandboxes_alive(marker) == []
+    proc2, ready2 = _serve(run_dir)
+    try:
+        info = json.load(urllib.request.urlopen(ready2["url"] + "/info"))
+        assert info["state"]["remaining_budget"] == 8 and info["state"]["n_submits"] == 1
+        summary = json.loads((run_dir / "workspace/feedback/submit_000/summary.json").read_text())
+        assert summary["status"] == "host_interrupted" and summary["n_episodes"] == 0
+    finally:
+        proc2.send_signal(signal.SIGTERM)
+        proc2.wait(timeout=120)

@@ -1,0 +1,127 @@
+"""Bundles: every seed round-trips, hashes ignore provenance, references have one grammar."""
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from ole.bundle import (Applicability, Bundle, bundle_from_data, diff_bundles, dump_bundle_yaml, format_ref,
+                        validate_data,
+                        load_bundle_yaml, parse_ref)
+from ole.errors import NotFound, ValidationError
+from ole.loop_policy import LoopPolicy
+
+BUNDLES = sorted((Path(__file__).resolve().parents[2] / "bundles").glob("*.yaml"))
+
+
+def test_seed_bundles_exist():
+    assert {p.stem for p in BUNDLES} >= {"coder", "coder-llm"}
+
+
+@pytest.mark.parametrize("path", BUNDLES, ids=lambda p: p.name)
+def test_every_bundle_round_trips_yaml_model_yaml(path):
+    bundle = load_bundle_yaml(path)
+    assert bundle.name == path.stem
+    text = dump_bundle_yaml(bundle)
+    again = load_bundle_yaml(text)
+    assert again == bundle
+    assert dump_bundle_yaml(again) == text
+    assert again.content_hash == bundle.content_hash
+
+
+def test_seed_applicability():
+    coder = load_bundle_yaml(BUNDLES[[p.stem for p in BUNDLES].index("coder")])
+    for host in ("builtin", "llm", "command"):
+        assert coder.applicability.matches(host, "gym/acrobot", "classic_control", 64, None)
+    llm = load_bundle_yaml(BUNDLES[[p.stem for p in BUNDLES].index("coder-llm")])
+    assert llm.applicability.matches("llm", "gym/acrobot", "classic_control", 64, "openai/gpt-4o-mini")
+    assert not llm.applicability.matches("builtin", "gym/acrobot", "classic_control", 64, None)
+
+
+def _bundle(**kw) -> Bundle:
+    return bundle_from_data({"name": "coder", "loop_policy": {}, **kw})
+
+
+def test_content_hash_covers_policy_and_applicability_not_provenance():
+    base = _bundle()
+    assert _bundle(provenance={"proposer": "llm:x", "note": "other"}).content_hash == base.content_hash
+    assert _bundle(description="other words").content_hash == base.content_hash
+    assert _bundle(loop_policy={"action": {"step_size": 0.5}}).content_hash != base.content_hash
+    assert _bundle(applicability={"hosts": ["llm"]}).content_hash != base.content_hash
+    assert len(base.content_hash) == 64
+
+
+@pytest.mark.parametrize("kw, args, expected", [
+    ({}, ("command", "box2d/lunar-lander", "box2d", 5, "any/model"), True),
+    ({"hosts": ["builtin"]}, ("llm", "gym/acrobot", "classic_control", 64, "gpt-4o"), False),
+    ({"env_families": ["classic_control"]}, ("builtin", "gym/acrobot", "classic_control", 64, None), True),
+    ({"env_families": ["classic_control"]}, ("builtin", "box2d/lunar-lander", "box2d", 64, None), False),
+    ({"env_families": ["classic_control"], "env_ids": ["box2d/lunar-lander"]},
+     ("builtin", "box2d/lunar-lander", "box2d", 64, None), True),
+    ({"min_budget": 32}, ("builtin", "gym/acrobot", "classic_control", 16, None), False),
+    ({"max_budget": 32}, ("builtin", "gym/acrobot", "classic_control", 64, None), False),
+    ({"max_budget": 64}, ("builtin", "gym/acrobot", "classic_control", 64, None), True),
+    ({"model_families": ["claude"]}, ("llm", "gym/acrobot", "classic_control", 64, "anthropic/claude-3-5"), True),
+    ({"model_families": ["claude"]}, ("llm", "gym/acrobot", "classic_control", 64, "openai/gpt-4o"), False),
+    ({"model_families": ["claude"]}, ("builtin", "gym/acrobot", "classic_control", 64, None), False),
+])
+def test_applicability_matches(kw, args, expected):
+    assert validate_data(Applicability, kw).matches(*args) is expected
+
+
+@pytest.mark.parametrize("data, message", [
+    ({"name": "coder", "loop_policy": {}, "extra": 1}, "extra: unknown field"),
+    ({"name": "Coder", "loop_policy": {}}, "name: String should match pattern"),
+    ({"name": "coder"}, "loop_policy: Field required"),
+    ({"name": "coder", "loop_policy": {}, "applicability": {"hosts": []}}, "hosts must name at least one"),
+    ({"name": "coder", "loop_policy": {}, "applicability": {"hosts": ["robot"]}}, "applicability.hosts.0"),
+    ({"name": "coder", "loop_policy": {}, "applicability": {"min_budget": 10, "max_budget": 5}}, "below min_budget"),
+    ({"name": "coder", "loop_policy": {}, "provenance": {"parents": [1]}}, "needs 0 parent(s)"),
+    ({"name": "coder", "loop_policy": {}, "provenance": {"parents": [1], "edge": "recombination",
+                                                         "mode": "offline"}}, "needs 2 parent(s)"),
+    ({"name": "coder", "loop_policy": {}, "provenance": {"parents": [1], "edge": "online"}},
+     "belongs to mode 'online'"),
+    ({"name": "coder", "loop_policy": {}, "provenance": {"parents": [2, 2], "edge": "recombination",
+                                                         "mode": "offline"}}, "distinct"),
+    ({"name": "coder", "loop_policy": {}, "provenance": {"created_at": "2026-01-01T00:00:00"}}, "time zone"),
+])
+def test_invalid_bundles_are_rejected_with_the_field(data, message):
+    with pytest.raises(ValidationError) as info:
+        bundle_from_data(data, source="b.yaml")
+    assert message in info.value.message
+
+
+def test_unknown_key_in_yaml_is_an_error_not_ignored():
+    text = dump_bundle_yaml(_bundle()).replace("  recovery:\n", "  recovery:\n    on_timeout: retry\n")
+    with pytest.raises(ValidationError, match="loop_policy.recovery.on_timeout: unknown field"):
+        load_bundle_yaml(text)
+
+
+def test_missing_file_is_not_found(tmp_path):
+    with pytest.raises(NotFound):
+        load_bundle_yaml(tmp_path / "nope.yaml")
+
+
+@pytest.mark.parametrize("ref, parsed", [("coder", ("coder", None)), ("coder@3", ("coder", 3)),
+                                         ("coder-llm@12", ("coder-llm", 12)), (" x_1@1 ", ("x_1", 1))])
+def test_parse_ref(ref, parsed):
+    assert parse_ref(ref) == parsed
+    if parsed[1]:
+        assert format_ref(*parsed) == ref.strip()
+
+
+@pytest.mark.parametrize("ref", ["Coder", "coder@", "coder@0", "coder@-1", "coder@x", "@1", "a@1@2", "", "1abc"])
+def test_bad_refs_explain_the_grammar(ref):
+    with pytest.raises(ValidationError, match="expected NAME or NAME@VERSION"):
+        parse_ref(ref)
+
+
+def test_diff_is_per_component():
+    a = _bundle()
+    b = _bundle(loop_policy={"action": {"step_size": 0.5}, "stopping": {"mode": "finish_early"}},
+                applicability={"hosts": ["llm"]})
+    changes = {(c.component, c.field): (c.old, c.new) for c in diff_bundles(a, b)}
+    assert changes == {("action", "step_size"): (0.3, 0.5), ("stopping", "mode"): ("spend_all", "finish_early"),
+                       ("applicability", "hosts"): (["builtin", "llm", "command"], ["llm"])}
+    assert diff_bundles(a, a) == []
+    assert LoopPolicy() == a.loop_policy
