@@ -48,6 +48,9 @@ SECCOMP_LIBS = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 """Sonames given to pyseccomp: `ctypes.util.find_library` would spawn `ldconfig`, which the
 sandbox has no `/etc/ld.so.cache` for."""
 
+READ_CHUNK = 64 << 10
+"""One read usually takes a whole request (header + body): one syscall per request."""
+
 PHASE_ERRORS = {"start": "init_error", "reset": "reset_error", "act": "act_error"}
 
 
@@ -96,27 +99,29 @@ class Channel:
         self.req_fd = req_fd
         self.resp_fd = resp_fd
         self.frame_bytes = frame_bytes
+        self.buffer = bytearray()
 
-    def _read_exact(self, n):
-        chunks = []
-        while n:
-            chunk = os.read(self.req_fd, n)
+    def _fill(self, n):
+        """Read until `n` bytes are buffered; False at end of input."""
+        while len(self.buffer) < n:
+            chunk = os.read(self.req_fd, max(n - len(self.buffer), READ_CHUNK))
             if not chunk:
-                return None
-            chunks.append(chunk)
-            n -= len(chunk)
-        return b"".join(chunks)
+                return False
+            self.buffer += chunk
+        return True
 
     def receive(self):
         """The next request as a dict, or None when the host closed the pipe."""
-        header = self._read_exact(4)
-        if header is None:
+        if not self._fill(4):
             return None
-        size = int.from_bytes(header, "big")
+        size = int.from_bytes(self.buffer[:4], "big")
         if size > self.frame_bytes:
             raise SystemExit(f"request frame of {size} bytes exceeds {self.frame_bytes}")
-        body = self._read_exact(size)
-        return None if body is None else json.loads(body)
+        if not self._fill(4 + size):
+            return None
+        body = bytes(self.buffer[4:4 + size])
+        del self.buffer[:4 + size]
+        return json.loads(body)
 
     def send(self, payload):
         view = memoryview(len(payload).to_bytes(4, "big") + payload)
@@ -143,14 +148,18 @@ def _finite(x):
     return x
 
 
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_tolist)
+"""Built once: `json.dumps(..., default=...)` would build a new encoder on every act()."""
+
+
 def encode_value(value):
     """UTF-8 JSON of an action; non-finite floats become "nan" / "inf" / "-inf"."""
     try:
-        text = json.dumps(value, separators=(",", ":"), allow_nan=False, default=_tolist)
+        text = _ENCODER.encode(value)
     except ValueError as exc:
         if "Circular" in str(exc):
             raise
-        text = json.dumps(_finite(value), separators=(",", ":"), allow_nan=False, default=_tolist)
+        text = _ENCODER.encode(_finite(value))
     return text.encode()
 
 

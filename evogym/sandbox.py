@@ -433,8 +433,8 @@ class PolicyProcess:
 
     def _interpret(self, phase: str, body: bytes) -> CallResult:
         try:
-            reply = json.loads(body, parse_constant=_reject_constant)
-        except (ValueError, RecursionError) as exc:
+            reply = _DECODER.decode(body.decode())
+        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             return self._kill(_failure("protocol_error", f"reply is not valid JSON: {exc}"[:500]))
         if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
             return self._kill(_failure("protocol_error", "reply is not an object with a boolean `ok`"))
@@ -504,11 +504,23 @@ def _reject_constant(name: str):
     raise ValueError(f"non-finite number {name} in a frame")
 
 
+def _tolist(obj):
+    if hasattr(obj, "tolist"):  # numpy arrays and scalars
+        return obj.tolist()
+    raise TypeError(f"{type(obj).__name__} is not JSON-encodable")
+
+
+# Built once: json.dumps/json.loads with non-default options build a new coder per call.
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_tolist)
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
 def _dumps(value) -> bytes:
+    """Compact JSON for a request; non-finite floats become "nan" / "inf" / "-inf"."""
     try:
-        return json.dumps(value, separators=(",", ":"), allow_nan=False).encode()
+        return _ENCODER.encode(value).encode()
     except ValueError:
-        return json.dumps(_finite(value), separators=(",", ":"), allow_nan=False).encode()
+        return _ENCODER.encode(_finite(value)).encode()
 
 
 def _finite(x):
@@ -518,6 +530,8 @@ def _finite(x):
         return [_finite(v) for v in x]
     if isinstance(x, dict):
         return {k: _finite(v) for k, v in x.items()}
+    if hasattr(x, "tolist") and not isinstance(x, (int, str)):
+        return _finite(x.tolist())
     return x
 
 

@@ -107,6 +107,10 @@ def value_score(trace: Trace) -> tuple[float | None, Literal["normalized", "raw"
         return None, "none"
     if out.normalized_score is not None:
         return float(out.normalized_score), "normalized"
+    from evogym.anchors import normalized
+    norm = normalized(trace.task.env, float(out.final_score))
+    if norm is not None:
+        return norm, "normalized"
     return float(out.final_score), "raw"
 
 
@@ -159,3 +163,112 @@ def eval_key(bundle_hash: str, task: TaskSpec, condition: RunCondition) -> str:
     doc = {"bundle": bundle_hash, "task": task.model_dump(mode="json"),
            "condition": condition.model_dump(mode="json")}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
+
+
+class EvalJob(BaseModel):
+    """One evaluation run: a bundle works a task under a condition. Picklable, Ray-ready."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    bundle_ref: str
+    """Registered ref of the bundle (`name@version`)."""
+    bundle_yaml: str
+    """The bundle itself, so a worker needs no registry access."""
+    bundle_hash: str
+    """Content hash of the bundle (the store key's first part)."""
+    task: TaskSpec
+    """The task to work."""
+    condition: RunCondition
+    """The run condition (agent kind, seed, model)."""
+    traces_root: str
+    """Archive the trace is appended to."""
+    runs_root: str
+    """Folder under which the host run directory is created."""
+
+
+class ResultStore(Protocol):
+    """What paired evaluation needs from a store (see `ole.evolve.store.EvaluationStore`)."""
+
+    def get(self, key: str) -> tuple[RunResult, str] | None: ...
+    def put(self, key: str, instance: str, family: str, result: RunResult) -> None: ...
+
+
+class MemoryStore:
+    """A dict-backed ResultStore (for one-off evaluations that need no resumption)."""
+
+    def __init__(self) -> None:
+        self.rows: dict[str, tuple[RunResult, str]] = {}
+
+    def get(self, key: str) -> tuple[RunResult, str] | None:
+        return self.rows.get(key)
+
+    def put(self, key: str, instance: str, family: str, result: RunResult) -> None:
+        self.rows.setdefault(key, (result, family))
+
+
+def env_family(env: str) -> str:
+    """Env family of a slug, as the host defines it (`evogym.envs`)."""
+    from evogym.envs import resolve
+    return resolve(env).family
+
+
+Instance = tuple[TaskSpec, RunCondition]
+
+
+class PairedEvaluation:
+    """Runs champion and challengers on identical instances, reusing every stored run.
+
+    `evaluate` maps an `EvalJob` to a verified `Trace` (default: `ole.runner` through
+    `run_job`); it must be a top-level function so jobs can go to other processes.
+    `before_batch(n)` is called with the number of runs about to start (cost caps hook);
+    `on_result` with each new result (progress and cost accounting).
+    """
+
+    def __init__(self, executor, store: ResultStore, evaluate: Callable[[EvalJob], Trace], *,
+                 traces_root: str, runs_root: str,
+                 before_batch: Callable[[int], None] = lambda n: None,
+                 on_result: Callable[[EvalJob, RunResult], None] = lambda job, res: None) -> None:
+        self.executor, self.store, self.evaluate = executor, store, evaluate
+        self.traces_root, self.runs_root = traces_root, runs_root
+        self.before_batch, self.on_result = before_batch, on_result
+
+    def _job(self, ref: str, bundle_yaml: str, bundle_hash: str, inst: Instance) -> EvalJob:
+        return EvalJob(bundle_ref=ref, bundle_yaml=bundle_yaml, bundle_hash=bundle_hash, task=inst[0],
+                       condition=inst[1], traces_root=self.traces_root, runs_root=self.runs_root)
+
+    def run(self, bundles: Sequence[tuple[str, object]], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:
+        """Make sure every (bundle, instance) has a stored result; returns them by store key."""
+        from ole.bundle import dump_bundle_yaml
+        jobs, keys, out = [], [], {}
+        for ref, bundle in bundles:
+            text = None
+            for inst in instances:
+                key = eval_key(bundle.content_hash, *inst)
+                hit = self.store.get(key)
+                if hit is not None:
+                    out[key] = hit
+                elif key not in keys:
+                    text = text or dump_bundle_yaml(bundle)
+                    jobs.append(self._job(ref, text, bundle.content_hash, inst))
+                    keys.append(key)
+        if jobs:
+            self.before_batch(len(jobs))
+            for i, trace in self.executor.run(self.evaluate, jobs):
+                res, family = run_result(trace), env_family(jobs[i].task.env)
+                self.store.put(keys[i], instance_key(jobs[i].task, jobs[i].condition), family, res)
+                out[keys[i]] = (res, family)
+                self.on_result(jobs[i], res)
+        return out
+
+    def pairs(self, champion: tuple[str, object], challengers: Sequence[tuple[str, object]],
+              instances: Sequence[Instance]) -> dict[str, list[Pair]]:
+        """Per challenger ref, its pairs against the champion on every instance (one batch)."""
+        results = self.run([champion, *challengers], instances)
+        champ_hash = champion[1].content_hash
+        out: dict[str, list[Pair]] = {}
+        for ref, bundle in challengers:
+            out[ref] = []
+            for task, cond in instances:
+                champ, family = results[eval_key(champ_hash, task, cond)]
+                chall, _ = results[eval_key(bundle.content_hash, task, cond)]
+                out[ref].append(make_pair(task, cond, family, champ, chall))
+        return out

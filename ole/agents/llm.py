@@ -13,10 +13,7 @@ an unreachable model ends the loop cleanly and the runner finishes the run.
 from __future__ import annotations
 
 import hashlib
-import json
 import time
-from pathlib import Path
-from typing import Any
 
 from ole.agents.base import AgentContext, AgentResult, AgentUsage, HostAgent
 from ole.agents.client import HostClient, HostError, SubmitAnswer
@@ -24,6 +21,7 @@ from ole.agents.edits import (EditRejected, Proposal, diff_lines, edit_kind, par
                               static_problems)
 from ole.agents.memory import Kept, ProgramMemory
 from ole.agents.prompts import BASELINE_POLICY, Turn, render_feedback, repair_prompt, system_prompt, user_prompt
+from ole.lessons import Lesson, LessonStore, signature
 from ole.llm import Caps, LLMCapReached, LLMClient, LLMError
 from ole.trace import Iteration
 
@@ -106,7 +104,7 @@ class _Session:
         self.min_per = int(info.get("min_episodes_per_submit", 1))
         self.max_per = int(info.get("max_episodes_per_submit", self.budget))
         self.n_ids = int(info["env_meta"]["n_env_instances"])
-        self.action_type = str(info["env_meta"].get("action_space", {}).get("type", "?"))
+        self.signature = signature(info["env_meta"].get("obs_space", {}), info["env_meta"].get("action_space", {}))
         self.memory.set_index_space(self.n_ids, self.pol.action.episodes_per_submit)
         self.system = system_prompt(self.host.task(), info, self.pol)
         self.lessons = self._read_lessons()
@@ -407,31 +405,21 @@ class _Session:
         tmp.replace(self.system_dir / "policy.py")
 
     def _read_lessons(self) -> tuple[str, ...]:
+        """Mechanisms that won earlier tasks with the same interface signature (memory.carry_lessons)."""
         path = self.ctx.lessons_path
-        if not self.pol.memory.carry_lessons or path is None or not Path(path).is_file():
+        if not self.pol.memory.carry_lessons or path is None:
             return ()
-        rows = []
-        for line in Path(path).read_text(errors="replace").splitlines():
-            try:
-                rows.append(json.loads(line))
-            except json.JSONDecodeError:
-                continue
-        same = [r for r in rows if isinstance(r, dict) and r.get("action_type") == self.action_type]
-        return tuple(_lesson_text(r) for r in (same or [r for r in rows if isinstance(r, dict)])[-LESSONS_SHOWN:])
+        store = LessonStore(path)
+        same = [les for les in store.all() if les.signature == self.signature][-LESSONS_SHOWN:]
+        ranking = store.ranking(self.signature)
+        lines = [f"{les.env}: mechanism `{les.mechanism}` was best (train score {les.score:.4g})" for les in same]
+        if ranking:
+            lines.append("mechanisms that won most often on this interface: " + ", ".join(ranking[:LESSONS_SHOWN]))
+        return tuple(lines)
 
     def _write_lesson(self) -> None:
         best, path = self.memory.best(), self.ctx.lessons_path
         if not self.pol.memory.carry_lessons or path is None or best is None:
             return
-        row = {"host": "llm", "env": self.ctx.task.env, "action_type": self.action_type,
-               "mechanism": best.mechanism, "train_score": self.memory.mean(best.source)}
-        Path(path).parent.mkdir(parents=True, exist_ok=True)
-        with open(path, "a", encoding="utf-8") as f:
-            f.write(json.dumps(row, sort_keys=True) + "\n")
-
-
-def _lesson_text(row: dict[str, Any]) -> str:
-    if isinstance(row.get("text"), str):
-        return row["text"][:200]
-    return (f"{row.get('env', '?')} ({row.get('action_type', '?')} actions): mechanism "
-            f"{row.get('mechanism', '?')} reached train score {row.get('train_score', '?')}")
+        LessonStore(path).add(Lesson(signature=self.signature, mechanism=best.mechanism, env=self.ctx.task.env,
+                                     score=self.memory.mean(best.source)))

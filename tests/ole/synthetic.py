@@ -29,3 +29,53 @@ def make_trace(tid: str, means, *, verdicts=None, kinds=None, final=None, best_s
                  condition=RunCondition(host="builtin", seed=seed), contract=CONTRACT, bundle_name="default",
                  bundle_version=1, bundle_hash="h1", history=history, outcome=outcome, run_dir="runs/x",
                  run_json_sha256="sha256:0", verified=verified)
+
+
+def fake_quality(job) -> float | None:
+    """A deterministic stand-in for a run's normalized score, driven by two policy fields.
+
+    More retest episodes help (+15%); reading no worst episodes hurts (-40%); a policy with
+    `max_retries == 10` crashes the run (None). Small per-instance noise keeps pairs distinct.
+    """
+    import hashlib
+
+    from ole.bundle import load_bundle_yaml
+    policy = load_bundle_yaml(job.bundle_yaml).loop_policy
+    if policy.recovery.max_retries == 10:
+        return None
+    digest = hashlib.sha256(f"{job.task.env}|{job.task.pool_seed}|{job.condition.seed}".encode()).digest()
+    base = 40.0 + digest[0] / 255 * 20.0
+    noise = (digest[1] / 255 - 0.5) * 0.02 * base
+    effect = 1.0 + 0.15 * (policy.verification.retest_episodes > 4) - 0.4 * (policy.observation.worst_k_episodes == 0)
+    return base * effect + noise
+
+
+def fake_evaluate(job) -> Trace:
+    """EvalJob -> Trace without a host (tests of pairing, executors and drivers)."""
+    q = fake_quality(job)
+    budget = job.task.budget or 16
+    outcome = Outcome(status="completed" if q is not None else "error", final_score=q, normalized_score=q,
+                      best_val_score=q, best_submit_index=0 if q is not None else None,
+                      episodes_used=budget, n_submits=4, wall_time_s=1.0)
+    history = tuple(Iteration(index=i, phase="tuning", observation_digest="0" * 64,
+                              edit_kind="synthesis" if i == 0 else "tuning", submit_id=i, verdict="ok",
+                              mean_return=(q or 0.0) * (0.7 + 0.1 * i), episodes_charged=budget // 4)
+                    for i in range(4))
+    tid = f"fake-{job.bundle_hash[:8]}-{job.task.env.replace('/', '_')}-p{job.task.pool_seed}-s{job.condition.seed}"
+    name, _, version = job.bundle_ref.partition("@")
+    return Trace(trace_id=tid, created_at="2026-01-01T00:00:00Z", task=job.task, condition=job.condition,
+                 contract=CONTRACT, bundle_name=name, bundle_version=int(version or 1),
+                 bundle_hash=job.bundle_hash, history=history, outcome=outcome, run_dir="runs/fake",
+                 run_json_sha256="sha256:0")
+
+
+def archive_fake(job) -> Trace:
+    """fake_evaluate, also appending the trace to the job's archive (as the runner does)."""
+    from pathlib import Path
+
+    from ole.trace import TraceArchive
+    trace = fake_evaluate(job)
+    archive = TraceArchive(job.traces_root)
+    if trace.trace_id not in archive.ids():
+        archive.append(trace)
+    return trace

@@ -1,0 +1,285 @@
+"""The command agent: any CLI agent (a coding assistant, a script) works the task in the workspace.
+
+The loop policy cannot be enforced inside a foreign process, so it is handed over as
+instructions: an AGENTS.md-style brief rendering every component as concrete rules,
+plus the protocol contract. The brief is written to the agent log dir and its path is
+passed in `OLE_INSTRUCTIONS`, next to the reference's `EVOPOLICYGYM_*` variables.
+What is enforced here is the wall-clock cap (the whole process group is killed) and
+capped capture of stdout/stderr. The iterations are reconstructed afterwards from the
+workspace alone: `feedback/submit_NNN/summary.json` for verdicts and returns, and the
+`system/` snapshots a watcher thread took while the agent ran for edit kinds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import threading
+import time
+from datetime import datetime
+from pathlib import Path
+from typing import IO, Sequence
+
+from ole.agents.base import AgentContext, AgentResult, HostAgent
+from ole.agents.client import HostClient, HostError
+from ole.agents.edits import diff_lines, edit_kind
+from ole.loop_policy import LoopPolicy
+from ole.trace import Iteration
+
+PROTOCOL_VERSION = "protocol/v2.0-draft"
+OUTPUT_CAP_BYTES = 1 << 20
+"""stdout and stderr kept per stream; the rest is drained and dropped (the file says so at the end)."""
+KILL_GRACE_S = 5.0
+"""After the wall-clock cap: SIGTERM to the process group, then SIGKILL after this long."""
+WATCH_INTERVAL_S = 0.1
+"""How often `system/policy.py` is snapshotted while the agent runs (edit kinds per submit)."""
+INSTRUCTIONS = "instructions.md"
+
+
+class CommandAgent(HostAgent):
+    """Runs `command` with cwd = workspace under the loop policy's wall-clock cap."""
+
+    name = "command"
+
+    def __init__(self, command: Sequence[str], *, output_cap_bytes: int = OUTPUT_CAP_BYTES,
+                 kill_grace_s: float = KILL_GRACE_S) -> None:
+        if not command:
+            raise ValueError("the command agent needs a command: ole run --agent command -- CMD ARGS")
+        self.command = list(command)
+        self.output_cap_bytes = output_cap_bytes
+        self.kill_grace_s = kill_grace_s
+
+    def work(self, ctx: AgentContext) -> AgentResult:
+        ctx.log_dir.mkdir(parents=True, exist_ok=True)
+        info = HostClient(ctx.url).info()
+        brief = ctx.log_dir / INSTRUCTIONS
+        brief.write_text(render_instructions(ctx.bundle.loop_policy, ctx.url, ctx.workspace, info))
+        env = {**os.environ, **protocol_env(ctx.url, ctx.workspace), "OLE_INSTRUCTIONS": str(brief)}
+        if ctx.lessons_path is not None and ctx.bundle.loop_policy.memory.carry_lessons:
+            env["OLE_LESSONS"] = str(ctx.lessons_path)
+        watcher = _Watcher(ctx.workspace / "system" / "policy.py")
+        watcher.start()
+        t0 = time.monotonic()
+        rc, timed_out = self._run(ctx, env)
+        watcher.stop()
+        ctx.progress(f"command agent exited with {rc} after {time.monotonic() - t0:.1f} s"
+                     + (" (wall-clock cap)" if timed_out else ""))
+        for it in iterations_from_workspace(ctx.workspace, watcher.snapshots):
+            ctx.record(it)
+        return AgentResult(self._reason(ctx, rc, timed_out),
+                           extras={"stdout": "command.stdout.txt", "stderr": "command.stderr.txt",
+                                   "instructions": INSTRUCTIONS, "exit_code": str(rc)})
+
+    def _run(self, ctx: AgentContext, env: dict[str, str]) -> tuple[int, bool]:
+        try:
+            proc = subprocess.Popen(self.command, cwd=ctx.workspace, env=env, stdin=subprocess.DEVNULL,
+                                    stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
+        except OSError as exc:
+            (ctx.log_dir / "command.stderr.txt").write_text(f"cannot start {self.command[0]!r}: {exc}\n")
+            (ctx.log_dir / "command.stdout.txt").write_text("")
+            return 127, False
+        pumps = [_pump(proc.stdout, ctx.log_dir / "command.stdout.txt", self.output_cap_bytes),
+                 _pump(proc.stderr, ctx.log_dir / "command.stderr.txt", self.output_cap_bytes)]
+        timed_out = False
+        try:
+            proc.wait(timeout=ctx.bundle.loop_policy.budget.wall_time_s)
+        except subprocess.TimeoutExpired:
+            timed_out = True
+            self._kill(proc)
+        for pump in pumps:
+            pump.join(timeout=10)
+        return int(proc.returncode if proc.returncode is not None else -9), timed_out
+
+    def _kill(self, proc: subprocess.Popen) -> None:
+        for sig, wait in ((signal.SIGTERM, self.kill_grace_s), (signal.SIGKILL, 10.0)):
+            try:
+                os.killpg(proc.pid, sig)
+            except ProcessLookupError:
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    @staticmethod
+    def _reason(ctx: AgentContext, rc: int, timed_out: bool) -> str:
+        if timed_out:
+            return "wall_time"
+        try:
+            state = HostClient(ctx.url).info().get("state", {})
+        except HostError:
+            state = {}
+        if int(state.get("remaining_budget", 1)) == 0:
+            return "budget_spent"
+        if rc != 0:
+            return "error"
+        return "finished_early"
+
+
+def protocol_env(url: str, workspace: Path) -> dict[str, str]:
+    """The reference's agent environment variables (plus the /finish extension)."""
+    ws = Path(workspace).resolve()
+    return {"EVOPOLICYGYM_API": url, "EVOPOLICYGYM_INFO_URL": f"{url}/info", "EVOPOLICYGYM_TASK_URL": f"{url}/task",
+            "EVOPOLICYGYM_SUBMIT_URL": f"{url}/submit", "EVOPOLICYGYM_FINISH_URL": f"{url}/finish",
+            "EVOPOLICYGYM_WORKSPACE": str(ws), "EVOPOLICYGYM_SYSTEM": str(ws / "system"),
+            "EVOPOLICYGYM_FEEDBACK": str(ws / "feedback"), "EVOPOLICYGYM_AGENTS": str(ws / "AGENTS.md"),
+            "EVOPOLICYGYM_PROTOCOL": PROTOCOL_VERSION}
+
+
+def _pump(stream: IO[bytes] | None, path: Path, cap: int) -> threading.Thread:
+    """Copy a pipe to a file up to `cap` bytes, then keep draining so the child never blocks."""
+    def run() -> None:
+        kept = dropped = 0
+        with open(path, "wb") as out:
+            assert stream is not None
+            for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[union-attr]
+                room = max(0, cap - kept)
+                out.write(chunk[:room])
+                kept += min(room, len(chunk))
+                dropped += max(0, len(chunk) - room)
+            if dropped:
+                out.write(f"\n[... {dropped} bytes dropped at the {cap}-byte cap]\n".encode())
+    thread = threading.Thread(target=run, daemon=True)
+    thread.start()
+    return thread
+
+
+class _Watcher:
+    """Snapshots `policy.py` whenever it changes, with the wall time it was seen."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.snapshots: list[tuple[float, str]] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, daemon=True)
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+
+    def _run(self) -> None:
+        while True:
+            try:
+                text = self.path.read_text(errors="replace")
+            except OSError:
+                text = None
+            if text is not None and (not self.snapshots or self.snapshots[-1][1] != text):
+                self.snapshots.append((time.time(), text))
+            if self._stop.wait(WATCH_INTERVAL_S):
+                return
+
+
+def iterations_from_workspace(workspace: Path, snapshots: Sequence[tuple[float, str]] = ()) -> list[Iteration]:
+    """One Iteration per feedback/submit_NNN, from the summary and the program seen before it started."""
+    out: list[Iteration] = []
+    previous: str | None = None
+    dirs = sorted((Path(workspace) / "feedback").glob("submit_*"), key=lambda p: p.name)
+    for n, sub in enumerate(dirs):
+        try:
+            summary = json.loads((sub / "summary.json").read_text())
+        except (OSError, json.JSONDecodeError):
+            continue
+        program = _program_at(snapshots, summary.get("submit_started_at"))
+        kind = edit_kind(previous, program) if program is not None else "none"
+        returns = summary.get("returns")
+        mean = summary.get("mean_return")
+        out.append(Iteration(
+            index=n, phase="external", observation_digest="", edit_kind=kind,
+            diff_lines=diff_lines(previous, program) if program is not None else 0,
+            submitted_indices=tuple(int(i) for i in summary.get("env_instances") or ()),
+            submit_id=summary.get("submit_index"), verdict=summary.get("status"),
+            returns=tuple(float(r) for r in returns) if isinstance(returns, list) and summary.get("status") == "ok"
+            and all(isinstance(r, (int, float)) for r in returns) else None,
+            mean_return=float(mean) if isinstance(mean, (int, float)) else None,
+            episodes_charged=int(summary.get("n_episodes") or 0),
+            wall_s=float(summary.get("wall_time_seconds") or 0.0), note="reconstructed from workspace feedback"))
+        if program is not None:
+            previous = program
+    return out
+
+
+def _program_at(snapshots: Sequence[tuple[float, str]], started_at: object) -> str | None:
+    if not snapshots or not isinstance(started_at, str):
+        return snapshots[-1][1] if snapshots else None
+    try:
+        t = datetime.fromisoformat(started_at.replace("Z", "+00:00")).timestamp()
+    except ValueError:
+        return snapshots[-1][1]
+    seen = [text for when, text in snapshots if when <= t]
+    return seen[-1] if seen else snapshots[0][1]
+
+
+def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dict) -> str:
+    """The brief for an external agent: every loop-policy component as rules, plus the protocol contract."""
+    o, p, m, a, v, r, s, b = (policy.observation, policy.planning, policy.memory, policy.action,
+                              policy.verification, policy.recovery, policy.stopping, policy.budget)
+    budget = int(info.get("episode_budget", 0))
+    k = min(a.episodes_per_submit, int(info.get("max_episodes_per_submit", a.episodes_per_submit)))
+    selection = {"matched": f"always submit the same ids 0-{k - 1} so every comparison uses the same episodes",
+                 "fresh": "use ids never submitted before in every submit",
+                 "mixed": f"half of each submit from the fixed ids 0-{max(0, (k + 1) // 2 - 1)}, half never used before"}
+    finish = ("keep submitting until `/info` reports `remaining_budget` 0; the host then finalizes by itself"
+              if s.mode == "spend_all" else
+              f"POST {url}/finish once {s.patience_submits} submits in a row have not improved, and never spend the "
+              f"last {s.reserve_episodes} episodes")
+    lines = [
+        "# Working brief (loop policy + protocol contract)", "",
+        "Follow these rules for the whole run. They come from the loop policy you are evaluated under.", "",
+        "## Observation",
+        f"- After each submit read these fields of `feedback/submit_NNN/summary.json`: {', '.join(o.summary_fields)}.",
+        f"- Inspect the {o.worst_k_episodes} worst episodes, the last {o.trajectory_window} steps of each trajectory.",
+        f"- {'Read' if o.read_stdout else 'Do not read'} the policy's stdout/stderr files.",
+        f"- Keep the feedback you reason over per step under {o.max_context_chars} characters.", "",
+        "## Planning",
+        f"- Phases in order: {', '.join(p.phases) or 'tuning'}. Synthesis tries at most {p.max_mechanisms} "
+        "distinct mechanisms; tuning adjusts the best one; confirmation re-tests the best programs.",
+        f"- After {p.plateau_submits} submits without improvement: {_PLATEAU[p.on_plateau]}.", "",
+        "## Memory",
+        f"- Keep the {m.top_k_programs} best programs as revert targets (as `system/kept/*.py.txt`, so they "
+        "are never imported).",
+        f"- Keep a log of your last {m.edit_log_size} edits with their outcome and use it to choose the next edit.",
+        f"- {'Read and extend the lessons file named in OLE_LESSONS.' if m.carry_lessons else 'Ignore lessons from other tasks.'}", "",
+        "## Action",
+        f"- Submit {k} episodes per exploratory submit; {selection[a.index_selection]}.",
+        f"- Edit unit: {_GRANULARITY[a.edit_granularity]}; change constants by about {a.step_size:g} of their scale.", "",
+        "## Verification",
+        f"- {'Before each submit, check that every .py under system/ parses and imports only stdlib/numpy/scipy.' if v.static_checks else 'No local checks are required before a submit.'}",
+        f"- Re-test an apparent improvement on {v.retest_episodes} more episodes before trusting it"
+        + (" (on the same ids as the incumbent)." if v.matched_comparison else "."),
+        f"- Count it as an improvement only if it beats the best by {v.margin:.0%} of the best's |score|.", "",
+        "## Recovery",
+        f"- After a failed verdict (import_error, init_error, rollout_timeout, ...): {_RECOVERY[r.on_error_verdict]}.",
+        f"- After a regression: {_RECOVERY[r.on_regression]}.",
+        f"- Escalate after {r.max_retries} failed attempts in a row.", "",
+        "## Stopping", f"- {finish}.", "",
+        "## Budget",
+        f"- Episode budget {budget}: about {b.synthesis_fraction * budget:.0f} for synthesis, "
+        f"{b.confirmation_fraction * budget:.0f} kept for confirmation at the end.",
+        f"- You are stopped after {b.wall_time_s:.0f} s of wall time.",
+        f"- If you use a language model: at most {b.max_llm_calls} calls, {b.max_tokens} tokens, ${b.max_usd:.2f}.", "",
+        "## Protocol contract",
+        f"- Workspace (your cwd): `{Path(workspace).resolve()}`. Write only under `system/`; `feedback/` and "
+        "`AGENTS.md` are read-only.",
+        "- `system/policy.py` defines a top-level `class Policy(obs_space, action_space, env_meta)` with "
+        "`reset(episode_index)` and `act(obs)`.",
+        f"- GET {url}/task (brief) and GET {url}/info (budget, spaces, state).",
+        f'- POST {url}/submit with JSON `{{"env_instances": [0, 1, 2]}}` or `{{"env_instances": "0-2"}}`; ids in '
+        f"[0, {info.get('env_meta', {}).get('n_env_instances', '?')}); each accepted id costs one episode.",
+        f"- POST {url}/finish ends the run early; never call /finalize.",
+        "- Never run environments, simulators or copied dynamics locally; all evidence comes from submits.",
+        "- The same URLs are in EVOPOLICYGYM_INFO_URL, EVOPOLICYGYM_TASK_URL, EVOPOLICYGYM_SUBMIT_URL, "
+        "EVOPOLICYGYM_FINISH_URL.", ""]
+    return "\n".join(lines)
+
+
+_PLATEAU = {"next_phase": "move on to the next phase", "restructure": "go back to synthesis with a new mechanism",
+            "widen_search": "double the size of your changes"}
+_GRANULARITY = {"parameters": "numeric constants only", "function": "one function per edit",
+                "file": "the whole file may change"}
+_RECOVERY = {"retry": "fix the failing program and resubmit", "revert": "return to the best program",
+             "restructure": "switch to a different mechanism", "keep": "continue from the new program"}

@@ -1,0 +1,61 @@
+"""A real `evogym serve` subprocess for host-agent tests, plus an AgentContext around it.
+
+The host runs with `--isolation none` (the sandbox has its own tests) and the `quick`
+profile with a tiny budget, so a whole run including finalization takes seconds.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ole.agents.base import AgentContext
+from ole.agents.client import HostClient
+from ole.bundle import Bundle
+from ole.loop_policy import LoopPolicy
+from ole.trace import Iteration, RunCondition, TaskSpec
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class Served:
+    proc: subprocess.Popen
+    url: str
+    workspace: Path
+    run_dir: Path
+    history: list[Iteration] = field(default_factory=list)
+
+    def context(self, policy: LoopPolicy, log_dir: Path, *, host: str = "llm", model: str | None = None,
+                lessons: Path | None = None, env: str = "gym/acrobot") -> AgentContext:
+        return AgentContext(url=self.url, workspace=self.workspace, bundle=Bundle(name="t", loop_policy=policy),
+                            task=TaskSpec(env=env), condition=RunCondition(host=host, model=model),
+                            log_dir=log_dir, record=self.history.append, lessons_path=lessons)
+
+    def close(self, *, score: bool = True) -> dict | None:
+        """Finish the run if still open, wait for run.json (score=True) or kill the host."""
+        if not score:
+            self.proc.kill()
+            self.proc.wait()
+            return None
+        client = HostClient(self.url)
+        if not client.info()["state"]["is_finalized"]:
+            client.finish()
+        self.proc.wait(timeout=240)
+        return json.loads((self.run_dir / "run.json").read_text())
+
+
+def serve(run_dir: Path, *, budget: int, env: str = "gym/acrobot", max_per: int | None = None) -> Served:
+    cmd = [sys.executable, "-m", "evogym.cli", "serve", "--env", env, "--run-dir", str(run_dir),
+           "--profile", "quick", "--budget", str(budget), "--isolation", "none", "--jobs", "1"]
+    if max_per is not None:
+        cmd += ["--max-per-submit", str(max_per)]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+    line = proc.stdout.readline() if proc.stdout else ""
+    if not line:
+        proc.kill()
+        raise RuntimeError(f"evogym serve did not start: {cmd}")
+    meta = json.loads(line)
+    return Served(proc, meta["url"], Path(meta["workspace"]), Path(meta["run_dir"]))

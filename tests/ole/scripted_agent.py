@@ -1,0 +1,64 @@
+"""A small external agent for the command-agent tests: writes a policy and submits over urllib.
+
+Usage: scripted_agent.py [normal|sleep|spam|crash]. `normal` submits twice (2 episodes,
+then the rest of the budget); `sleep` submits once and then hangs (wall-clock cap);
+`spam` writes a lot to stdout (output cap); `crash` exits 3 without submitting.
+"""
+import json
+import os
+import sys
+import time
+import urllib.request
+
+POLICY = '''class Policy:
+    def __init__(self, obs_space, action_space, env_meta):
+        self.action = {action}
+
+    def reset(self, episode_index):
+        pass
+
+    def act(self, obs):
+        return self.action
+'''
+
+
+def call(url, body=None):
+    data = None if body is None else json.dumps(body).encode()
+    req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
+                                 headers={"Content-Type": "application/json"})
+    try:
+        with urllib.request.urlopen(req, timeout=600) as resp:
+            return json.loads(resp.read())
+    except urllib.error.HTTPError as err:
+        return json.loads(err.read() or b"{}")
+
+
+def submit(action, ids):
+    with open(os.path.join(os.environ["EVOPOLICYGYM_SYSTEM"], "policy.py"), "w") as f:
+        f.write(POLICY.format(action=action))
+    time.sleep(0.3)  # let the watcher see the program before the submit starts
+    answer = call(os.environ["EVOPOLICYGYM_SUBMIT_URL"], {"env_instances": ids})
+    print("submit", answer.get("submit_id"), answer.get("status"), flush=True)
+
+
+def main(mode):
+    assert os.path.isfile(os.environ["OLE_INSTRUCTIONS"]), "instructions file missing"
+    assert os.getcwd() == os.path.realpath(os.environ["EVOPOLICYGYM_WORKSPACE"])
+    info = call(os.environ["EVOPOLICYGYM_INFO_URL"])
+    print("budget", info["episode_budget"], "protocol", os.environ["EVOPOLICYGYM_PROTOCOL"], flush=True)
+    print("brief ok" if "Protocol contract" in open(os.environ["OLE_INSTRUCTIONS"]).read() else "brief bad",
+          file=sys.stderr, flush=True)
+    if mode == "crash":
+        sys.exit(3)
+    if mode == "spam":
+        sys.stdout.write("x" * 200_000)
+        sys.stdout.flush()
+    submit(0, [0, 1])
+    if mode == "sleep":
+        time.sleep(600)
+    remaining = call(os.environ["EVOPOLICYGYM_INFO_URL"])["state"]["remaining_budget"]
+    submit(1, list(range(2, 2 + remaining)))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1] if len(sys.argv) > 1 else "normal")

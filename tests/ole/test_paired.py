@@ -1,0 +1,93 @@
+"""Paired evaluation: identical instances, champion cache, failure-aware pairs, store resumption."""
+from __future__ import annotations
+
+from ole.bundle import Bundle
+from ole.evolve.store import EvaluationStore
+from ole.executors import LocalExecutor
+from ole.loop_policy import LoopPolicy
+from ole.paired import MemoryStore, PairedEvaluation, instance_key, value_score
+from ole.trace import RunCondition, TaskSpec
+from synthetic import fake_evaluate, make_trace
+
+CHAMP = Bundle(name="coder", loop_policy=LoopPolicy())
+
+
+def _variant(**verification) -> Bundle:
+    lp = LoopPolicy()
+    return CHAMP.model_copy(update={"loop_policy": lp.model_copy(
+        update={"verification": lp.verification.model_copy(update=verification)})})
+
+
+BETTER = _variant(retest_episodes=8)
+INSTANCES = [(TaskSpec(env=env, budget=16, pool_seed=p), RunCondition(host="builtin", seed=s))
+             for env in ("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0") for p in (1, 2) for s in (0,)]
+
+
+class Counting:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, job):
+        self.calls += 1
+        return fake_evaluate(job)
+
+
+def _evaluator(store, evaluate, workers=1):
+    return PairedEvaluation(LocalExecutor(workers), store, evaluate, traces_root="t", runs_root="r")
+
+
+def test_pairs_share_instances_and_champion_runs_are_cached():
+    counting = Counting()
+    pe = _evaluator(MemoryStore(), counting)
+    out = pe.pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    assert counting.calls == 2 * len(INSTANCES)
+    pairs = out["coder@2"]
+    assert [(p.task, p.condition) for p in pairs] == INSTANCES
+    assert all(abs(p.r - 0.15) < 0.01 and p.failure == "none" for p in pairs)
+    assert {p.family for p in pairs} == {"curated", "minigrid"}
+    worse = _variant(retest_episodes=8, margin=0.5)
+    pe.pairs(("coder@1", CHAMP), [("coder@3", worse)], INSTANCES)
+    assert counting.calls == 3 * len(INSTANCES)  # champion runs reused
+
+
+def test_failed_challenger_gets_the_bounded_change():
+    crash = CHAMP.model_copy(update={"loop_policy": LoopPolicy().model_copy(
+        update={"recovery": LoopPolicy().recovery.model_copy(update={"max_retries": 10})})})
+    pairs = _evaluator(MemoryStore(), fake_evaluate).pairs(("coder@1", CHAMP), [("coder@2", crash)], INSTANCES)
+    assert all(p.r == -1.0 and p.failure == "challenger" and p.challenger.status == "error"
+               for p in pairs["coder@2"])
+
+
+def test_sqlite_store_resumes_without_re_spending(tmp_path):
+    store = EvaluationStore(tmp_path / "evals.sqlite3")
+    first = Counting()
+    a = _evaluator(store, first).pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    store.close()
+    again = Counting()
+    b = _evaluator(EvaluationStore(tmp_path / "evals.sqlite3"), again).pairs(
+        ("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    assert again.calls == 0 and a == b
+
+
+def test_process_pool_gives_the_same_pairs_as_serial():
+    serial = _evaluator(MemoryStore(), fake_evaluate).pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    pooled = _evaluator(MemoryStore(), fake_evaluate, workers=2)
+    try:
+        parallel = pooled.pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    finally:
+        pooled.executor.close()
+    assert parallel == serial
+
+
+def test_value_score_prefers_normalized_then_anchors_then_raw():
+    assert value_score(make_trace("a", [1.0], normalized=55.0)) == (55.0, "normalized")
+    q, src = value_score(make_trace("b", [1.0], final=-100.0, env="gym/acrobot"))
+    assert src == "normalized" and 0.0 <= q <= 120.0
+    assert value_score(make_trace("c", [1.0], final=3.0, env="gymnasium/CartPole-v1")) == (3.0, "raw")
+    assert value_score(make_trace("d", [None], status="error")) == (None, "none")
+
+
+def test_instance_key_separates_pools_and_seeds():
+    t, c = INSTANCES[0]
+    assert instance_key(t, c) != instance_key(t.model_copy(update={"pool_seed": 9}), c)
+    assert instance_key(t, c) != instance_key(t, c.model_copy(update={"seed": 9}))
