@@ -13,14 +13,15 @@ from dataclasses import asdict
 from evogym import PROTOCOL_VERSION, briefs, data, envs, sandbox
 from evogym.errors import ConfigError, SandboxUnavailable
 from evogym.finalize import Candidate, error_doc, finalize
-from evogym.judge import DENIED_IMPORTS, Judge
+from evogym.judge import DENIED_IMPORTS, Judge, public_env_meta
 from evogym.rollout import EpisodeJob, utc_stamp
 from evogym.run import RunConfig, RunDir, agents_md_text
 
 
 def make_config(env: str, profile: str = "quick", *, budget: int | None = None, pool_seed: int = 0,
                 isolation: str = "bwrap", limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
-                max_per_submit: int | None = None, allow_early_finish: bool = True) -> RunConfig:
+                max_per_submit: int | None = None, allow_early_finish: bool = True,
+                max_steps: int | None = None) -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
     prof = data.profile(profile)
     spec = envs.resolve(env)
@@ -34,7 +35,7 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
                      max_per_submit=maximum, n_env_instances=data.TRAIN_SIZE, valid_size=prof.valid,
                      heldout_size=prof.heldout, pool_seed=pool_seed, isolation=isolation,
                      limits=limits or sandbox.Limits(), finalize_jobs=finalize_jobs,
-                     allow_early_finish=allow_early_finish)
+                     allow_early_finish=allow_early_finish, max_steps=max_steps)
 
 
 class Host:
@@ -75,7 +76,7 @@ class Host:
         limits = asdict(c.limits)
         return {
             "allowed_imports": [], "denied_imports": list(DENIED_IMPORTS),
-            "env_meta": envs.env_meta(self.spec, n_env_instances=c.n_env_instances),
+            "env_meta": public_env_meta(self.spec, c),
             "episode_budget": c.budget, "max_episodes_per_submit": c.max_per_submit,
             "min_episodes_per_submit": c.min_per_submit, "protocol_version": PROTOCOL_VERSION,
             "resource_limits": {"memory_bytes": limits["memory_bytes"], "rollout_wall_s": limits["episode_wall_s"],
@@ -130,7 +131,8 @@ class Host:
         ckpt = self.run.checkpoints / self.run.submit_name(cand.index)
         meta = self.judge.policy_env_meta(cand.index, cand.cost, 0)
         return EpisodeJob(self.config.env, str(ckpt), tuple(seeds), meta, self.config.limits,
-                          self.config.isolation, record=False)
+                          self.config.isolation, record=False, max_steps=self.config.max_steps)
+
 
 
 def contract_text(info: dict) -> str:

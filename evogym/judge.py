@@ -230,7 +230,7 @@ class Judge:
                                                       "may not be imported by policies", utc_stamp())]
         meta = self.policy_env_meta(index, cost, self.state.remaining)
         job = EpisodeJob(self.config.env, str(ckpt), tuple(self.train[i] for i in instances), meta,
-                         self.config.limits, self.config.isolation, record=True)
+                         self.config.limits, self.config.isolation, record=True, max_steps=self.config.max_steps)
         batch = run_episodes(job)
         if batch.start_failure is not None:
             fail = batch.start_failure
@@ -243,7 +243,7 @@ class Judge:
         return verdict, batch, []
 
     def policy_env_meta(self, index: int, cost: int, remaining_after: int) -> dict:
-        meta = envs.env_meta(self.spec, n_env_instances=self.config.n_env_instances)
+        meta = public_env_meta(self.spec, self.config)
         out = {"env": self.config.env, "submit_index": index, "n_episodes_this_submit": cost,
                "remaining_budget_after": remaining_after, "max_episode_steps": meta["max_episode_steps"],
                "obs_space": meta["obs_space"], "action_space": meta["action_space"],
@@ -251,6 +251,14 @@ class Judge:
         if meta.get("reward_components"):
             out["reward_components"] = meta["reward_components"]
         return out
+
+
+def public_env_meta(spec, config: RunConfig) -> dict:
+    """`/info.env_meta` of a run: the env's, with the run's step cap override applied."""
+    meta = envs.env_meta(spec, n_env_instances=config.n_env_instances)
+    if config.max_steps:
+        meta["max_episode_steps"] = min(meta["max_episode_steps"], config.max_steps)
+    return meta
 
 
 def _pretty(obj) -> bytes:

@@ -56,6 +56,8 @@ class EpisodeJob:
     isolation: str
     record: bool = True
     """Keep trajectories and observations (submits) or only returns (hidden evaluation)."""
+    max_steps: int | None = None
+    """Step cap override (smoke runs); None = the env spec's cap."""
 
 
 @dataclass
@@ -168,7 +170,7 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
 
 def _run_steps(sess: _Session, spec, env, obs, ep: EpisodeResult, record: bool) -> None:
     space = env.action_space
-    for t in range(spec.max_steps):
+    for t in range(sess.job.max_steps or spec.max_steps):
         enc = spaces.to_jsonable(obs)
         res = sess.proc.act(enc)
         fallback = False

@@ -57,6 +57,9 @@ MAX_SOURCE_BYTES = 8 << 20
 """Largest `*.py` file the static validation parses (host side, before any execution)."""
 
 READ_CHUNK = 64 << 10
+TRACEBACK_CHARS = 64 << 10
+"""Longest traceback kept from the worker (it cuts to this too; the host re-checks)."""
+MESSAGE_CHARS = 4000
 KILL_WAIT_S = 5.0
 """How long close() waits for the killed sandbox to be reaped before giving up loudly."""
 
@@ -167,6 +170,30 @@ class _Stream:
         return text
 
 
+class _Reply:
+    """Accumulates one reply frame; `feed` returns the body, an error text, or None (more)."""
+
+    def __init__(self, limit: int) -> None:
+        self.buf = bytearray()
+        self.size: int | None = None
+        self.limit = limit
+
+    def want(self) -> int:
+        return READ_CHUNK if self.size is None else 4 + self.size - len(self.buf)
+
+    def feed(self, chunk: bytes) -> bytes | str | None:
+        self.buf += chunk
+        if self.size is None and len(self.buf) >= 4:
+            self.size = int.from_bytes(self.buf[:4], "big")
+            if self.size > self.limit:
+                return f"reply frame announces {self.size} bytes; the limit is {self.limit}"
+        if self.size is None:
+            return None
+        if len(self.buf) > 4 + self.size:
+            return "unrequested bytes after the reply frame"
+        return bytes(self.buf[4:]) if len(self.buf) == 4 + self.size else None
+
+
 @dataclass
 class _Handles:
     """OS resources of one sandbox, released by `_release` (also via weakref.finalize)."""
@@ -230,6 +257,7 @@ class PolicyProcess:
         self._armed = False
         self._streams: list[_Stream] = []
         self._poll = select.poll()
+        self._writing = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -378,58 +406,53 @@ class PolicyProcess:
         return self._interpret(phase, reply)
 
     def _exchange(self, frame: bytes, deadline: float, phase: str) -> bytes | CallResult:
-        pending = memoryview(frame)
-        try:
-            pending = pending[os.write(self._req_w, pending):]
-        except BlockingIOError:
-            pass
-        except BrokenPipeError:
-            return self._died(phase)
-        if pending:
-            self._poll.register(self._req_w, select.POLLOUT)
-        buf = bytearray()
-        need = 4
-        while True:
+        """Send one request frame and wait for its reply, draining stdout/stderr meanwhile."""
+        pending = self._send_some(memoryview(frame), phase)
+        reply = _Reply(self.limits.frame_bytes)
+        while not isinstance(pending, CallResult):
             wait_ms = (deadline - time.monotonic()) * 1000.0
             if wait_ms <= 0:
                 return self._kill(_failure("timeout", self._timeout_message(phase)))
-            for fd, events in self._poll.poll(wait_ms):
+            for fd, _ in self._poll.poll(wait_ms):
                 if fd == self._resp_r:
-                    try:
-                        chunk = os.read(fd, READ_CHUNK if need == 4 else need - len(buf))
-                    except BlockingIOError:
-                        continue
-                    if not chunk:
-                        return self._died(phase)
-                    buf += chunk
-                    if need == 4 and len(buf) >= 4:
-                        need = 4 + int.from_bytes(buf[:4], "big")
-                        if need - 4 > self.limits.frame_bytes:
-                            return self._kill(_failure("protocol_error", f"reply frame announces {need - 4} "
-                                              f"bytes; the limit is {self.limits.frame_bytes}"))
-                    if len(buf) > need:
-                        return self._kill(_failure("protocol_error", "unrequested bytes after the reply frame"))
-                    if len(buf) == need and need > 4:
-                        if pending:
-                            self._poll.unregister(self._req_w)
-                        return bytes(buf[4:])
+                    got = self._receive(reply, phase)
+                    if got is not None:
+                        self._send_some(memoryview(b""), phase)  # stop watching the request pipe
+                        return got
                 elif fd == self._req_w:
-                    pending = self._write_more(pending, phase)
+                    pending = self._send_some(pending, phase)
                     if isinstance(pending, CallResult):
                         return pending
                 else:
                     self._drain_fd(fd)
+        return pending
 
-    def _write_more(self, pending: memoryview, phase: str) -> memoryview | CallResult:
+    def _send_some(self, pending: memoryview, phase: str) -> memoryview | CallResult:
+        """Write what the pipe takes now; watch for POLLOUT while anything is left."""
         try:
-            pending = pending[os.write(self._req_w, pending):]
+            if pending:
+                pending = pending[os.write(self._req_w, pending):]
         except BlockingIOError:
-            return pending
+            pass
         except BrokenPipeError:
             return self._died(phase)
-        if not pending:
-            self._poll.unregister(self._req_w)
+        if bool(pending) != self._writing:
+            if pending:
+                self._poll.register(self._req_w, select.POLLOUT)
+            else:
+                self._poll.unregister(self._req_w)
+            self._writing = bool(pending)
         return pending
+
+    def _receive(self, reply: "_Reply", phase: str) -> bytes | CallResult | None:
+        try:
+            chunk = os.read(self._resp_r, reply.want())
+        except BlockingIOError:
+            return None
+        if not chunk:
+            return self._died(phase)
+        got = reply.feed(chunk)
+        return self._kill(_failure("protocol_error", got)) if isinstance(got, str) else got
 
     def _interpret(self, phase: str, body: bytes) -> CallResult:
         try:
@@ -444,7 +467,8 @@ class PolicyProcess:
         if category not in WORKER_CATEGORIES[phase]:
             return self._kill(_failure("protocol_error", f"reply names category {category!r} for {phase}"))
         tb = reply.get("traceback")
-        result = _failure(category, str(reply.get("message", ""))[:4000], tb if isinstance(tb, str) else None)
+        tb = tb[-TRACEBACK_CHARS:] if isinstance(tb, str) else None
+        result = _failure(category, str(reply.get("message", ""))[:MESSAGE_CHARS], tb)
         return self._kill(result) if category in FATAL else result
 
     def _timeout_message(self, phase: str) -> str:

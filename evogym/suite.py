@@ -1,6 +1,152 @@
-"""`evogym suite`: many runs across environments (filled in by the suite runner)."""
+"""`evogym suite run|smoke`: one benchmark run per env, in parallel, with a leaderboard.
+
+`suite run` launches `evogym run --env E ... -- AGENT` for every env of the suite in a
+process pool (each run has its own server and port), shows one progress line per
+finished run, and writes `leaderboard.md`, `leaderboard.json` and `curves.png` under
+`--out`. `suite smoke` checks that every env builds, steps and reports through the
+host: one short episode each, no finalization.
+"""
 from __future__ import annotations
+
+import json
+import shlex
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor, as_completed
+from pathlib import Path
+
+from evogym import envs, leaderboard
+from evogym.errors import ConfigError
+
+SMOKE_STEPS = 20
+SMOKE_POLICY = """
+class Policy:
+    def __init__(self, obs_space, action_space, env_meta):
+        self.action = self._zero(action_space)
+    def _zero(self, s):
+        t = s["type"]
+        if t == "Discrete":
+            return s.get("start", 0)
+        if t in ("Box", "Image"):
+            import numpy as np
+            return np.zeros(s["shape"]).tolist()
+        if t in ("MultiDiscrete",):
+            return [0] * len(s["nvec"])
+        if t == "MultiBinary":
+            return [0] * (s["n"] if isinstance(s["n"], int) else s["n"][0])
+        if t == "Dict":
+            return {k: self._zero(v) for k, v in s["spaces"].items()}
+        if t == "Tuple":
+            return [self._zero(v) for v in s["spaces"]]
+        return 0
+    def reset(self, episode_index):
+        pass
+    def act(self, obs):
+        return self.action
+"""
+
+
+def suite_envs(name: str, only: list[str] | None) -> list[str]:
+    if name != "core16":
+        raise ConfigError(f"unknown suite {name!r}", hint="the built-in suite is core16; or pass --envs")
+    return [envs.resolve(e).slug for e in only] if only else list(envs.CORE16)
+
+
+def _smoke_one(slug: str, workdir: Path, isolation: str) -> dict:
+    from evogym.host import Host, make_config
+    t0 = time.monotonic()
+    try:
+        host = Host(workdir / slug.replace("/", "_"),
+                    make_config(slug, "quick", budget=2, max_steps=SMOKE_STEPS, isolation=isolation))
+        (host.run.system / "policy.py").write_text(SMOKE_POLICY)
+        status, body = host.judge.submit({"env_instances": [0]})
+        s = body.get("summary", {})
+        ok = status == 200 and body["status"] == "ok" and (s.get("episode_lengths") or [0])[0] > 0
+        return {"env": slug, "ok": ok, "status": body.get("status"), "steps": (s.get("episode_lengths") or [0])[0],
+                "seconds": round(time.monotonic() - t0, 2)}
+    except Exception as exc:  # report every env, never stop at the first failure
+        return {"env": slug, "ok": False, "status": f"{type(exc).__name__}: {exc}", "steps": 0,
+                "seconds": round(time.monotonic() - t0, 2)}
+
+
+def cmd_smoke(args) -> int:
+    slugs = suite_envs(args.suite, args.envs)
+    with tempfile.TemporaryDirectory() as tmp, ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = [pool.submit(_smoke_one, s, Path(tmp), args.isolation) for s in slugs]
+        results = []
+        for fut in as_completed(futures):
+            r = fut.result()
+            results.append(r)
+            print(f"[{len(results):2d}/{len(slugs)}] {'ok  ' if r['ok'] else 'FAIL'} {r['env']:42s} "
+                  f"{r['steps']:3d} steps {r['seconds']:6.2f}s  {r['status']}", flush=True)
+    passed = sum(r["ok"] for r in results)
+    print(f"smoke: {passed}/{len(slugs)} environments ok")
+    return 0 if passed == len(slugs) else 1
+
+
+def _run_one(slug: str, args, out: Path) -> dict:
+    run_dir = out / "runs" / slug.replace("/", "_")
+    cmd = [sys.executable, "-m", "evogym.cli", "run", "--env", slug, "--run-dir", str(run_dir),
+           "--profile", args.profile, "--isolation", args.isolation, "--jobs", "1"]
+    if args.budget:
+        cmd += ["--budget", str(args.budget)]
+    cmd += ["--", *shlex.split(args.agent)]
+    t0 = time.monotonic()
+    proc = subprocess.run(cmd, capture_output=True, text=True)
+    result = {"env": slug, "run_dir": str(run_dir), "seconds": round(time.monotonic() - t0, 1),
+              "returncode": proc.returncode, "final_score": None, "status": "error"}
+    if (run_dir / "run.json").exists():
+        outcome = json.loads((run_dir / "run.json").read_text())["outcome"]
+        result.update(status=outcome["status"], final_score=outcome["final_score"],
+                      normalized_score=outcome.get("normalized_score"))
+    else:
+        result["error"] = (proc.stderr.strip().splitlines() or ["no run.json"])[-1]
+    return result
+
+
+def cmd_run(args) -> int:
+    slugs = suite_envs(args.suite, args.envs)
+    out = Path(args.out)
+    out.mkdir(parents=True, exist_ok=True)
+    results: dict[str, dict] = {}
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+        futures = {pool.submit(_run_one, s, args, out): s for s in slugs}
+        for fut in as_completed(futures):
+            r = fut.result()
+            results[r["env"]] = r
+            score = "–" if r["final_score"] is None else f"{r['final_score']:.4g}"
+            print(f"[{len(results):2d}/{len(slugs)}] {r['env']:42s} {r['status']:12s} score {score:>10s} "
+                  f"{r['seconds']:7.1f}s", flush=True)
+    ordered = {s: results[s]["final_score"] if results[s]["status"] == "completed" else None for s in slugs}
+    board = leaderboard.build(ordered, name=args.name)
+    (out / "leaderboard.json").write_text(json.dumps({"board": board, "runs": results}, indent=2, sort_keys=True))
+    (out / "leaderboard.md").write_text(leaderboard.markdown(board))
+    curves = {s: leaderboard.validation_curve(Path(results[s]["run_dir"])) for s in slugs
+              if results[s]["status"] == "completed"}
+    if curves:
+        leaderboard.plot_curves(curves, out / "curves.png")
+    print(leaderboard.markdown(board))
+    print(f"wrote {out / 'leaderboard.md'}, {out / 'curves.png'}")
+    return 0 if all(r["status"] != "error" for r in results.values()) else 1
 
 
 def register(sub) -> None:
     """Add the `suite` subcommands to the evogym parser."""
+    p = sub.add_parser("suite", help="many runs across environments")
+    ssub = p.add_subparsers(dest="suite_cmd", required=True)
+    for name, func, helptext in (("run", cmd_run, "one benchmark run per env with an agent command, + leaderboard"),
+                                 ("smoke", cmd_smoke, "one short episode per env through the host")):
+        q = ssub.add_parser(name, help=helptext)
+        q.add_argument("--suite", default="core16", help="suite name (core16)")
+        q.add_argument("--envs", nargs="*", help="restrict to these env ids")
+        q.add_argument("--jobs", type=int, default=2, help="runs in parallel")
+        q.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"])
+        q.set_defaults(func=func)
+        if name == "run":
+            q.add_argument("--agent", required=True, help="agent command line (quoted), run in each workspace")
+            q.add_argument("--profile", default="bench", help="paper | bench | quick")
+            q.add_argument("--budget", type=int, help="episode budget override")
+            q.add_argument("--name", default="ours", help="row name in the leaderboard")
+            q.add_argument("--out", default="runs/suite", help="output folder")

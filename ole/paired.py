@@ -219,13 +219,13 @@ class PairedEvaluation:
 
     `evaluate` maps an `EvalJob` to a verified `Trace` (default: `ole.runner` through
     `run_job`); it must be a top-level function so jobs can go to other processes.
-    `before_batch(n)` is called with the number of runs about to start (cost caps hook);
+    `before_batch(jobs)` is called with the runs about to start (cost caps hook);
     `on_result` with each new result (progress and cost accounting).
     """
 
     def __init__(self, executor, store: ResultStore, evaluate: Callable[[EvalJob], Trace], *,
                  traces_root: str, runs_root: str,
-                 before_batch: Callable[[int], None] = lambda n: None,
+                 before_batch: Callable[[list[EvalJob]], None] = lambda jobs: None,
                  on_result: Callable[[EvalJob, RunResult], None] = lambda job, res: None) -> None:
         self.executor, self.store, self.evaluate = executor, store, evaluate
         self.traces_root, self.runs_root = traces_root, runs_root
@@ -251,7 +251,7 @@ class PairedEvaluation:
                     jobs.append(self._job(ref, text, bundle.content_hash, inst))
                     keys.append(key)
         if jobs:
-            self.before_batch(len(jobs))
+            self.before_batch(jobs)
             for i, trace in self.executor.run(self.evaluate, jobs):
                 res, family = run_result(trace), env_family(jobs[i].task.env)
                 self.store.put(keys[i], instance_key(jobs[i].task, jobs[i].condition), family, res)

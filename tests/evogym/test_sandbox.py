@@ -231,6 +231,29 @@ def test_nan_action_crosses_as_a_string_and_the_process_survives(tmp_path):
 
 
 @pytest.mark.sandbox
+def test_frames_larger_than_a_pipe_buffer_cross_both_ways(tmp_path):
+    code = make_snapshot(tmp_path, {"policy.py": policy(act="print('x' * 70000); return [v + 1 for v in obs]")})
+    obs = list(range(96 * 96 * 3))  # an image-sized observation, ~160 KB of JSON
+    with PolicyProcess(code, isolation="bwrap", limits=Limits(output_bytes=100)) as proc:
+        assert proc.start({}, {}, {}).ok
+        result = proc.act(obs)
+        out, _ = proc.take_output()
+    assert result.ok and result.value == [v + 1 for v in obs]
+    assert out == "x" * 100 + "\n[truncated 69901 bytes]"
+
+
+@pytest.mark.sandbox
+def test_output_before_a_crash_is_kept(tmp_path):
+    act = "import os; print('last words', flush=True); os._exit(3)"
+    with PolicyProcess(make_snapshot(tmp_path, {"policy.py": policy(act=act)}), isolation="bwrap",
+                       limits=QUICK) as proc:
+        assert proc.start({}, {}, {}).ok
+        result = proc.act(0)
+        assert result.category == "crashed" and "exit status 3" in result.message, result
+        assert proc.take_output() == ("last words\n", "")
+
+
+@pytest.mark.sandbox
 def test_episode_budget_spans_reset_and_act_and_dead_process_fails_fast(tmp_path):
     act = "import time; time.sleep(0.4); return 0"
     code = make_snapshot(tmp_path, {"policy.py": policy(act=act)})

@@ -331,8 +331,9 @@ def test_concurrent_first_use_registers_each_seed_once(tmp_path):
         assert [e.ref for e in reg.events()] == ["coder@1", "coder-llm@1"]
 
 
+@pytest.mark.slow  # ~10 s on 2 cores: 8 interpreters start at once
 def test_writers_killed_mid_run_leave_no_partial_records(root):
-    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(WORKER), str(root), str(w), "30"],
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(WORKER), str(root), str(w), "10"],
                               env={**os.environ, "PYTHONPATH": str(PROJECT)}, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True) for w in range(8)]
     acked: list[int] = []

@@ -55,6 +55,7 @@ class Policy:
         self.last = None
         self.mission = None
         self.seen_pose = {}
+        self.want_drop = False
         self.rng = random.Random(episode_index)
 
     def cell(self, p):
@@ -182,9 +183,34 @@ class Policy:
         return self.drop_aside()
 
     def drop_aside(self):
-        if self.cell(self.front())[0] in ("empty", "floor"):
+        """Drop what is carried on a free neighbouring cell (turning to one first).
+
+        The intention is sticky (`want_drop`) so that turning away from the target to
+        find a free cell is not undone by turning back toward the target.
+        """
+        self.want_drop = True
+        if self.droppable(self.front()):
             return DROP
-        return LEFT
+        for dx, dy in DIRS:
+            q = (self.pos[0] + dx, self.pos[1] + dy)
+            if self.droppable(q):
+                return self.turn_to(q)
+        if self.cell(self.front())[0] in WALK:
+            return FORWARD
+        return self.rng.choice([LEFT, RIGHT])
+
+    def droppable(self, q):
+        """A free cell that blocks no doorway."""
+        if self.cell(q)[0] not in ("empty", "floor"):
+            return False
+        return not any(self.cell((q[0] + dx, q[1] + dy))[0] == "door" for dx, dy in DIRS)
+
+    def obstacle(self, targets):
+        """First object cell on the cheapest path next to the targets, if the path needs one moved."""
+        path = self.path_to(targets, True)
+        if path is None:
+            return None
+        return next((q for q in path[1:] if self.cell(q)[0] in CARRY), None)
 
     def find(self, kind, color=None, state=None):
         return [p for p, c in self.map.items() if c[0] == kind and (color is None or c[1] == color)
@@ -204,10 +230,10 @@ class Policy:
             return None
         if len(path) == 1:
             t = next(t for t in targets if abs(t[0] - self.pos[0]) + abs(t[1] - self.pos[1]) == 1)
-            if self.front() != t:
-                return self.turn_to(t)
             if verb == PICKUP and self.carrying is not None:
                 return self.drop_aside()
+            if self.front() != t:
+                return self.turn_to(t)
             return verb
         return self.step_along(path, None)
 
@@ -247,6 +273,13 @@ class Policy:
         locked = self.find("door", None, LOCKED)
         for door in locked:
             color = self.cell(door)[1]
+            block = self.obstacle([door])
+            if block is not None:
+                if self.carrying is not None:
+                    return self.drop_aside()
+                a = self.act_on([block], PICKUP)
+                if a is not None:
+                    return a
             if self.carrying == ("key", color):
                 a = self.act_on([door], TOGGLE)
                 if a is not None:
@@ -286,7 +319,10 @@ class Policy:
         self.seen_pose[key] = self.seen_pose.get(key, 0) + 1
         if self.seen_pose[key] > P["loop_limit"][0] and self.rng.random() < P["jitter"][0]:
             action = self.rng.choice([LEFT, RIGHT, FORWARD])
+        elif self.want_drop and self.carrying is not None:
+            action = self.drop_aside()
         else:
+            self.want_drop = False
             action = self.plan()
         self.last = (action, self.cell(self.front()))
         return self.codec.choice(action)

@@ -1,0 +1,127 @@
+"""Cost estimates and caps for an evolution run: episodes, wall time, tokens, dollars.
+
+The estimate is printed before anything runs. Caps are checked before each batch of
+runs is launched, against what was spent plus what the batch is expected to spend, so
+a run stops *before* crossing a cap (with `CapReached`, which the drivers turn into a
+clean, recorded stop) rather than after.
+"""
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from pydantic import BaseModel, ConfigDict, Field
+
+from ole.errors import OleError
+
+RUN_WALL_S: dict[str, float] = {
+    "gym/acrobot": 14.0,
+    "gym/reacher5": 12.0,
+    "gymnasium/MiniGrid-FourRooms-v0": 14.0,
+}
+"""Wall seconds of one quick run (budget 8) of the built-in agent per env on one core, measured with
+`experiments/paired_scaling.py`; envs not listed use DEFAULT_RUN_WALL_S."""
+DEFAULT_RUN_WALL_S = 20.0
+"""Wall seconds assumed for one run of an env without a measurement."""
+LLM_TOKENS_PER_RUN = 60_000
+"""Tokens assumed for one LLM-agent run when estimating (the loop policy's max_tokens is the hard cap)."""
+LLM_TOKENS_PER_PROPOSAL = 8_000
+"""Tokens assumed for one LLM proposal (champion YAML + evidence + schema + answer)."""
+
+
+class CapReached(OleError):
+    """Launching the next batch would cross a cost cap."""
+
+    exit_code = 3
+
+
+class CostCaps(BaseModel):
+    """Upper bounds on one evolution run; None = no cap on that resource."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    episodes: int | None = Field(None, ge=1)
+    """Train episodes charged over all runs."""
+    wall_s: float | None = Field(None, gt=0)
+    """Wall-clock seconds of the whole evolution run."""
+    tokens: int | None = Field(None, ge=0)
+    """LLM tokens (agents and proposer)."""
+    usd: float | None = Field(None, ge=0)
+    """LLM spend in US dollars."""
+
+
+class CostEstimate(BaseModel):
+    """What a planned evolution run is expected to spend."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    runs: int
+    """Benchmark runs (each one agent working one task)."""
+    episodes: int
+    """Train episodes charged."""
+    wall_s: float
+    """Wall seconds with the given number of workers."""
+    tokens: int
+    """LLM tokens."""
+    usd: float
+    """LLM spend (0 unless a price per token is known)."""
+
+    def lines(self, caps: CostCaps) -> list[str]:
+        """Human lines, each with its cap."""
+        def cap(v) -> str:
+            return "no cap" if v is None else f"cap {v:g}"
+        return [f"runs      {self.runs}",
+                f"episodes  {self.episodes}  ({cap(caps.episodes)})",
+                f"wall time ~{self.wall_s / 60:.1f} min  ({cap(caps.wall_s)} s)",
+                f"tokens    {self.tokens}  ({cap(caps.tokens)})",
+                f"usd       {self.usd:.2f}  ({cap(caps.usd)})"]
+
+
+def run_wall(env: str) -> float:
+    return RUN_WALL_S.get(env, DEFAULT_RUN_WALL_S)
+
+
+def estimate(envs: Sequence[str], *, budget: int, workers: int, llm_agent: bool = False,
+             proposals: int = 0, llm_proposer: bool = False, usd_per_token: float = 0.0) -> CostEstimate:
+    """Estimate from the planned runs (one env slug per run) and proposals."""
+    tokens = (LLM_TOKENS_PER_RUN * len(envs) if llm_agent else 0) + \
+        (LLM_TOKENS_PER_PROPOSAL * proposals if llm_proposer else 0)
+    wall = sum(run_wall(e) for e in envs) / max(1, min(workers, len(envs) or 1))
+    return CostEstimate(runs=len(envs), episodes=budget * len(envs), wall_s=wall, tokens=tokens,
+                        usd=tokens * usd_per_token)
+
+
+class CostMeter:
+    """Spent resources of one evolution run, checked against caps before each batch."""
+
+    def __init__(self, caps: CostCaps, *, budget: int, workers: int, clock=None) -> None:
+        import time
+        self.caps, self.budget, self.workers = caps, budget, workers
+        self.clock = clock or time.monotonic
+        self.started = self.clock()
+        self.episodes = 0
+        self.tokens = 0
+        self.usd = 0.0
+
+    @property
+    def wall_s(self) -> float:
+        return self.clock() - self.started
+
+    def reserve(self, envs: Sequence[str]) -> None:
+        """Raise CapReached if launching runs on these envs could cross a cap."""
+        c = self.caps
+        more = estimate(envs, budget=self.budget, workers=self.workers)
+        checks = (("episodes", c.episodes, self.episodes + more.episodes),
+                  ("wall_s", c.wall_s, self.wall_s + more.wall_s),
+                  ("tokens", c.tokens, self.tokens), ("usd", c.usd, self.usd))
+        for name, cap, projected in checks:
+            if cap is not None and projected > cap:
+                raise CapReached(f"{name} cap {cap:g} would be crossed: projected {projected:g} "
+                                 f"with {len(envs)} more runs", hint=f"raise --max-{name.replace('_', '-')} or resume later "
+                                 "(stored evaluations are not spent again)")
+
+    def add(self, episodes: int, tokens: int = 0, usd: float = 0.0) -> None:
+        self.episodes += episodes
+        self.tokens += tokens
+        self.usd += usd
+
+    def summary(self) -> dict[str, float]:
+        return {"episodes": self.episodes, "wall_s": round(self.wall_s, 1), "tokens": self.tokens,
+                "usd": round(self.usd, 4)}

@@ -1,0 +1,219 @@
+"""Evolution: the pieces offline and online mode share, and their configuration.
+
+Both modes run the same chain — evidence ε(D) → proposer → registration → paired
+evaluation → gate → release — through one `Engine`; `offline.py` and `online.py` are
+thin drivers that differ only in where traces come from and when candidates are made.
+Every registry write the engine makes is first checked against the resume store, so a
+resumed driver neither re-spends evaluations nor appends an event twice.
+"""
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, model_validator
+
+from ole import evidence as evidence_mod
+from ole.bundle import Bundle
+from ole.cost import CostCaps, CostMeter
+from ole.evidence import EvidenceItem
+from ole.evolve.store import EvaluationStore
+from ole.gate import GateConfig, GateDecision, decide
+from ole.paired import EvalJob, Instance, PairedEvaluation, Pair, RunResult, instance_key
+from ole.proposers import Parent, Proposal, Proposer
+from ole.trace import RunCondition, TaskSpec, Trace, TraceArchive
+
+DEFAULT_SUITE = ("gym/acrobot", "gym/reacher5", "gymnasium/MiniGrid-FourRooms-v0")
+"""Quick multi-env default: three cheap envs from three families (curated, generic, minigrid)."""
+
+
+class Suite(BaseModel):
+    """The tasks evolution evaluates on: envs × pool seeds × agent seeds under one profile."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    envs: tuple[str, ...] = DEFAULT_SUITE
+    """Env slugs."""
+    profile: str = "quick"
+    """Host run profile."""
+    budget: int | None = Field(8, ge=1)
+    """Episode budget per run (None = the profile's)."""
+    host: Literal["builtin", "llm", "command"] = "builtin"
+    """Host agent kind of every run."""
+    model: str | None = None
+    """Model string for LLM agents."""
+
+    def instances(self, pool_seeds: Sequence[int], agent_seeds: Sequence[int]) -> list[Instance]:
+        """Every (task, condition) of the suite on these pools and agent seeds, env-major."""
+        return [(TaskSpec(env=env, profile=self.profile, budget=self.budget, pool_seed=p),
+                 RunCondition(host=self.host, seed=s, model=self.model))
+                for p in pool_seeds for env in self.envs for s in agent_seeds]
+
+
+class EvolveConfig(BaseModel):
+    """Everything that determines an evolution run (recorded with its results)."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    suite: Suite = Suite()
+    """Envs, profile, budget and agent kind."""
+    search_pools: tuple[int, ...] = (101,)
+    """Pool seeds of the search instances (the proposer sees their traces)."""
+    gate_pools: tuple[int, ...] = (201, 202)
+    """Pool seeds of the gate instances (disjoint from the search pools)."""
+    agent_seeds: tuple[int, ...] = (0,)
+    """Agent seeds crossed with every pool seed."""
+    population: int = Field(3, ge=1, le=64)
+    """Candidates per offline generation."""
+    generations: int = Field(2, ge=1, le=100)
+    """Offline generations."""
+    recombinations: int = Field(1, ge=0)
+    """Of each later generation's candidates, how many come from recombination."""
+    seed: int = 0
+    """Seed of the proposer."""
+    channel: str = "default"
+    """Release channel."""
+    caps: CostCaps = CostCaps()
+    """Cost caps."""
+    workers: int = Field(2, ge=1)
+    """Parallel evaluation workers."""
+
+    @model_validator(mode="after")
+    def _disjoint(self) -> "EvolveConfig":
+        both = sorted(set(self.search_pools) & set(self.gate_pools))
+        if both:
+            raise ValueError(f"search_pools and gate_pools share {both}: the gate must judge unseen instances")
+        return self
+
+
+@dataclass
+class Candidate:
+    """A registered candidate and what is known about it so far."""
+
+    ref: str
+    bundle: Bundle
+    proposal: Proposal
+    pairs: list[Pair] = field(default_factory=list)
+
+    @property
+    def parent(self) -> Parent:
+        return Parent(self.ref, self.bundle)
+
+
+def summarize(pairs: Sequence[Pair]) -> dict:
+    """Objectives of one candidate's pairs: benefit (mean r), tail (CVaR 25%), cost (episode ratio)."""
+    r = sorted(p.r for p in pairs)
+    k = max(1, len(r) // 4)
+    champ = sum(p.champion.episodes for p in pairs) or 1
+    return {"n": len(r), "mean_r": sum(r) / len(r) if r else 0.0, "cvar": sum(r[:k]) / k if r else 0.0,
+            "cost": sum(p.challenger.episodes for p in pairs) / champ,
+            "r": [round(p.r, 6) for p in pairs]}
+
+
+class Engine:
+    """The shared chain; drivers call its steps in their own order."""
+
+    def __init__(self, registry, store: EvaluationStore, archive: TraceArchive, paired: PairedEvaluation,
+                 proposer: Proposer, gate: GateConfig, meter: CostMeter, *, channel: str = "default",
+                 progress: Callable[[str], None] = print) -> None:
+        self.registry, self.store, self.archive, self.paired = registry, store, archive, paired
+        self.proposer, self.gate, self.meter, self.channel, self.progress = proposer, gate, meter, channel, progress
+        self.rejections: list[Proposal] = []
+
+    # ----- evidence ------------------------------------------------------------------------
+    def evidence(self, traces: Sequence[Trace]) -> list[EvidenceItem]:
+        items = evidence_mod.extract(traces)
+        self.progress(f"evidence: {len(items)} items from {len(traces)} verified traces"
+                      + "".join(f"\n  {e.direction} {e.component:<12} {e.sentence} [{e.evidence_id}]" for e in items))
+        return items
+
+    def champion_traces(self, champion: Bundle, exclude: set[str], prefer: dict[str, str]) -> list[Trace]:
+        """Archived traces of the champion, one per instance, never on excluded (gate) instances.
+
+        `prefer` maps instance keys to the trace id stored for them (the deterministic pick).
+        """
+        by_key: dict[str, Trace] = {}
+        for t in self.archive.select(bundle_hash=champion.content_hash):
+            key = instance_key(t.task, t.condition)
+            if key in exclude or not t.verified:
+                continue
+            if prefer.get(key) == t.trace_id or key not in by_key:
+                by_key[key] = t
+        return [by_key[k] for k in sorted(by_key)]
+
+    # ----- candidates ------------------------------------------------------------------------
+    def register(self, proposal: Proposal, champion: Bundle) -> Candidate | None:
+        """Register a valid proposal (dedupes by content); a rejection is kept, not registered."""
+        if not proposal.valid:
+            self.rejections.append(proposal)
+            self.progress(f"  rejected proposal from {proposal.parents}: {proposal.rejection}")
+            return None
+        assert proposal.bundle is not None
+        if proposal.bundle.content_hash == champion.content_hash:
+            return None
+        reg = self.registry.register(proposal.bundle)
+        self.progress(f"  registered {reg.ref} ({proposal.edge} of {', '.join(proposal.parents)}): {proposal.note[:120]}")
+        return Candidate(reg.ref, reg.bundle, proposal)
+
+    # ----- evaluation and gate ------------------------------------------------------------------
+    def evaluate(self, champion: tuple[str, Bundle], candidates: Sequence[Candidate],
+                 instances: Sequence[Instance], stage: str) -> None:
+        """Paired evaluation of a batch against the champion; records one evaluation event each."""
+        out = self.paired.pairs(champion, [(c.ref, c.bundle) for c in candidates], instances)
+        for c in candidates:
+            c.pairs = out[c.ref]
+            step = f"evaluation|{stage}|{c.ref}|{champion[0]}"
+            if self.store.step(step) is None:
+                payload = {"stage": stage, "champion": champion[0], **summarize(c.pairs),
+                           "instances": [instance_key(p.task, p.condition) for p in c.pairs],
+                           "trace_ids": [p.challenger.trace_id for p in c.pairs]}
+                self.registry.record_evaluation(c.ref, payload)
+                self.store.mark(step, payload)
+
+    def judge(self, champion: str, candidate: Candidate, seen_keys: set[str], stage: str) -> GateDecision:
+        """Gate decision on the candidate's current pairs, recorded once in the lineage."""
+        decision = decide(candidate.pairs, self.gate, champion=champion, challenger=candidate.ref,
+                          seen_keys=seen_keys)
+        step = f"gate|{stage}|{candidate.ref}|{champion}"
+        stored = self.store.step(step)
+        if stored is not None:
+            return GateDecision.model_validate(stored)
+        payload = {**decision.model_dump(mode="json"), "accepted": decision.verdict == "release"}
+        self.registry.record_gate_decision(candidate.ref, payload)
+        self.store.mark(step, decision.model_dump(mode="json"))
+        return decision
+
+    def release(self, ref: str, reason: str, stage: str) -> None:
+        """Release on the channel (active from the next task boundary), once."""
+        step = f"release|{stage}|{ref}"
+        if self.store.step(step) is None:
+            self.registry.release(ref, channel=self.channel, reason=reason)
+            self.store.mark(step, {"ref": ref, "reason": reason})
+
+
+def on_result_counter(meter: CostMeter, progress: Callable[[str], None]) -> Callable[[EvalJob, RunResult], None]:
+    """Progress line and cost accounting for each completed run."""
+    def on_result(job: EvalJob, res: RunResult) -> None:
+        meter.add(res.episodes, res.tokens, res.usd)
+        q = "failed" if res.q is None else f"q={res.q:.1f}"
+        progress(f"    run {job.bundle_ref:<10} {job.task.env:<34} pool {job.task.pool_seed} seed "
+                 f"{job.condition.seed}: {q} ({res.wall_s:.0f}s)  [spent {meter.episodes} episodes, "
+                 f"{meter.wall_s / 60:.1f} min]")
+    return on_result
+
+
+def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: Callable[[EvalJob], Trace],
+                proposer: Proposer, gate: GateConfig, executor,
+                progress: Callable[[str], None] = print) -> Engine:
+    """Assemble the engine over a workspace folder (resume store and host runs live there)."""
+    from pathlib import Path
+
+    from evogym.data import profile
+    workdir = Path(workdir)
+    store = EvaluationStore(workdir / "evaluations.sqlite3")
+    budget = cfg.suite.budget or profile(cfg.suite.profile).budget
+    meter = CostMeter(cfg.caps, budget=budget, workers=cfg.workers)
+    paired = PairedEvaluation(executor, store, evaluate, traces_root=str(traces_root), runs_root=str(workdir / "runs"),
+                              before_batch=lambda jobs: meter.reserve([j.task.env for j in jobs]),
+                              on_result=on_result_counter(meter, progress))
+    return Engine(registry, store, TraceArchive(traces_root), paired, proposer, gate, meter,
+                  channel=cfg.channel, progress=progress)

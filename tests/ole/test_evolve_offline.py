@@ -1,0 +1,92 @@
+"""Offline mode end to end on a fake evaluator (and once on the real host): lineage, gate, resume."""
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from ole.cost import CostCaps
+from ole.evolve import EvolveConfig, Suite, open_engine
+from ole.evolve.offline import OfflineEvolution, dominates, nondominated
+from ole.executors import LocalExecutor
+from ole.gate import GateConfig
+from ole.proposers.builtin import BuiltinProposer
+from ole.registry import Registry
+from synthetic import archive_fake
+
+ROOT = Path(__file__).resolve().parents[2]
+SUITE = Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8)
+CFG = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202, 203), population=4, generations=2, seed=1)
+GATE = GateConfig(min_pairs=6, min_families=2)
+
+
+class Counting:
+    def __init__(self):
+        self.calls = 0
+
+    def __call__(self, job):
+        self.calls += 1
+        return archive_fake(job)
+
+
+def _setup(tmp_path, evaluate, cfg=CFG, lines=None):
+    root = tmp_path / "bundles"
+    root.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
+    reg = Registry(root)
+    out = lines if lines is not None else []
+    engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=cfg,
+                         evaluate=evaluate, proposer=BuiltinProposer(), gate=GATE, executor=LocalExecutor(1),
+                         progress=out.append)
+    champ = reg.champion()
+    return reg, OfflineEvolution(engine, cfg, champ.ref, champ.bundle), out
+
+
+def test_offline_bootstraps_searches_gates_and_records_the_lineage(tmp_path):
+    counting = Counting()
+    reg, evo, lines = _setup(tmp_path, counting)
+    report = evo.run()
+    text = "\n".join(lines)
+    assert "archive is empty" in text and report.bootstrapped == 2
+    assert report.candidates and report.decision is not None
+    kinds = [e.kind for e in reg.events()]
+    assert kinds.count("registration") == 1 + len(report.candidates)
+    assert "evaluation" in kinds and "gate_decision" in kinds
+    gate_event = [e for e in reg.events() if e.kind == "gate_decision"][-1]
+    assert gate_event.payload["verdict"] == report.decision.verdict
+    assert len(gate_event.payload["pairs"]) == 6
+    assert not report.decision.stats.leaked_keys
+    # the fake rewards retest_episodes > 4: whenever the gate released, the winner has it
+    if report.decision.verdict == "release":
+        assert reg.get(report.final).bundle.loop_policy.verification.retest_episodes > 4
+        assert [e.kind for e in reg.events()][-1] == "release"
+
+
+def test_offline_resume_spends_no_evaluation_twice(tmp_path):
+    first = Counting()
+    reg, evo, _ = _setup(tmp_path, first)
+    a = evo.run()
+    n_events = len(reg.events())
+    again = Counting()
+    reg2, evo2, _ = _setup(tmp_path, again)
+    b = evo2.run()
+    assert again.calls == 0
+    assert [c.ref for c in b.candidates] == [c.ref for c in a.candidates]
+    assert b.decision.verdict == a.decision.verdict
+    assert len(reg2.events()) == n_events  # nothing appended twice
+
+
+def test_a_cost_cap_stops_before_crossing_and_says_so(tmp_path):
+    cfg = CFG.model_copy(update={"caps": CostCaps(episodes=40)})
+    counting = Counting()
+    _, evo, _ = _setup(tmp_path, counting, cfg)
+    report = evo.run()
+    assert "episodes cap 40" in report.stopped
+    assert counting.calls * 8 <= 40
+
+
+def test_nondominated_keeps_tradeoffs_and_drops_what_the_champion_dominates():
+    assert dominates({"mean_r": 0.1, "cvar": 0.0, "cost": 1.0}, {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0})
+    assert not dominates({"mean_r": 0.1, "cvar": -0.2, "cost": 1.0}, {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0})
+    assert nondominated([]) == []
