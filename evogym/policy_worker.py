@@ -22,7 +22,6 @@ import os
 import resource
 import signal
 import sys
-import traceback
 
 TRACEBACK_CHARS = 64 << 10
 """Longest traceback text sent back; the rest is cut (tracebacks of deep recursion are huge)."""
@@ -45,8 +44,8 @@ so glibc falls back to `clone`, whose flags the filter can inspect."""
 
 CLONE_THREAD = 0x00010000
 SECCOMP_LIBS = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
-"""Sonames given to pyseccomp: `ctypes.util.find_library` would spawn `ldconfig`, which the
-sandbox has no `/etc/ld.so.cache` for."""
+"""Sonames given to pyseccomp: `ctypes.util.find_library` would spawn `ldconfig` (and the
+sandbox has no `/etc/ld.so.cache` for it)."""
 
 READ_CHUNK = 64 << 10
 """One read usually takes a whole request (header + body): one syscall per request."""
@@ -67,17 +66,20 @@ def install_seccomp(lib_dir):
     """Install the syscall filter; return a short status ("on" or why it is off)."""
     if lib_dir is None:
         return "off: host has no pyseccomp"
-    import ctypes.util
+    import ctypes
 
-    real_find = ctypes.util.find_library
-    ctypes.util.find_library = lambda name: SECCOMP_LIBS.get(name) or real_find(name)
+    # pyseccomp only calls ctypes.util.find_library; the real module imports subprocess,
+    # shutil and re (~25 ms of every sandbox start) and would spawn ldconfig.
+    stub = type(sys)("ctypes.util")
+    stub.find_library = SECCOMP_LIBS.get
+    sys.modules["ctypes.util"], ctypes.util = stub, stub
     sys.path.insert(0, lib_dir)
     try:
         import pyseccomp as sc
     except (ImportError, OSError, RuntimeError) as exc:
         return f"off: {type(exc).__name__}: {exc}"
     finally:
-        ctypes.util.find_library = real_find
+        del sys.modules["ctypes.util"], ctypes.util
         sys.path.remove(lib_dir)
     filt = sc.SyscallFilter(defaction=sc.ALLOW)
     filt.set_attr(sc.Attr.ACT_BADARCH, sc.KILL_PROCESS)
@@ -169,6 +171,8 @@ def failure(category, exc, skip_frames):
     for _ in range(skip_frames):
         tb = tb.tb_next if tb is not None and tb.tb_next is not None else tb
     try:
+        import traceback  # only failures pay for its import
+
         text = "".join(traceback.format_exception(type(exc), exc, tb))[-TRACEBACK_CHARS:]
     except MemoryError:
         text = None

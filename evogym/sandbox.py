@@ -302,7 +302,7 @@ class PolicyProcess:
         reset() starts the clock itself unless begin_episode() armed it first, so a caller
         that also wants env.reset() inside the budget calls begin_episode() before it.
         """
-        self._deadline = time.monotonic() + (wall_s or self.limits.episode_wall_s)
+        self._deadline = time.monotonic() + (self.limits.episode_wall_s if wall_s is None else wall_s)
         self._armed = True
 
     def remaining_s(self) -> float:

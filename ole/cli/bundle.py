@@ -70,7 +70,8 @@ def show(args: argparse.Namespace) -> Output:
     """Show one version (latest when VERSION is omitted) with its events."""
     with open_registry(args) as registry:
         entry = registry.get(args.ref)
-        events = registry.events(name=entry.name, version=entry.version)
+        events = [e for e in registry.events(name=entry.name)  # incl. rollbacks/activations away from it
+                  if e.version == entry.version or e.payload.get("from") == entry.ref]
     prov = entry.bundle.provenance
     data = entry.model_dump(mode="json")
     data["events"] = [e.model_dump(mode="json") for e in events]
@@ -80,6 +81,7 @@ def show(args: argparse.Namespace) -> Output:
              f"  mode {prov.mode}  proposer {prov.proposer}",
              f"evidence {', '.join(prov.evidence_ids) or '-'}",
              "events:", *(f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind}"
+                          f"{' ' + e.ref if e.version != entry.version else ''}"
                           f"{' on ' + e.channel if e.channel else ''}"
                           f"{': ' + e.payload['reason'] if e.payload.get('reason') else ''}" for e in events),
              "---", dump_bundle_yaml(entry.bundle).rstrip()]

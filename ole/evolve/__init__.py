@@ -150,8 +150,10 @@ class Engine:
         assert proposal.bundle is not None
         if proposal.bundle.content_hash == champion.content_hash:
             return None
-        reg = self.registry.register(proposal.bundle)
-        self.progress(f"  registered {reg.ref} ({proposal.edge} of {', '.join(proposal.parents)}): {proposal.note[:120]}")
+        known = self.registry.find_content(proposal.bundle.name, proposal.bundle.content_hash)
+        reg = known or self.registry.register(proposal.bundle)
+        what = f"same content as {reg.ref}" if known else f"registered {reg.ref}"
+        self.progress(f"  {what} ({proposal.edge} of {', '.join(proposal.parents)}): {proposal.note[:120]}")
         return Candidate(reg.ref, reg.bundle, proposal)
 
     # ----- evaluation and gate ------------------------------------------------------------------

@@ -43,6 +43,8 @@ def dominates(a: dict, b: dict) -> bool:
     return ge and gt
 
 
+DUPLICATE_RETRIES = 3
+"""Attempts per population slot when a proposal repeats an existing candidate or is rejected."""
 CHAMPION_POINT = {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0}
 """The champion against itself: no change, no tail loss, the same cost."""
 
@@ -97,18 +99,20 @@ class OfflineEvolution:
         rng = random.Random(f"{self.cfg.seed}|gen{g}")
         parents = [c.parent for c in retained] or [Parent(*self.champ)]
         n_rec = min(self.cfg.recombinations, self.cfg.population) if len(parents) >= 2 and g > 1 else 0
-        out = []
+        out: list[Candidate] = []
         for j in range(self.cfg.population):
-            seed = self.cfg.seed * 100_000 + g * 1000 + j
-            if j < n_rec:
-                a, b = rng.sample(parents, 2)
-                prop = self.e.proposer.recombine(a, b, ev, generation=g, seed=seed)
-            else:
-                prop = self.e.proposer.mutate(rng.choice(parents), ev, edge="offline_mutation",
-                                              generation=g, seed=seed)
-            cand = self.e.register(prop, self.champ[1])
-            if cand is not None and all(cand.ref != c.ref for c in out + retained):
-                out.append(cand)
+            for attempt in range(DUPLICATE_RETRIES):
+                seed = self.cfg.seed * 100_000 + g * 1000 + j * 10 + attempt
+                if j < n_rec:
+                    a, b = rng.sample(parents, 2)
+                    prop = self.e.proposer.recombine(a, b, ev, generation=g, seed=seed)
+                else:
+                    prop = self.e.proposer.mutate(rng.choice(parents), ev, edge="offline_mutation",
+                                                  generation=g, seed=seed)
+                cand = self.e.register(prop, self.champ[1])
+                if cand is not None and all(cand.ref != c.ref for c in out + retained):
+                    out.append(cand)
+                    break
         return out
 
     def search_generations(self, ev) -> list[Candidate]:

@@ -299,6 +299,31 @@ def test_cgroup_removed_on_close(tmp_path):
     assert not group.exists()
 
 
+@pytest.mark.sandbox
+def test_thread_bomb_hits_pids_max(tmp_path):
+    if not probe_isolation()["cgroup_pids"]:
+        pytest.skip("cgroup v1 pids controller not writable here")
+    act = "import threading, time\n        for _ in range(200): threading.Thread(target=time.sleep, args=(5,), daemon=True).start()"
+    with PolicyProcess(make_snapshot(tmp_path, {"policy.py": policy(act=act)}), isolation="bwrap",
+                       limits=Limits(max_pids=16)) as proc:
+        assert proc.start({}, {}, {}).ok
+        result = proc.act(0)
+    assert result.category == "act_error" and "can't start new thread" in result.message, result
+
+
+@pytest.mark.sandbox
+def test_without_cgroups_memory_falls_back_to_rlimit_as(tmp_path, monkeypatch):
+    fake = {**probe_isolation(), "cgroup_memory": False, "cgroup_pids": False}
+    monkeypatch.setattr(sandbox, "probe_isolation", lambda: fake)
+    act = "self.hoard = [bytearray(64 << 20) for _ in range(64)]"
+    with PolicyProcess(make_snapshot(tmp_path, {"policy.py": policy(act=act)}), isolation="bwrap",
+                       limits=Limits(memory_bytes=512 << 20)) as proc:
+        assert proc.start({}, {}, {}).ok and proc.report["memory_limit"] == "rlimit_as"
+        assert proc.report["rlimits"]["as"] == 512 << 20
+        result = proc.act(0)
+    assert result.category == "oom" and "MemoryError" in result.message, result
+
+
 PARENT = """
 import sys, time
 sys.path.insert(0, {repo!r})

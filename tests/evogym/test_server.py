@@ -143,3 +143,17 @@ class Policy:
     t0 = time.monotonic()
     assert live.get("/info")[0] == 200 and time.monotonic() - t0 < 1.0
     t.join()
+
+
+@pytest.mark.parametrize("length", [None, "-5", "abc", "99999999999"])
+def test_bad_content_length(live_host, length):
+    live = live_host()
+    s = socket.create_connection(("127.0.0.1", live.server.port), timeout=15)
+    head = "POST /submit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    if length is not None:
+        head += f"Content-Length: {length}\r\n"
+    s.sendall((head + "\r\n").encode())
+    status = s.recv(4096).split(b"\r\n")[0]
+    s.close()
+    assert status.split()[1] in (b"400", b"413")
+    assert live.get("/info")[1]["state"]["remaining_budget"] == 32

@@ -205,8 +205,9 @@ class Worker:
             if tried and self.spent["synthesis"] + self.size() > self.budget.synthesis:
                 break
             prog = render(mech, mech.defaults(), inline=self.inline)
-            value, digest = self.submit(prog, self.indices.pick(self.size()), "synthesis", mech.note)
-            value = self.after_failure(value, mech, prog, "synthesis")
+            phase = "synthesis" if "synthesis" in self.lp.planning.phases else "tuning"
+            value, digest = self.submit(prog, self.indices.pick(self.size()), phase, mech.note)
+            value = self.after_failure(value, mech, prog, phase)
             tried[mech.name] = -np.inf if value is None else value
             improved = self.consider(prog, mech, value, "synthesis")
             stale = 0 if improved else stale + 1
@@ -323,8 +324,9 @@ class Worker:
         reason = "budget_spent"
         try:
             phases = self.lp.planning.phases
-            if "synthesis" in phases or not self.incumbent:
-                self.synthesis()
+            if "synthesis" not in phases:
+                self.mechanisms = self.mechanisms[:1]  # start from the library's first guess
+            self.synthesis()
             if "tuning" in phases:
                 self.tuning()
             self.confirmation()

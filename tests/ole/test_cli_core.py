@@ -1,0 +1,153 @@
+"""The `ole` CLI through its entry point: the release/rollback walk-through, errors, --json."""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ole.cli import main
+from ole.registry import Registry
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture
+def root(tmp_path) -> Path:
+    target = tmp_path / "bundles"
+    target.mkdir()
+    for seed in (PROJECT / "bundles").glob("*.yaml"):
+        shutil.copy(seed, target / seed.name)
+    return target
+
+
+def ole(root: Path, *args: str, capsys) -> tuple[int, str, str]:
+    code = main(["--root", str(root), *args])
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def ole_json(root: Path, *args: str, capsys):
+    code, out, err = ole(root, *args, "--json", capsys=capsys)
+    assert code == 0, err
+    return json.loads(out)
+
+
+def test_child_release_rollback_and_history_all_from_the_cli(root, tmp_path, capsys):
+    child = tmp_path / "child.yaml"
+    child.write_text((root / "coder.yaml").read_text().replace("step_size: 0.3", "step_size: 0.5"))
+    code, out, _ = ole(root, "bundle", "validate", str(child), capsys=capsys)
+    assert code == 0 and out.startswith("ok")
+    reg = ole_json(root, "bundle", "register", str(child), "--parent", "1", "--note", "bigger steps", capsys=capsys)
+    assert reg == {"ref": "coder@2", "status": "registered", "content_hash": reg["content_hash"], "deduplicated": False}
+    code, tree, _ = ole(root, "lineage", "show", "coder", capsys=capsys)
+    assert "coder@1 [active] seed" in tree and "└── coder@2 [registered] manual — bigger steps" in tree
+    graph = ole_json(root, "lineage", "show", capsys=capsys)
+    assert {"parent": "coder@1", "child": "coder@2", "kind": "manual", "position": 0} in graph["edges"]
+    code, mermaid, _ = ole(root, "lineage", "show", "--format", "mermaid", "--png", str(tmp_path / "l.png"),
+                           capsys=capsys)
+    assert "n_coder_1 -->|manual| n_coder_2" in mermaid and (tmp_path / "l.png").stat().st_size > 0
+    assert ole_json(root, "release", "coder@2", "--reason", "manual test", capsys=capsys)["released"] == "coder@2"
+    shown = ole_json(root, "champion", "show", capsys=capsys)
+    assert shown == {"channel": "default", "active": "coder@1", "pending": "coder@2"}
+    assert ole_json(root, "champion", "activate", capsys=capsys)["active"] == "coder@2"
+    back = ole_json(root, "rollback", "--reason", "regressed", capsys=capsys)
+    assert (back["from"], back["to"]) == ("coder@2", "coder@1")
+    assert ole_json(root, "champion", "activate", capsys=capsys)["active"] == "coder@1"
+    history = ole_json(root, "champion", "history", capsys=capsys)
+    assert [(t["ref"], t["cause"], t["reason"]) for t in history["tenures"]] == [
+        ("coder@1", "default", ""), ("coder@2", "release", "manual test"), ("coder@1", "rollback", "regressed")]
+    events = ole_json(root, "events", capsys=capsys)
+    assert [(e["kind"], f"{e['name']}@{e['version']}") for e in events] == [
+        ("registration", "coder@1"), ("registration", "coder-llm@1"), ("registration", "coder@2"),
+        ("release", "coder@2"), ("activation", "coder@2"), ("rollback", "coder@1"), ("activation", "coder@1")]
+    code, text, _ = ole(root, "champion", "history", capsys=capsys)
+    assert "rollback #6: regressed" in text
+    listed = ole_json(root, "bundle", "list", "coder", capsys=capsys)
+    assert [(b["ref"], b["status"]) for b in listed] == [("coder@1", "active"), ("coder@2", "rolled_back")]
+    diff = ole_json(root, "bundle", "diff", "coder@1", "coder@2", capsys=capsys)
+    assert diff["changes"] == [{"component": "action", "field": "step_size", "old": 0.3, "new": 0.5}]
+    shown = ole_json(root, "bundle", "show", "coder@2", capsys=capsys)
+    assert [e["kind"] for e in shown["events"]] == ["registration", "release", "activation", "rollback", "activation"]
+    code, out, _ = ole(root, "fsck", capsys=capsys)
+    assert code == 0 and out.startswith("clean: 3 versions, 7 events")
+
+
+def test_registering_the_same_content_twice_records_nothing(root, capsys):
+    again = ole_json(root, "bundle", "register", str(root / "coder.yaml"), capsys=capsys)
+    assert again["deduplicated"] and again["ref"] == "coder@1"
+
+
+@pytest.mark.parametrize("args, message", [
+    (["bundle", "show", "coder@9"], "no version 9 of bundle `coder`; versions: 1–1"),
+    (["bundle", "show", "codr"], "did you mean `coder`"),
+    (["bundle", "show", "Coder@x"], "bad bundle reference"),
+    (["release", "coder", "--reason", "x"], "needs an explicit version"),
+    (["release", "coder@1", "--reason", "x"], "already the release of channel `default`"),
+    (["rollback", "--reason", "x"], "coder@1 has no parent"),
+    (["champion", "history", "--at", "yesterday"], "bad time"),
+])
+def test_errors_are_one_line_with_exit_2(root, capsys, args, message):
+    code, out, err = ole(root, *args, capsys=capsys)
+    assert code == 2 and out == ""
+    assert len(err.strip().splitlines()) == 1 and message in err and err.startswith("ole: error: ")
+
+
+HOSTILE = {
+    "python_tag": "name: coder\nloop_policy: !!python/object/apply:os.system ['echo hi']\n",
+    "duplicate": "name: coder\nname: coder2\nloop_policy: {}\n",
+    "coercion": "name: coder\nloop_policy:\n  memory:\n    carry_lessons: no\n",
+    "unknown_key": "name: coder\nloop_policy: {}\nextra: 1\n",
+    "alias": "name: coder\nloop_policy: &p {}\napplicability: *p\n",
+    "deep": "name: coder\nx: " + "[" * 5000 + "]" * 5000 + "\n",
+    "list": "- name: coder\n",
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_hostile_bundle_files_are_rejected_and_nothing_is_written(root, tmp_path, capsys, case):
+    path = tmp_path / f"{case}.yaml"
+    path.write_text(HOSTILE[case])
+    with Registry(root) as reg:
+        before = reg.events()
+    code, _, err = ole(root, "bundle", "register", str(path), capsys=capsys)
+    assert code == 2 and len(err.strip().splitlines()) == 1 and str(path) in err
+    code, out, _ = ole(root, "bundle", "validate", str(path), capsys=capsys)
+    assert code == 2 and out.startswith("invalid")
+    with Registry(root) as reg:
+        assert reg.events() == before and reg.fsck().ok
+
+
+def test_debug_shows_the_traceback_and_json_reports_the_error(root, capsys):
+    code, _, err = ole(root, "bundle", "show", "coder@9", "--debug", capsys=capsys)
+    assert code == 2 and "Traceback" in err
+    code, out, _ = ole(root, "bundle", "show", "coder@9", "--json", capsys=capsys)
+    assert json.loads(out.splitlines()[0])["kind"] == "NotFound"
+
+
+def test_entry_point_runs_as_a_process_with_ole_root(root):
+    env = {**os.environ, "PYTHONPATH": str(PROJECT), "OLE_ROOT": str(root)}
+    run = subprocess.run([sys.executable, "-m", "ole.cli", "bundle", "list", "--json"], env=env,
+                         capture_output=True, text=True, timeout=60)
+    assert run.returncode == 0, run.stderr
+    assert [b["ref"] for b in json.loads(run.stdout)] == ["coder@1", "coder-llm@1"]
+    wrong = subprocess.run([sys.executable, "-m", "ole.cli", "bundle", "lst"], env=env, capture_output=True,
+                           text=True, timeout=60)
+    assert wrong.returncode == 2 and "did you mean `list`?" in wrong.stderr
+    assert len(wrong.stderr.strip().splitlines()) == 1
+    fsck = subprocess.run([sys.executable, "-m", "ole.cli", "fsck"], env=env, capture_output=True, text=True,
+                          timeout=60)
+    assert fsck.returncode == 0 and fsck.stdout.startswith("clean")
+
+
+def test_fsck_exits_1_on_damage(root, capsys):
+    with Registry(root) as reg:
+        blob = reg.blob_path(reg.get("coder@1").blob_hash)
+    os.chmod(blob, 0o644)
+    blob.write_text("name: tampered\n")
+    code, out, _ = ole(root, "fsck", capsys=capsys)
+    assert code == 1 and "PROBLEMS" in out and "quarantined" in out

@@ -1,0 +1,129 @@
+"""Field by field: every loop-policy field the LLM agent reads changes its prompts or its actions.
+
+One scripted scenario (a failing mechanism, garbage output, an improvement, a regression,
+plateaus) runs against a real host under a baseline policy and under one variant per
+field; the run's signature -- every prompt sent, every submit's phase, edit kind, indices
+and verdict, and the stop reason -- must differ from the baseline's. Hosts are killed
+after the agent returns (scoring is covered in test_llm_agent.py).
+"""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ole.agents.llm import CALL_LOG, LLMAgent
+from ole.lessons import Lesson, LessonStore
+from ole.llm import read_store
+from ole.loop_policy import COMPONENTS, LoopPolicy
+from tests.ole.agent_host import serve
+from tests.ole.test_llm_agent import as_file, gain_diff, program
+
+NOT_READ = {("action", "population")}
+"""Fields the LLM agent does not read (CMA-ES population of the built-in agent; see docs/llm-agents.md)."""
+
+CRASH = program(1.0).replace("self.gain = 1.0", "self.gain = 1.0\n        raise ValueError('bad init')")
+SCRIPT = [
+    as_file(program(-1.0), "flip"),             # -500
+    as_file(CRASH, "crash"),                     # init_error
+    "Sorry, I cannot do that.",                  # garbage
+    gain_diff(-1.0, 1.0),                        # improvement
+    gain_diff(1.0, -1.0),                        # regression
+    gain_diff(1.0, 2.0),                         # plateau
+    gain_diff(1.0, 3.0),
+    as_file(program(4.0), "pump"),
+    gain_diff(1.0, 5.0),
+    gain_diff(1.0, 6.0),
+    gain_diff(1.0, 7.0),
+]
+BASE = {
+    "planning": {"max_mechanisms": 3, "plateau_submits": 2},
+    "action": {"episodes_per_submit": 2},
+    "verification": {"retest_episodes": 2},
+    "stopping": {"mode": "finish_early", "patience_submits": 4},
+    "budget": {"confirmation_fraction": 0.25},
+}
+VARIANTS = {
+    ("observation", "summary_fields"): ["status", "mean_return"],
+    ("observation", "worst_k_episodes"): 0,
+    ("observation", "trajectory_window"): 3,
+    ("observation", "read_stdout"): False,
+    ("observation", "max_context_chars"): 600,
+    ("planning", "phases"): ["tuning"],
+    ("planning", "max_mechanisms"): 1,
+    ("planning", "plateau_submits"): 1,
+    ("planning", "on_plateau"): "widen_search",
+    ("memory", "top_k_programs"): 1,
+    ("memory", "edit_log_size"): 0,
+    ("memory", "carry_lessons"): False,
+    ("action", "episodes_per_submit"): 3,
+    ("action", "index_selection"): "fresh",
+    ("action", "step_size"): 1.0,
+    ("action", "edit_granularity"): "file",
+    ("verification", "static_checks"): False,
+    ("verification", "retest_episodes"): 0,
+    ("verification", "margin"): 0.9,
+    ("verification", "matched_comparison"): False,
+    ("recovery", "on_error_verdict"): "retry",
+    ("recovery", "on_regression"): "keep",
+    ("recovery", "max_retries"): 0,
+    ("stopping", "mode"): "spend_all",
+    ("stopping", "patience_submits"): 1,
+    ("stopping", "reserve_episodes"): 6,
+    ("budget", "synthesis_fraction"): 0.0,
+    ("budget", "confirmation_fraction"): 0.6,
+    ("budget", "max_llm_calls"): 2,
+    ("budget", "max_tokens"): 60,
+    ("budget", "max_usd"): 0.025,
+    ("budget", "wall_time_s"): 0.001,
+}
+
+
+def make_policy(change: tuple[str, str] | None = None, value=None) -> LoopPolicy:
+    data = json.loads(json.dumps(BASE))
+    if change is not None:
+        data.setdefault(change[0], {})[change[1]] = value
+    return LoopPolicy.model_validate_json(json.dumps(data))
+
+
+def signature(tmp_path, pol: LoopPolicy, name: str) -> tuple:
+    script = tmp_path / "script.json"
+    script.write_text(json.dumps([{"text": t, "usd": 0.01} if isinstance(t, str) else t for t in SCRIPT]))
+    lessons = tmp_path / "lessons.jsonl"
+    if not lessons.exists():
+        LessonStore(lessons).add(Lesson(signature="obs=Box[6]|act=Discrete(3)", mechanism="pump",
+                                        env="gym/acrobot", score=-80.0))
+    served = serve(tmp_path / f"run-{name}", budget=16)
+    try:
+        ctx = served.context(pol, tmp_path / f"log-{name}", lessons=lessons)
+        result = LLMAgent(f"scripted:{script}").work(ctx)
+    finally:
+        served.close(score=False)
+    calls = read_store(tmp_path / f"log-{name}" / CALL_LOG) if (tmp_path / f"log-{name}" / CALL_LOG).exists() else []
+    prompts = tuple(json.dumps(c["request"]["messages"]) for c in calls)
+    actions = tuple((h.phase, h.edit_kind, h.submitted_indices, h.verdict) for h in served.history)
+    return prompts, actions, result.finish_reason
+
+
+@pytest.fixture(scope="module")
+def baseline(tmp_path_factory):
+    return signature(tmp_path_factory.mktemp("base"), make_policy(), "base")
+
+
+def test_every_field_is_covered():
+    fields = {(c, f) for c in COMPONENTS for f in getattr(LoopPolicy(), c).model_fields}
+    assert fields - NOT_READ == set(VARIANTS)
+
+
+def test_baseline_scenario_exercises_the_loop(baseline):
+    prompts, actions, reason = baseline
+    verdicts = [a[3] for a in actions]
+    assert "init_error" in verdicts and verdicts.count("ok") >= 4
+    assert {a[0] for a in actions} >= {"synthesis", "tuning", "verification"}
+    assert reason == "finished_early"
+
+
+@pytest.mark.parametrize("field", sorted(VARIANTS), ids=lambda f: ".".join(f))
+def test_field_changes_prompts_or_actions(tmp_path, baseline, field):
+    variant = signature(tmp_path, make_policy(field, VARIANTS[field]), "v")
+    assert variant != baseline, f"changing {'.'.join(field)} left the LLM agent's prompts and actions unchanged"
