@@ -31,6 +31,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, help="episode budget (default: the profile's)")
     p.add_argument("--max-per-submit", type=int, help="cap episodes per submit (default: the profile's)")
     p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")
+    p.add_argument("--data-dir", help="data files <slug>/{train,valid,heldout}.json (default: built-in pools)")
     p.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"],
                    help="policy sandbox; `none` is an unsafe plain subprocess and must be asked for")
     p.add_argument("--init-wall-s", type=float, help="wall-clock limit for policy import + __init__")
@@ -47,7 +48,8 @@ def _open_host(args):
     from evogym.host import Host, make_config
     config = make_config(args.env, args.profile, budget=args.budget, pool_seed=args.pool_seed,
                          isolation=args.isolation, limits=_limits(args), finalize_jobs=args.jobs,
-                         max_per_submit=args.max_per_submit, allow_early_finish=not args.no_early_finish)
+                         max_per_submit=args.max_per_submit, allow_early_finish=not args.no_early_finish,
+                         data_dir=args.data_dir)
     return Host(args.run_dir, config)
 
 
@@ -113,7 +115,7 @@ def cmd_run(args) -> int:
 def cmd_data_make(args) -> int:
     from evogym import data
     paths = data.write_data(args.out, args.env, pool_seed=args.pool_seed)
-    print(json.dumps({"written": [str(p) for p in paths]}))
+    print(json.dumps({"written": [str(p) for p in paths.values()]}))
     return 0
 
 

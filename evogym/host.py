@@ -9,6 +9,7 @@ import hashlib
 import threading
 import time
 from dataclasses import asdict
+from pathlib import Path
 
 from evogym import PROTOCOL_VERSION, briefs, data, envs, sandbox
 from evogym.errors import ConfigError, SandboxUnavailable
@@ -21,7 +22,7 @@ from evogym.run import RunConfig, RunDir, agents_md_text
 def make_config(env: str, profile: str = "quick", *, budget: int | None = None, pool_seed: int = 0,
                 isolation: str = "bwrap", limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
                 max_per_submit: int | None = None, allow_early_finish: bool = True,
-                max_steps: int | None = None) -> RunConfig:
+                max_steps: int | None = None, data_dir: str | None = None) -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
     prof = data.profile(profile)
     spec = envs.resolve(env)
@@ -35,7 +36,8 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
                      max_per_submit=maximum, n_env_instances=data.TRAIN_SIZE, valid_size=prof.valid,
                      heldout_size=prof.heldout, pool_seed=pool_seed, isolation=isolation,
                      limits=limits or sandbox.Limits(), finalize_jobs=finalize_jobs,
-                     allow_early_finish=allow_early_finish, max_steps=max_steps)
+                     allow_early_finish=allow_early_finish, max_steps=max_steps,
+                     data_dir=str(Path(data_dir).resolve()) if data_dir else None)
 
 
 class Host:
@@ -50,7 +52,8 @@ class Host:
                     hint="install bubblewrap (apt-get install bubblewrap) or pass --isolation none explicitly")
         self.config = config
         self.spec = envs.resolve(config.env)
-        self.pools = data.pools_for(self.spec.slug, config.profile, pool_seed=config.pool_seed)
+        self.pools = data.pools_for(self.spec.slug, config.profile, pool_seed=config.pool_seed,
+                                    data_dir=Path(config.data_dir) if config.data_dir else None)
         self.run = RunDir(run_dir)
         self.run.create(config)
         self.started_at, self._t0 = utc_stamp(), time.monotonic()

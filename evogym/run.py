@@ -52,6 +52,8 @@ class RunConfig:
     """Worker processes for hidden evaluation; 0 = one per core (at most 8)."""
     allow_early_finish: bool = True
     """POST /finish finalizes before the budget is spent (extension; off reproduces the paper)."""
+    data_dir: str | None = None
+    """Folder of data files (`<slug>/{train,valid,heldout}.json`); None = the built-in generated pools."""
     max_steps: int | None = None
     """Episode step cap override (smoke runs only; reported as max_episode_steps); None = the env's."""
 

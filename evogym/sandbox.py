@@ -25,14 +25,13 @@ import select
 import shutil
 import signal
 import subprocess
-import sys
-import tempfile
 import time
 import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
 from evogym.cgroup import Cgroup
+from evogym.frames import DECODER, READ_CHUNK, Reply, Stream, dumps
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
 from evogym.isolation import POLICY_PACKAGES, bwrap_argv, probe_isolation, worker_layout
 
@@ -56,7 +55,6 @@ WORKER_CATEGORIES = {
 MAX_SOURCE_BYTES = 8 << 20
 """Largest `*.py` file the static validation parses (host side, before any execution)."""
 
-READ_CHUNK = 64 << 10
 TRACEBACK_CHARS = 64 << 10
 """Longest traceback kept from the worker (it cuts to this too; the host re-checks)."""
 MESSAGE_CHARS = 4000
@@ -149,51 +147,6 @@ def _parse(path: Path, rel: str) -> ast.Module | CallResult:
         return _failure("import_error", f"{rel}: cannot be parsed: {type(exc).__name__}: {exc}")
 
 
-class _Stream:
-    """A capped capture of one output pipe."""
-
-    def __init__(self, fd: int, cap: int) -> None:
-        self.fd, self.cap = fd, cap
-        self.kept = bytearray()
-        self.dropped = 0
-
-    def absorb(self, data: bytes) -> None:
-        room = self.cap - len(self.kept)
-        self.kept += data[:max(room, 0)]
-        self.dropped += max(len(data) - max(room, 0), 0)
-
-    def take(self) -> str:
-        text = self.kept.decode("utf-8", "replace")
-        if self.dropped:
-            text += f"\n[truncated {self.dropped} bytes]"
-        self.kept, self.dropped = bytearray(), 0
-        return text
-
-
-class _Reply:
-    """Accumulates one reply frame; `feed` returns the body, an error text, or None (more)."""
-
-    def __init__(self, limit: int) -> None:
-        self.buf = bytearray()
-        self.size: int | None = None
-        self.limit = limit
-
-    def want(self) -> int:
-        return READ_CHUNK if self.size is None else 4 + self.size - len(self.buf)
-
-    def feed(self, chunk: bytes) -> bytes | str | None:
-        self.buf += chunk
-        if self.size is None and len(self.buf) >= 4:
-            self.size = int.from_bytes(self.buf[:4], "big")
-            if self.size > self.limit:
-                return f"reply frame announces {self.size} bytes; the limit is {self.limit}"
-        if self.size is None:
-            return None
-        if len(self.buf) > 4 + self.size:
-            return "unrequested bytes after the reply frame"
-        return bytes(self.buf[4:]) if len(self.buf) == 4 + self.size else None
-
-
 @dataclass
 class _Handles:
     """OS resources of one sandbox, released by `_release` (also via weakref.finalize)."""
@@ -255,7 +208,7 @@ class PolicyProcess:
         self._dead: CallResult | None = None
         self._deadline: float | None = None
         self._armed = False
-        self._streams: list[_Stream] = []
+        self._streams: list[Stream] = []
         self._poll = select.poll()
         self._writing = False
 
@@ -274,7 +227,7 @@ class PolicyProcess:
         self._launch()
         request = {"op": "start", "obs_space": obs_space, "action_space": action_space,
                    "env_meta": env_meta}
-        result = self._call("start", _dumps(request), t0 + self.limits.init_wall_s)
+        result = self._call("start", dumps(request), t0 + self.limits.init_wall_s)
         if result.ok:
             self.report.update(result.value or {})
         else:
@@ -324,7 +277,7 @@ class PolicyProcess:
         if self._deadline is None:
             self.begin_episode()
             self._armed = False
-        return self._timed("act", b'{"op":"act","obs":' + _dumps(obs) + b"}")
+        return self._timed("act", b'{"op":"act","obs":' + dumps(obs) + b"}")
 
     def take_output(self) -> tuple[str, str]:
         """stdout and stderr written since the last take, each capped at output_bytes."""
@@ -374,7 +327,7 @@ class PolicyProcess:
         for fd in (req_w, resp_r, out_r, err_r):
             os.set_blocking(fd, False)
         self._req_w, self._resp_r = req_w, resp_r
-        self._streams = [_Stream(out_r, self.limits.output_bytes), _Stream(err_r, self.limits.output_bytes)]
+        self._streams = [Stream(out_r, self.limits.output_bytes), Stream(err_r, self.limits.output_bytes)]
         for fd in (resp_r, out_r, err_r):
             self._poll.register(fd, select.POLLIN)
         self.report.update(isolation=self.isolation, cgroup=h.cgroup is not None,
@@ -408,7 +361,7 @@ class PolicyProcess:
     def _exchange(self, frame: bytes, deadline: float, phase: str) -> bytes | CallResult:
         """Send one request frame and wait for its reply, draining stdout/stderr meanwhile."""
         pending = self._send_some(memoryview(frame), phase)
-        reply = _Reply(self.limits.frame_bytes)
+        reply = Reply(self.limits.frame_bytes)
         while not isinstance(pending, CallResult):
             wait_ms = (deadline - time.monotonic()) * 1000.0
             if wait_ms <= 0:
@@ -444,7 +397,7 @@ class PolicyProcess:
             self._writing = bool(pending)
         return pending
 
-    def _receive(self, reply: "_Reply", phase: str) -> bytes | CallResult | None:
+    def _receive(self, reply: Reply, phase: str) -> bytes | CallResult | None:
         try:
             chunk = os.read(self._resp_r, reply.want())
         except BlockingIOError:
@@ -456,7 +409,7 @@ class PolicyProcess:
 
     def _interpret(self, phase: str, body: bytes) -> CallResult:
         try:
-            reply = _DECODER.decode(body.decode())
+            reply = DECODER.decode(body.decode())
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
             return self._kill(_failure("protocol_error", f"reply is not valid JSON: {exc}"[:500]))
         if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
@@ -522,41 +475,6 @@ class PolicyProcess:
                     pass
                 return
             stream.absorb(data)
-
-
-def _reject_constant(name: str):
-    raise ValueError(f"non-finite number {name} in a frame")
-
-
-def _tolist(obj):
-    if hasattr(obj, "tolist"):  # numpy arrays and scalars
-        return obj.tolist()
-    raise TypeError(f"{type(obj).__name__} is not JSON-encodable")
-
-
-# Built once: json.dumps/json.loads with non-default options build a new coder per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_tolist)
-_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
-def _dumps(value) -> bytes:
-    """Compact JSON for a request; non-finite floats become "nan" / "inf" / "-inf"."""
-    try:
-        return _ENCODER.encode(value).encode()
-    except ValueError:
-        return _ENCODER.encode(_finite(value)).encode()
-
-
-def _finite(x):
-    if isinstance(x, float) and not (x == x and abs(x) != float("inf")):
-        return repr(x)
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if hasattr(x, "tolist") and not isinstance(x, (int, str)):
-        return _finite(x.tolist())
-    return x
 
 
 def _describe(code: int | None) -> str:

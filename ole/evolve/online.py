@@ -190,3 +190,12 @@ def run_stream(evo: OnlineEvolution, work: Callable[[Assignment], Trace]) -> Onl
         evo.tell(work(a))
     evo.finish()
     return evo.events
+
+
+def engine_worker(engine: Engine) -> Callable[[Assignment], Trace]:
+    """Work stream tasks through the engine's evaluation path (stored, costed, archived)."""
+    def work(a: Assignment) -> Trace:
+        reg = engine.registry.get(a.bundle_ref)
+        (res, _), = engine.paired.run([(reg.ref, reg.bundle)], [(a.task, a.condition)]).values()
+        return engine.archive.get(res.trace_id)
+    return work
