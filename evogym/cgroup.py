@@ -60,6 +60,18 @@ def _sweep(parent: Path) -> None:
                 pass  # still busy; the next sweep retries
 
 
+def sweep_orphans() -> None:
+    """Remove this process's sibling groups whose host process is gone (a SIGKILLed server)."""
+    for controller, ok in cgroup_support().items():
+        if ok:
+            _sweep(own_dir(controller))
+
+
+def find_groups(tag: str) -> list[Path]:
+    """Existing groups (any owner) of the sandbox `tag` under this process's own groups."""
+    return [d for c, ok in cgroup_support().items() if ok for d in own_dir(c).glob(f"{PREFIX}*-{tag}")]
+
+
 def _members(d: Path) -> list[int]:
     try:
         return [int(p) for p in (d / "cgroup.procs").read_text().split()]

@@ -48,7 +48,6 @@ def _finite(x):
     return x
 
 
-
 class Stream:
     """A capped capture of one output pipe."""
 

@@ -31,8 +31,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from evogym.cgroup import Cgroup
-from evogym.frames import DECODER, READ_CHUNK, Reply, Stream, dumps
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
+from evogym.frames import DECODER, READ_CHUNK, Reply, Stream, dumps
 from evogym.isolation import POLICY_PACKAGES, bwrap_argv, probe_isolation, worker_layout
 
 __all__ = ["CallResult", "Limits", "PolicyProcess", "POLICY_PACKAGES", "probe_isolation",
@@ -58,6 +58,8 @@ MAX_SOURCE_BYTES = 8 << 20
 TRACEBACK_CHARS = 64 << 10
 """Longest traceback kept from the worker (it cuts to this too; the host re-checks)."""
 MESSAGE_CHARS = 4000
+DRAIN_READS = 256
+"""Most output chunks take_output() reads at once (16 MiB): bounded even if a thread spams."""
 KILL_WAIT_S = 5.0
 """How long close() waits for the killed sandbox to be reaped before giving up loudly."""
 
@@ -228,8 +230,8 @@ class PolicyProcess:
         request = {"op": "start", "obs_space": obs_space, "action_space": action_space,
                    "env_meta": env_meta}
         result = self._call("start", dumps(request), t0 + self.limits.init_wall_s)
-        if result.ok:
-            self.report.update(result.value or {})
+        if result.ok and isinstance(result.value, dict):  # the worker's own claims (seccomp, rlimits)
+            self.report.update(result.value)
         else:
             self._kill(result)
         result.elapsed_s = time.monotonic() - t0
@@ -370,7 +372,8 @@ class PolicyProcess:
                 if fd == self._resp_r:
                     got = self._receive(reply, phase)
                     if got is not None:
-                        self._send_some(memoryview(b""), phase)  # stop watching the request pipe
+                        if self._writing:  # a reply before the whole request went out
+                            self._send_some(memoryview(b""), phase)
                         return got
                 elif fd == self._req_w:
                     pending = self._send_some(pending, phase)
@@ -443,9 +446,8 @@ class PolicyProcess:
         return self._kill(_failure("crashed", f"the policy process died during {phase} ({_describe(code)})"))
 
     def _kill(self, result: CallResult) -> CallResult:
-        if self._streams:
-            self._drain()
         self._release_keep_output()
+        self._drain()  # the writers are dead now, so this ends at EOF
         self._dead = result
         return result
 
@@ -459,14 +461,15 @@ class PolicyProcess:
 
     def _drain(self) -> None:
         for s in self._streams:
-            self._drain_fd(s.fd)
+            self._drain_fd(s.fd, DRAIN_READS)
 
-    def _drain_fd(self, fd: int) -> None:
+    def _drain_fd(self, fd: int, reads: int = 1) -> None:
+        """Read at most `reads` chunks: a policy printing without end cannot hold the host."""
         stream = self._streams[0] if fd == self._streams[0].fd else self._streams[1]
-        while True:
+        for _ in range(reads):
             try:
                 data = os.read(fd, READ_CHUNK)
-            except (BlockingIOError, OSError):
+            except OSError:  # BlockingIOError: nothing more for now
                 return
             if not data:
                 try:

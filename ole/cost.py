@@ -14,12 +14,14 @@ from pydantic import BaseModel, ConfigDict, Field
 from ole.errors import OleError
 
 RUN_WALL_S: dict[str, float] = {
-    "gym/acrobot": 14.0,
-    "gym/reacher5": 12.0,
-    "gymnasium/MiniGrid-FourRooms-v0": 14.0,
+    "gym/acrobot": 9.0,
+    "gym/continuouscar": 6.0,
+    "gym/pusher5": 6.0,
+    "gym/reacher5": 6.5,
+    "gymnasium/MiniGrid-FourRooms-v0": 9.0,
 }
-"""Wall seconds of one quick run (budget 8) of the built-in agent per env on one core, measured with
-`experiments/paired_scaling.py`; envs not listed use DEFAULT_RUN_WALL_S."""
+"""Wall seconds of one quick run (budget 16) of the built-in agent per env, host start and finalize
+included, measured one run at a time on the 2-core project machine; other envs use DEFAULT_RUN_WALL_S."""
 DEFAULT_RUN_WALL_S = 20.0
 """Wall seconds assumed for one run of an env without a measurement."""
 LLM_TOKENS_PER_RUN = 60_000
@@ -69,7 +71,7 @@ class CostEstimate(BaseModel):
             return "no cap" if v is None else f"cap {v:g}"
         return [f"runs      {self.runs}",
                 f"episodes  {self.episodes}  ({cap(caps.episodes)})",
-                f"wall time ~{self.wall_s / 60:.1f} min  ({cap(caps.wall_s)} s)",
+                f"wall time ~{self.wall_s / 60:.1f} min  ({cap(caps.wall_s)}{' s' if caps.wall_s else ''})",
                 f"tokens    {self.tokens}  ({cap(caps.tokens)})",
                 f"usd       {self.usd:.2f}  ({cap(caps.usd)})"]
 

@@ -36,7 +36,7 @@ FAIL_R = 1.0
 """Bounded failure-aware change: a failed challenger against a scoring champion gets
 r = −FAIL_R (all of the champion's value lost); the reverse gets +FAIL_R; both failed, 0."""
 
-CONTRACT_RESOURCES = ("episodes", "wall_s", "llm_calls", "tokens", "usd")
+CONTRACT_RESOURCES = ("episodes", "wall_time_s", "llm_calls", "tokens", "usd")
 """Keys of the task contract's resource budget β that a run's usage is checked against."""
 
 
@@ -58,7 +58,7 @@ class RunResult(_Record):
     status: str
     """Host run status (`completed`, `no_ok_submit`, `error`)."""
     verified: bool
-    """True when the outcome was read from a scored host run.json."""
+    """True when the host's run.json recorded the outcome (a scored run, or a host-recorded failure)."""
     episodes: int
     """Train episodes charged."""
     wall_s: float
@@ -115,16 +115,23 @@ def value_score(trace: Trace) -> tuple[float | None, Literal["normalized", "raw"
 
 
 def run_result(trace: Trace) -> RunResult:
-    """Reduce a trace to a RunResult, checking its usage against the contract's β."""
+    """Reduce a trace to a RunResult, checking its usage against the contract's β.
+
+    A run that failed (no ok submit, host-recorded error) is not archived as evidence,
+    but its failure is still verified by the host's run.json: it counts as a verified
+    pair side with q = None, so the failure-aware change applies instead of the
+    evidence-quality veto.
+    """
     q, source = value_score(trace)
     out = trace.outcome
-    usage = {"episodes": out.episodes_used, "wall_s": out.wall_time_s, "llm_calls": out.llm_calls,
+    usage = {"episodes": out.episodes_used, "wall_time_s": out.wall_time_s, "llm_calls": out.llm_calls,
              "tokens": out.tokens, "usd": out.usd}
     bounds = trace.contract.resource_budget
     breaches = tuple(f"{k}: {usage[k]:g} > {bounds[k]:g}" for k in CONTRACT_RESOURCES
                      if k in bounds and usage[k] > bounds[k])
+    host_recorded = trace.verified or (out.status != "completed" and trace.run_json_sha256.startswith("sha256:"))
     return RunResult(trace_id=trace.trace_id, bundle_hash=trace.bundle_hash, q=q, q_source=source,
-                     status=out.status, verified=trace.verified, episodes=out.episodes_used,
+                     status=out.status, verified=host_recorded, episodes=out.episodes_used,
                      wall_s=out.wall_time_s, llm_calls=out.llm_calls, tokens=out.tokens, usd=out.usd,
                      within_contract=not breaches, contract_breaches=breaches)
 
@@ -183,6 +190,19 @@ class EvalJob(BaseModel):
     """Archive the trace is appended to."""
     runs_root: str
     """Folder under which the host run directory is created."""
+    registry_root: str | None = None
+    """Registry the runner resolves `bundle_ref` in (None = the default root)."""
+    isolation: str = "bwrap"
+    """Sandbox isolation of the policy process (`bwrap`, or `none` where namespaces are unavailable)."""
+
+
+def run_job(job: EvalJob) -> Trace:
+    """The default evaluation: one real benchmark run through `ole.runner` (top-level, picklable)."""
+    from ole.runner import run_task
+    options = {"model": job.condition.model} if job.condition.host == "llm" and job.condition.model else {}
+    return run_task(job.task, job.bundle_ref, job.condition.host, job.condition, root=job.registry_root,
+                    runs_dir=job.runs_root, traces_dir=job.traces_root, agent_options=options,
+                    isolation=job.isolation)
 
 
 class ResultStore(Protocol):
@@ -224,16 +244,20 @@ class PairedEvaluation:
     """
 
     def __init__(self, executor, store: ResultStore, evaluate: Callable[[EvalJob], Trace], *,
-                 traces_root: str, runs_root: str,
+                 traces_root: str, runs_root: str, registry_root: str | None = None, isolation: str = "bwrap",
                  before_batch: Callable[[list[EvalJob]], None] = lambda jobs: None,
                  on_result: Callable[[EvalJob, RunResult], None] = lambda job, res: None) -> None:
         self.executor, self.store, self.evaluate = executor, store, evaluate
         self.traces_root, self.runs_root = traces_root, runs_root
+        self.registry_root, self.isolation = registry_root, isolation
         self.before_batch, self.on_result = before_batch, on_result
+        self.traces: dict[str, Trace] = {}
+        """Traces of the runs made by this instance, by trace id (failed runs are not archived)."""
 
     def _job(self, ref: str, bundle_yaml: str, bundle_hash: str, inst: Instance) -> EvalJob:
         return EvalJob(bundle_ref=ref, bundle_yaml=bundle_yaml, bundle_hash=bundle_hash, task=inst[0],
-                       condition=inst[1], traces_root=self.traces_root, runs_root=self.runs_root)
+                       condition=inst[1], traces_root=self.traces_root, runs_root=self.runs_root,
+                       registry_root=self.registry_root, isolation=self.isolation)
 
     def run(self, bundles: Sequence[tuple[str, object]], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:
         """Make sure every (bundle, instance) has a stored result; returns them by store key."""
@@ -254,6 +278,7 @@ class PairedEvaluation:
             self.before_batch(jobs)
             for i, trace in self.executor.run(self.evaluate, jobs):
                 res, family = run_result(trace), env_family(jobs[i].task.env)
+                self.traces[trace.trace_id] = trace
                 self.store.put(keys[i], instance_key(jobs[i].task, jobs[i].condition), family, res)
                 out[keys[i]] = (res, family)
                 self.on_result(jobs[i], res)

@@ -42,6 +42,8 @@ from ole.registry_state import State, derive_state
 
 REGISTRY_DIR = ".registry"
 DB_FILE = "registry.sqlite3"
+DB_SCHEMA_VERSION = 1
+"""SQLite `user_version` of the table layout below; another value is refused, never migrated silently."""
 BLOB_DIR = "blobs"
 QUARANTINE_DIR = "quarantine"
 ROOT_ENV = "OLE_ROOT"
@@ -184,6 +186,12 @@ class Registry:
                 for statement in _SCHEMA.split(";\n"):
                     if statement.strip():
                         self._db.execute(statement)
+                found = self._db.execute("PRAGMA user_version").fetchone()[0]
+                if found == 0:
+                    self._db.execute(f"PRAGMA user_version = {DB_SCHEMA_VERSION}")
+                elif found != DB_SCHEMA_VERSION:
+                    raise StorageError(f"registry schema version {found} at {self.home}, expected "
+                                       f"{DB_SCHEMA_VERSION}", hint="use the OLE version that wrote it")
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open registry at {self.home}: {exc}",
                                hint="check permissions and free space") from None
@@ -463,7 +471,8 @@ class Registry:
             if state.status_of(name, version) == "rejected" and not force:
                 raise Conflict(f"{format_ref(*key)} was rejected by the gate",
                                hint="release another version, or pass --force to override the gate")
-            if state.target(channel) == key or (state.target(channel) is None and state.champion(channel) == key):
+            pinned = state.target(channel) or state.active.get(channel)
+            if pinned == key or (pinned is None and channel == DEFAULT_CHANNEL and state.champion(channel) == key):
                 raise Conflict(f"{format_ref(*key)} is already the release of channel `{channel}`",
                                hint="see `ole champion show`")
             current = state.champion(channel)
@@ -510,7 +519,7 @@ class Registry:
         with self._write("activation"):
             state = self.state()
             current, target = state.champion(channel), state.target(channel)
-            if target is not None and target != current:
+            if target is not None and target != state.active.get(channel):  # an inherited champion may be pinned
                 cause = state.target_event(channel)
                 self._append("activation", target[0], target[1], {
                     "from": format_ref(*current) if current else None, "cause_seq": cause.seq,

@@ -357,10 +357,9 @@ class _Session:
 
     def _confirm(self) -> None:
         """Confirmation: re-run the kept programs on shared new episodes; no model calls."""
-        target = self.memory.next_to_confirm()
+        target, indices = self.memory.next_to_confirm(self._size(self.pol.action.episodes_per_submit))
         if target is None:
             target = Kept(BASELINE_POLICY, "baseline")
-        indices = self.memory.confirmation_indices(self._size(self.pol.action.episodes_per_submit))
         answer = self._submit(target.source, indices, "confirmation", "revert", "confirmation re-test",
                               target.mechanism, self._usage())
         if answer is not None and answer.status == "ok" and self.memory.incumbent is not None:

@@ -73,17 +73,13 @@ class ProgramMemory:
         head = self._matched[:n_matched]
         return head + self._fresh(k - len(head))
 
-    def confirmation_indices(self, k: int) -> list[int]:
-        """One shared set of new indices per confirmation round, so kept programs are compared matched."""
-        if not self._confirm_queue or not self._confirm_round or len(self._confirm_round) != k:
-            self._confirm_round = self._fresh(k)
-        return list(self._confirm_round)
-
-    def next_to_confirm(self) -> Kept | None:
+    def next_to_confirm(self, k: int) -> tuple[Kept | None, list[int]]:
+        """The next kept program to re-test and its indices: one shared set of new ids per round over the top-k."""
         if not self._confirm_queue:
             self._confirm_queue = self.ranked()
-            self._confirm_round = []
-        return self._confirm_queue.pop(0) if self._confirm_queue else None
+            self._confirm_round = self._fresh(k)
+        target = self._confirm_queue.pop(0) if self._confirm_queue else None
+        return target, list(self._confirm_round[:k])
 
     # ---- results -----------------------------------------------------------------------------
     @staticmethod

@@ -8,6 +8,7 @@ what lets a recorded run replay offline by request hash. Timing fields of
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -21,7 +22,8 @@ STREAM_CHARS = 600
 ERRORS_CHARS = 1500
 """errors.txt text shown for a failed submit."""
 TASK_CHARS = 12000
-"""The `/task` text is cut here (the contract part comes first in the system prompt)."""
+"""The `/task` text is cut here."""
+_PATH = re.compile(r'File "(?:[^"]*/)?([^/"]+)"')
 
 BASELINE_POLICY = '''"""Baseline policy: one fixed valid action derived from the action schema."""
 
@@ -187,7 +189,7 @@ def render_feedback(submit_dir: Path, obs: Observation) -> str:
     parts = [f"### submit {summary.get('submit_index', '?')}", _short_json(shown, 4000)]
     status = summary.get("status")
     if status not in (None, "ok") and (submit_dir / "errors.txt").is_file():
-        parts.append("errors.txt:\n" + (submit_dir / "errors.txt").read_text(errors="replace")[:ERRORS_CHARS])
+        parts.append("errors:\n" + _errors_text(submit_dir / "errors.txt"))
     for local in worst_episodes(summary, obs):
         parts.append(_episode_text(submit_dir, local, summary, obs))
     text = "\n".join(p for p in parts if p)
@@ -221,13 +223,30 @@ def _episode_text(submit_dir: Path, local: int, summary: dict[str, Any], obs: Ob
     if obs.trajectory_window > 0:
         parts.append(_trajectory_tail(ep / "trajectory.jsonl", obs.trajectory_window))
     if (ep / "error.txt").is_file():
-        parts.append("error: " + (ep / "error.txt").read_text(errors="replace")[:STREAM_CHARS])
+        parts.append("error: " + _errors_text(ep / "error.txt")[:STREAM_CHARS])
     if obs.read_stdout:
         for name in ("stdout.txt", "stderr.txt"):
             text = (ep / name).read_text(errors="replace")[-STREAM_CHARS:] if (ep / name).is_file() else ""
             if text.strip():
                 parts.append(f"{name}: {text.strip()}")
     return "\n".join(parts)
+
+
+def _errors_text(path: Path) -> str:
+    """Error lines without timestamps and with file paths cut to their base name (prompts must be replayable)."""
+    out = []
+    for line in path.read_text(errors="replace").splitlines():
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError:
+            out.append(_PATH.sub(r'File "\1"', line))
+            continue
+        if not isinstance(row, dict):
+            continue
+        out.append(str(row.get("message") or row.get("category") or "error"))
+        if row.get("traceback"):
+            out.append(_PATH.sub(r'File "\1"', str(row["traceback"])).rstrip())
+    return "\n".join(out)[:ERRORS_CHARS]
 
 
 def _trajectory_tail(path: Path, window: int) -> str:

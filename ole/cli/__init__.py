@@ -13,11 +13,11 @@ import re
 import sys
 import traceback
 
-from ole.cli import bundle, champion, lineage, registry
+from ole.cli import bundle, champion, lineage, registry, run, trace, evolve
 from ole.cli.common import add_global_options, emit
 from ole.errors import OleError
 
-NOUNS = [bundle, lineage, champion, registry]
+NOUNS = [bundle, lineage, champion, registry, run, trace, evolve]
 """Modules whose `register(subparsers)` adds their commands, in help order."""
 
 

@@ -36,7 +36,7 @@ class Suite(BaseModel):
     """Env slugs."""
     profile: str = "quick"
     """Host run profile."""
-    budget: int | None = Field(8, ge=1)
+    budget: int | None = Field(16, ge=1)
     """Episode budget per run (None = the profile's)."""
     host: Literal["builtin", "llm", "command"] = "builtin"
     """Host agent kind of every run."""
@@ -56,13 +56,13 @@ class EvolveConfig(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
     suite: Suite = Suite()
     """Envs, profile, budget and agent kind."""
-    search_pools: tuple[int, ...] = (101,)
+    search_pools: tuple[int, ...] = (101, 102)
     """Pool seeds of the search instances (the proposer sees their traces)."""
-    gate_pools: tuple[int, ...] = (201, 202)
+    gate_pools: tuple[int, ...] = (201, 202, 203)
     """Pool seeds of the gate instances (disjoint from the search pools)."""
     agent_seeds: tuple[int, ...] = (0,)
     """Agent seeds crossed with every pool seed."""
-    population: int = Field(3, ge=1, le=64)
+    population: int = Field(4, ge=1, le=64)
     """Candidates per offline generation."""
     generations: int = Field(2, ge=1, le=100)
     """Offline generations."""
@@ -204,7 +204,7 @@ def on_result_counter(meter: CostMeter, progress: Callable[[str], None]) -> Call
 
 
 def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: Callable[[EvalJob], Trace],
-                proposer: Proposer, gate: GateConfig, executor,
+                proposer: Proposer, gate: GateConfig, executor, isolation: str = "bwrap",
                 progress: Callable[[str], None] = print) -> Engine:
     """Assemble the engine over a workspace folder (resume store and host runs live there)."""
     from pathlib import Path
@@ -215,6 +215,7 @@ def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: 
     budget = cfg.suite.budget or profile(cfg.suite.profile).budget
     meter = CostMeter(cfg.caps, budget=budget, workers=cfg.workers)
     paired = PairedEvaluation(executor, store, evaluate, traces_root=str(traces_root), runs_root=str(workdir / "runs"),
+                              registry_root=str(registry.root), isolation=isolation,
                               before_batch=lambda jobs: meter.reserve([j.task.env for j in jobs]),
                               on_result=on_result_counter(meter, progress))
     return Engine(registry, store, TraceArchive(traces_root), paired, proposer, gate, meter,

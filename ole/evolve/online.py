@@ -197,5 +197,5 @@ def engine_worker(engine: Engine) -> Callable[[Assignment], Trace]:
     def work(a: Assignment) -> Trace:
         reg = engine.registry.get(a.bundle_ref)
         (res, _), = engine.paired.run([(reg.ref, reg.bundle)], [(a.task, a.condition)]).values()
-        return engine.archive.get(res.trace_id)
+        return engine.paired.traces.get(res.trace_id) or engine.archive.get(res.trace_id)
     return work

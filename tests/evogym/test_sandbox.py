@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from evogym import sandbox
+from evogym import cgroup, frames, sandbox
 from evogym.errors import ConfigError, EvogymError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import POLICY_PACKAGES, Limits, PolicyProcess, probe_isolation, validate_snapshot
 
@@ -243,6 +243,24 @@ def test_frames_larger_than_a_pipe_buffer_cross_both_ways(tmp_path):
 
 
 @pytest.mark.sandbox
+def test_endless_output_cannot_stall_the_host(tmp_path):
+    init = ("import os, threading\n        threading.Thread(target=lambda: [os.write(2, b'y' * 4096) "
+            "for _ in iter(int, 1)], daemon=True).start()")
+    act = "import sys\n        while True: sys.stdout.write('x' * 4096)"
+    limits = Limits(episode_wall_s=1.0, output_bytes=64)
+    with PolicyProcess(make_snapshot(tmp_path, {"policy.py": policy(init=init, act=act)}), isolation="bwrap",
+                       limits=limits) as proc:
+        assert proc.start({}, {}, {}).ok
+        t0 = time.monotonic()
+        out, err = proc.take_output()  # the spamming thread never lets the pipe run dry
+        assert err.startswith("y" * 64 + "\n[truncated ") and time.monotonic() - t0 < 2.0
+        result = proc.act(0)
+        assert result.category == "timeout" and time.monotonic() - t0 < 4.0, result
+        out, _ = proc.take_output()
+    assert out.startswith("x" * 64 + "\n[truncated ")
+
+
+@pytest.mark.sandbox
 def test_output_before_a_crash_is_kept(tmp_path):
     act = "import os; print('last words', flush=True); os._exit(3)"
     with PolicyProcess(make_snapshot(tmp_path, {"policy.py": policy(act=act)}), isolation="bwrap",
@@ -349,6 +367,10 @@ def test_sigkilled_parent_leaves_no_sandbox(tmp_path):
     while marked_pids(sandbox_id, str(code)) and time.monotonic() < deadline:
         time.sleep(0.05)
     assert not marked_pids(sandbox_id, str(code)), "sandbox processes outlived their SIGKILLed parent"
+    if probe_isolation()["cgroup_pids"] or probe_isolation()["cgroup_memory"]:
+        assert cgroup.find_groups(sandbox_id), "the dead parent's group should exist until swept"
+    cgroup.sweep_orphans()  # what the next PolicyProcess does before creating its own group
+    assert not cgroup.find_groups(sandbox_id)
 
 
 def test_isolation_none_runs_the_same_worker_unsandboxed(tmp_path):
@@ -367,6 +389,21 @@ def test_isolation_none_enforces_the_init_deadline(tmp_path):
         result = proc.start({}, {}, {})
     assert result.category == "timeout" and time.monotonic() - t0 < 5.0
     assert not marked_pids(proc.sandbox_id)
+
+
+@pytest.mark.parametrize("body", ["[NaN]", '{"ok": true, "value": Infinity}', "-Infinity"])
+def test_reply_decoder_rejects_non_finite_tokens(body):
+    with pytest.raises(ValueError, match="non-finite"):
+        frames.DECODER.decode(body)
+
+
+def test_reply_reader_bounds_and_splits_frames():
+    reader = frames.Reply(limit=8)
+    assert reader.feed(b"\x00\x00") is None and reader.feed(b"\x00\x02[") is None
+    assert reader.feed(b"]") == b"[]"
+    assert "limit is 8" in frames.Reply(limit=8).feed(b"\xff\xff\xff\xff")
+    assert frames.Reply(limit=8).feed(b"\x00\x00\x00\x00") == b""
+    assert "unrequested" in frames.Reply(limit=8).feed(b"\x00\x00\x00\x01]]")
 
 
 def test_worker_reply_encoding_is_compact_json():

@@ -142,6 +142,11 @@ def test_channels_inherit_default_until_their_own_release(root):
         assert reg.champion("box2d").ref == "coder@2"
         assert reg.champion().ref == "coder@1" and reg.champion("classic_control").ref == "coder@1"
         assert reg.get("coder@1").status == "active"
+        reg.release("coder@1", channel="classic_control", reason="pin before default moves")
+        assert reg.activate_pending("classic_control").ref == "coder@1"
+        reg.release("coder@2", reason="default moves on")
+        reg.activate_pending()
+        assert reg.champion("classic_control").ref == "coder@1" and reg.champion("minigrid").ref == "coder@2"
         with pytest.raises(ValidationError, match="bad channel"):
             reg.release("coder@2", channel="Bad Channel", reason="x")
         with pytest.raises(ValidationError, match="needs a reason"):
@@ -403,3 +408,90 @@ def test_concurrent_releases_on_one_channel_serialize(root):
                 assert event.ref == target
         assert reg.champion().ref == target
         assert reg.fsck().ok
+
+
+# ----- property-based: the registry against an in-memory model ---------------------------
+
+from hypothesis import settings  # noqa: E402
+from hypothesis import strategies as st  # noqa: E402
+from hypothesis.stateful import RuleBasedStateMachine, invariant, rule  # noqa: E402
+
+
+class RegistryMachine(RuleBasedStateMachine):
+    """register / evaluate / release / rollback / activate vs. a dict model of the default channel."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+        self.tmp = tempfile.TemporaryDirectory()
+        root = Path(self.tmp.name)
+        shutil.copy(PROJECT / "bundles" / "coder.yaml", root / "coder.yaml")
+        self.reg = Registry(root)
+        self.parents = {1: []}
+        self.steps = {1: 0.3}
+        self.active, self.target = 1, None
+
+    def teardown(self) -> None:
+        self.reg.close()
+        self.tmp.cleanup()
+
+    @rule(step=st.integers(1, 40), data=st.data())
+    def register(self, step, data):
+        parent = data.draw(st.sampled_from(sorted(self.parents)))
+        value = step / 10
+        entry = self.reg.register(child(value), parents=[parent])
+        if value in self.steps.values():
+            assert self.steps[entry.version] == value
+        else:
+            assert entry.version == max(self.parents) + 1
+            self.parents[entry.version], self.steps[entry.version] = [parent], value
+
+    @rule(data=st.data())
+    def release(self, data):
+        version = data.draw(st.sampled_from(sorted(self.parents)))
+        pinned = self.target or self.active
+        if version == pinned:
+            with pytest.raises(Conflict):
+                self.reg.release(f"coder@{version}", reason="model")
+        else:
+            self.reg.release(f"coder@{version}", reason="model")
+            self.target = version
+
+    @rule()
+    def rollback(self):
+        parents = self.parents[self.active]
+        if not parents or parents[0] == self.active:
+            with pytest.raises(Conflict):
+                self.reg.rollback(reason="model")
+        else:
+            assert self.reg.rollback(reason="model").version == parents[0]
+            self.target = parents[0]
+
+    @rule()
+    def activate(self):
+        if self.target is not None:
+            self.active = self.target
+        assert self.reg.activate_pending().version == self.active
+
+    @invariant()
+    def matches_the_model(self):
+        assert self.reg.champion().version == self.active
+        events = self.reg.events()
+        assert [e.seq for e in events] == sorted({e.seq for e in events})
+        versions = self.reg.versions("coder")
+        assert [v.version for v in versions] == sorted(self.parents)
+        assert all(v.bundle.provenance.parents == tuple(self.parents[v.version]) for v in versions)
+
+
+RegistryMachine.TestCase.settings = settings(max_examples=8, stateful_step_count=10, deadline=None)
+test_registry_state_machine = RegistryMachine.TestCase
+
+
+def test_a_database_from_another_schema_version_is_refused(root):
+    Registry(root).close()
+    db = sqlite3.connect(root / ".registry" / "registry.sqlite3")
+    db.execute("PRAGMA user_version = 99")
+    db.commit()
+    db.close()
+    with pytest.raises(StorageError, match="schema version 99"):
+        Registry(root)

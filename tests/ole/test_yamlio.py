@@ -97,13 +97,13 @@ _trees = st.recursive(_scalars, lambda inner: st.one_of(st.lists(inner, max_size
                                                         st.dictionaries(_keys, inner, max_size=4)), max_leaves=20)
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.dictionaries(_keys, _trees, min_size=1, max_size=5))
 def test_dump_then_load_is_the_identity(data):
     assert load_yaml(dump_yaml(data)) == data
 
 
-@settings(max_examples=150, deadline=None)
+@settings(max_examples=80, deadline=None)
 @given(st.text(max_size=200))
 def test_arbitrary_text_either_loads_or_raises_validation_error(text):
     try:

@@ -26,11 +26,25 @@ def topology_hash(source: str) -> str:
         tree = ast.parse(source)
     except SyntaxError:
         return "sha256:" + hashlib.sha256(source.encode()).hexdigest()
-    for node in ast.walk(tree):
-        if isinstance(node, ast.Constant) and isinstance(node.value, (int, float, complex)) \
-                and not isinstance(node.value, bool):
-            node.value = 0
+    tree = _Blank().visit(tree)
     return "sha256:" + hashlib.sha256(ast.dump(tree).encode()).hexdigest()
+
+
+class _Blank(ast.NodeTransformer):
+    """Numeric literals (with their sign) become 0."""
+
+    def visit_UnaryOp(self, node: ast.UnaryOp) -> ast.AST:
+        if isinstance(node.op, (ast.USub, ast.UAdd)) and _numeric(node.operand):
+            return ast.Constant(0)
+        return self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> ast.AST:
+        return ast.Constant(0) if _numeric(node) else node
+
+
+def _numeric(node: ast.AST) -> bool:
+    return isinstance(node, ast.Constant) and isinstance(node.value, (int, float, complex)) \
+        and not isinstance(node.value, bool)
 
 
 def sample_obs(schema: dict):

@@ -76,9 +76,9 @@ class Policy:
         w = np.asarray(P["w"])[: len(self.vel)]
         s = float(w @ v[: w.size])
         if self.trig:
-            sines = x[self.trig[len(self.trig) // 2:]]
-            c = np.asarray(P["c"])[: sines.size]
-            s += float(c @ sines[: c.size])
+            angles = x[self.trig]
+            c = np.asarray(P["c"])[: angles.size]
+            s += float(c @ angles[: c.size])
         u = math.tanh(P["gain"][0] * (s + P["bias"][0])) * P["amp"][0]
         if self.codec.kind == "Discrete":
             if abs(u) <= P["dead"][0]:
@@ -178,20 +178,41 @@ def affine(obs_space: dict, action_space: dict) -> Mechanism | None:
     ), "vector observations: affine feedback from zero (hold still) as the baseline")
 
 
-def energy_pump(obs_space: dict, action_space: dict) -> Mechanism | None:
+def _velocity_count(obs_space: dict, n_obs: int) -> int:
+    """How many features the energy program treats as velocities (mirrors `Policy.layout`)."""
+    low, high = obs_space.get("low"), obs_space.get("high")
+    if not isinstance(low, list) or not isinstance(high, list) or len(low) != n_obs:
+        return max(1, n_obs - n_obs // 2)
+    unit = [i for i in range(n_obs) if low[i] == -1.0 and high[i] == 1.0]
+    rest = n_obs - len(unit) // 2 * 2
+    return rest if unit else max(1, rest - rest // 2)
+
+
+def energy_pump(obs_space: dict, action_space: dict) -> list[Mechanism] | None:
+    """Energy pumping on all velocity features, plus one variant per single velocity feature.
+
+    Which joint's velocity to pump on is structure, not a constant: each variant is a
+    separate synthesis candidate, so a budget too small to tune still finds it.
+    """
     n_obs = obs_vector_size(obs_space)
     if obs_space.get("type") != "Box" or n_obs is None or n_obs > 32:
         return None
     if action_space.get("type") == "Box" and action_size(action_space) > 2:
         return None
-    return Mechanism("energy_pump", ENERGY, (
-        Param("w", (1.0,) * n_obs, 0.5, -10, 10, "energy"),
-        Param("c", (0.0,) * n_obs, 0.5, -10, 10, "energy"),
-        Param("gain", (20.0,), 5.0, 0.1, 200, "output"),
-        Param("bias", (0.0,), 0.2, -5, 5, "energy"),
-        Param("amp", (1.0,), 0.2, 0.05, 1.0, "output"),
-        Param("dead", (0.0,), 0.1, 0.0, 0.95, "output"),
-    ), "low-dimensional state: pump energy along the velocity features")
+    n_vel = _velocity_count(obs_space, n_obs)
+    focus = [(1.0,) * n_vel] + ([tuple(float(i == j) for i in range(n_vel)) for j in range(n_vel)] if n_vel > 1 else [])
+    out = []
+    for j, w in enumerate(focus):
+        name = "energy_pump" if j == 0 else f"energy_pump_v{j - 1}"
+        out.append(Mechanism(name, ENERGY, (
+            Param("w", w, 0.5, -10, 10, "energy"),
+            Param("c", (0.0,) * n_obs, 0.01, -10, 10, "energy"),
+            Param("gain", (20.0,), 5.0, 0.1, 200, "output"),
+            Param("bias", (0.0,), 0.01, -5, 5, "energy"),
+            Param("amp", (1.0,), 0.2, 0.05, 1.0, "output"),
+            Param("dead", (0.0,), 0.1, 0.0, 0.95, "output"),
+        ), "low-dimensional state: pump energy along " + ("all velocity features" if j == 0 else f"velocity feature {j - 1}")))
+    return out
 
 
 def oscillator(obs_space: dict, action_space: dict) -> Mechanism | None:

@@ -23,6 +23,8 @@ STALL_TOLERANCE = 1e-6
 """Max per-step observation change that counts as a stall."""
 WARNING_WORDS = ("Warning", "Traceback", "nan", "overflow")
 """Policy output that marks a program as numerically unhealthy."""
+MIN_DIAGNOSIS_STEPS = 10
+"""Fewer inspected steps than this give no saturation/stall diagnosis (too little evidence)."""
 OUTPUT_LINES = 200
 """Last lines of an episode's stdout/stderr that are read."""
 
@@ -114,4 +116,7 @@ def read_submit(lp: LoopPolicy, submit_dir: Path, answer_summary: dict) -> Diges
                 texts.append(out)
                 unhealthy = unhealthy or any(w in out for w in WARNING_WORDS)
     digest = hashlib.sha256("\n".join(texts).encode()).hexdigest()
+    steps = sum(1 for t in texts[1:] if t.startswith("{"))
+    if steps < MIN_DIAGNOSIS_STEPS:
+        sat, stalled = [], False
     return Digest(summary, float(np.mean(sat)) if sat else 0.0, stalled, unhealthy, "sha256:" + digest)

@@ -12,7 +12,7 @@ from collections.abc import Callable, Sequence
 from ole.agents.builtin import control, goal, grid, vision
 from ole.agents.builtin.mechanism import Mechanism
 
-Builder = Callable[[dict, dict], Mechanism | None]
+Builder = Callable[[dict, dict], Mechanism | list[Mechanism] | None]
 
 MOMENTUM_WORDS = ("momentum", "swing", "hill", "pendulum", "angle", "underpowered")
 """Brief words that put energy pumping first."""
@@ -46,7 +46,10 @@ def candidates(obs_space: dict, action_space: dict, brief: str, *,
     `extra` mechanisms (supplied by the caller, e.g. an experiment's own template)
     are tried before the library's.
     """
-    built = [m for m in (b(obs_space, action_space) for b in _order(obs_space, action_space, brief)) if m]
+    built: list[Mechanism] = []
+    for builder in _order(obs_space, action_space, brief):
+        found = builder(obs_space, action_space)
+        built.extend(found if isinstance(found, list) else [found] if found else [])
     rank = {name: i for i, name in enumerate(preferred)}
     built.sort(key=lambda m: rank.get(m.name, len(rank)))
     return [*extra, *built]

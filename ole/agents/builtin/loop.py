@@ -82,6 +82,7 @@ class Worker:
         self.failures = 0
         self.t0 = time.monotonic()
         self.inline = self.lp.action.edit_granularity == "file"
+        self.unhealthy = False
 
     # -- acting ---------------------------------------------------------------------------
     def size(self) -> int:
@@ -116,8 +117,7 @@ class Worker:
             folder = self.ctx.workspace / "feedback" / f"submit_{answer.submit_id:03d}"
             digest = read_submit(self.lp, folder, answer.summary)
         value = plan.score(self.lp, digest.summary if digest else answer.summary) if answer.status == "ok" else None
-        if digest is not None and digest.unhealthy_output and value is not None:
-            value -= abs(value) * 0.01 + 1e-9  # warnings in the output: prefer an equal, quiet program
+        self.unhealthy = digest is not None and digest.unhealthy_output
         self.record(phase, prog, answer, digest, value, start, note, indices)
         self.last_submitted = prog
         return value, digest
@@ -158,6 +158,8 @@ class Worker:
         """Verification: does the candidate replace the incumbent? Retests when configured."""
         if value is None:
             return False
+        if self.unhealthy:
+            return False  # warnings or tracebacks in its output: fragile on unseen cases, never the incumbent
         self.remember(Scored(value, prog, mech))
         if not plan.beats(self.lp, value, self.incumbent.score if self.incumbent else None):
             return False
@@ -304,15 +306,18 @@ class Worker:
             self.search.recenter(np.asarray(self.incumbent.program.x), self.search.sigma * WIDEN)
         return 0
 
-    def confirmation(self) -> None:
-        """Re-test the kept programs on fresh indices, best last, then spend what is left on the best."""
-        if not self.top:
-            return
+    def confirmation_round(self) -> None:
+        """Re-test the kept programs (all but the best) on fresh indices, within the confirmation share."""
         for s in sorted(self.top)[:-1]:
             if self.spent["confirmation"] + self.size() > self.budget.confirmation:
-                break
+                return
             self.submit(s.program, self.indices.retest(self.size()), "confirmation", "re-test a kept program")
-        best = self.incumbent or max(self.top)
+
+    def final(self) -> None:
+        """Spend what is left on the best program, so the last submit is the best one."""
+        best = self.incumbent or (max(self.top) if self.top else None)
+        if best is None:
+            return
         while self.remaining - self.budget.reserve >= self.lo:
             if self.lp.stopping.mode == "finish_early" and self.last_submitted is best.program:
                 break
@@ -327,9 +332,18 @@ class Worker:
             if "synthesis" not in phases:
                 self.mechanisms = self.mechanisms[:1]  # start from the library's first guess
             self.synthesis()
-            if "tuning" in phases:
+            allot = self.budget.synthesis + self.budget.tuning
+            while "tuning" in phases:
+                before = self.spent["tuning"]
                 self.tuning()
-            self.confirmation()
+                if "confirmation" in phases:
+                    self.confirmation_round()
+                used = self.spent["synthesis"] + self.spent["tuning"]
+                if used + self.size() > allot or self.spent["tuning"] == before:
+                    break
+            if "confirmation" in phases and not self.spent["confirmation"]:
+                self.confirmation_round()
+            self.final()
         except Stop as stop:
             reason = stop.reason
         self.finish_best(reason)

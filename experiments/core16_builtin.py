@@ -1,0 +1,149 @@
+"""Core16 with the built-in agent and the seed bundle: held-out mean per env vs the paper.
+
+One run per env (agent seed fixed) through `ole.runner.run_task`, i.e. a real
+`evogym serve` host per env. Results are appended to a JSON file as each env finishes
+(so an interrupted sweep keeps what it measured) and rendered to Markdown next to the
+paper's five rows, with a rank-normalized score and best-so-far curves.
+
+    nice -n 10 python experiments/core16_builtin.py --profile bench --out experiments/results/core16_builtin
+
+Run names (trace ids) encode env, bundle, seed and time. CarRacing episodes cost ~15 s
+each under the sandbox; `--budget-override gym/racing=32` runs it at a reduced budget
+(reported as such), `--skip gym/racing` leaves it out.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import time
+from pathlib import Path
+
+from evogym.anchors import AGENTS, PAPER_ROWS, RANDOM
+from evogym.envs import CORE16
+from ole.runner import run_task
+from ole.trace import RunCondition, TaskSpec
+
+ROWS = (*AGENTS, RANDOM)
+
+
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--profile", default="bench", help="host profile (paper | bench | quick)")
+    p.add_argument("--bundle", default="coder@1", help="bundle ref")
+    p.add_argument("--seed", type=int, default=0, help="agent seed")
+    p.add_argument("--envs", nargs="*", default=list(CORE16), help="env slugs (default: all of Core16)")
+    p.add_argument("--skip", nargs="*", default=[], help="env slugs to leave out")
+    p.add_argument("--budget", type=int, help="episode budget for every env (default: the profile's)")
+    p.add_argument("--budget-override", nargs="*", default=[], metavar="ENV=N", help="per-env budget")
+    p.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"))
+    p.add_argument("--host-jobs", type=int, default=1, help="host worker processes for hidden evaluation")
+    p.add_argument("--runs-dir", default="runs/core16_builtin", help="host runs")
+    p.add_argument("--traces-dir", default="traces", help="trace archive")
+    p.add_argument("--lessons", default=None, help="lessons file (default: none, so envs stay independent)")
+    p.add_argument("--out", default="experiments/results/core16_builtin", help="output stem (.json, .md, .png)")
+    p.add_argument("--render-only", action="store_true", help="only re-render the Markdown/PNG from the JSON")
+    return p.parse_args(argv)
+
+
+def curve(trace) -> list[list[float]]:
+    """Best-so-far train mean return against episodes used, one point per ok submit."""
+    used, best, out = 0, None, []
+    for it in trace.history:
+        used += it.episodes_charged
+        if it.mean_return is not None:
+            best = it.mean_return if best is None else max(best, it.mean_return)
+            out.append([used, best])
+    return out
+
+
+def run_env(args: argparse.Namespace, env: str, budget: int | None) -> dict:
+    t0 = time.monotonic()
+    task = TaskSpec(env=env, profile=args.profile, budget=budget)
+    trace = run_task(task, args.bundle, "builtin", RunCondition(host="builtin", seed=args.seed),
+                     runs_dir=args.runs_dir, traces_dir=args.traces_dir, lessons_path=args.lessons,
+                     isolation=args.isolation, serve_args=("--jobs", str(args.host_jobs)), progress=lambda line: print(f"  {line}", flush=True))
+    o = trace.outcome
+    mechs = [it.mechanism for it in trace.history if it.submit_id is not None]
+    return {"env": env, "trace_id": trace.trace_id, "status": o.status, "final_score": o.final_score,
+            "normalized_score": o.normalized_score, "best_val_score": o.best_val_score,
+            "episodes_used": o.episodes_used, "n_submits": o.n_submits, "budget": budget,
+            "profile": args.profile, "mechanisms": sorted(set(m for m in mechs if m)),
+            "curve": curve(trace), "wall_s": round(time.monotonic() - t0, 1)}
+
+
+def rank_normalized(env: str, score: float) -> float:
+    """(number of the paper's five rows strictly below ours + half the ties) / 5."""
+    row = PAPER_ROWS[env]
+    below = sum(v < score for v in row.values()) + 0.5 * sum(v == score for v in row.values())
+    return below / len(row)
+
+
+def render(results: dict[str, dict], args: argparse.Namespace) -> str:
+    head = ["env", "ours", *ROWS, "rank-norm", "episodes", "mechanism(s)"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    beats = {name: 0 for name in ROWS}
+    ranks = []
+    for env, r in results.items():
+        score = r["final_score"]
+        row = PAPER_ROWS[env]
+        if score is not None:
+            ranks.append(rank_normalized(env, score))
+            for name in ROWS:
+                beats[name] += score > row[name]
+        cells = [env, "-" if score is None else f"{score:.4g}", *(f"{row[n]:.4g}" for n in ROWS),
+                 "-" if score is None else f"{rank_normalized(env, score):.2f}",
+                 f"{r['episodes_used']}" + ("" if r["budget"] is None else f" (budget {r['budget']})"),
+                 ", ".join(r["mechanisms"])]
+        lines.append("| " + " | ".join(cells) + " |")
+    n = len([r for r in results.values() if r["final_score"] is not None])
+    summary = [f"Envs measured: {n}/16. Mean rank-normalized score: "
+               f"{(sum(ranks) / len(ranks)) if ranks else float('nan'):.3f} (1.0 = above all five rows).",
+               "Beats (strictly higher held-out mean): " + ", ".join(f"{k} {v}/{n}" for k, v in beats.items()) + "."]
+    return "\n".join(lines) + "\n\n" + "\n".join(summary) + "\n"
+
+
+def plot(results: dict[str, dict], path: Path) -> None:
+    import matplotlib
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+    envs = list(results)
+    cols = 4
+    rows = max(1, (len(envs) + cols - 1) // cols)
+    fig, axes = plt.subplots(rows, cols, figsize=(4 * cols, 2.6 * rows), squeeze=False)
+    for ax, env in zip(axes.flat, envs):
+        pts = results[env]["curve"]
+        if pts:
+            ax.step([p[0] for p in pts], [p[1] for p in pts], where="post")
+        ax.set_title(env.split("/")[-1], fontsize=9)
+        ax.tick_params(labelsize=7)
+    for ax in list(axes.flat)[len(envs):]:
+        ax.axis("off")
+    fig.supxlabel("episodes used")
+    fig.supylabel("best-so-far train mean return")
+    fig.tight_layout()
+    fig.savefig(path, dpi=90)
+
+
+def main(argv: list[str] | None = None) -> None:
+    args = parse_args(argv)
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    store = out.with_suffix(".json")
+    results = json.loads(store.read_text()) if store.is_file() else {}
+    overrides = dict(item.split("=", 1) for item in args.budget_override)
+    if not args.render_only:
+        for env in args.envs:
+            if env in args.skip or env in results:
+                continue
+            print(f"== {env}", flush=True)
+            budget = int(overrides[env]) if env in overrides else args.budget
+            results[env] = run_env(args, env, budget)
+            store.write_text(json.dumps(results, indent=2) + "\n")
+            print(f"   {env}: {results[env]['final_score']} ({results[env]['wall_s']} s)", flush=True)
+    ordered = {env: results[env] for env in CORE16 if env in results}
+    out.with_suffix(".md").write_text(render(ordered, args))
+    plot(ordered, out.with_suffix(".png"))
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,191 @@
+"""`ole evolve --mode offline|online`: evolve the champion's loop policy.
+
+With no other arguments, offline mode runs the embedded default: the built-in agent and
+the built-in proposer on three cheap envs from three families (quick profile, 8
+episodes per run), about ten minutes on 2 cores. The cost estimate is printed before
+anything runs. Re-running the same command resumes: stored evaluations are not spent
+again. Progress goes to stderr; the summary (or --json) to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+from pathlib import Path
+
+from ole.cli.common import Output, leaf, open_registry
+from ole.cost import CostCaps, estimate
+from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
+from ole.registry import DEFAULT_CHANNEL
+
+
+SUITE = Suite()
+CFG = EvolveConfig()
+
+
+def _csv(values) -> str:
+    return ",".join(str(v) for v in values)
+
+
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
+def register(subparsers) -> None:
+    """Add `ole evolve`."""
+    p = leaf(subparsers, "evolve", evolve, "evolve the champion offline (archive search) or online (task stream)",
+             description=__doc__)
+    p.add_argument("--mode", choices=("offline", "online"), required=True, help="evolution mode")
+    g = p.add_argument_group("tasks")
+    g.add_argument("--envs", default=None, help=f"comma-separated env slugs (default: {','.join(DEFAULT_SUITE)})")
+    g.add_argument("--profile", default=None, help=f"host run profile (default: {SUITE.profile})")
+    g.add_argument("--budget", type=int, default=None, help=f"episode budget per run (default: {SUITE.budget})")
+    g.add_argument("--search-pools", type=_ints, default=None, help=f"pool seeds the proposer sees (default: {_csv(CFG.search_pools)})")
+    g.add_argument("--gate-pools", type=_ints, default=None, help=f"pool seeds of the gate (default: {_csv(CFG.gate_pools)})")
+    g.add_argument("--agent-seeds", type=_ints, default=None, help=f"agent seeds (default: {_csv(CFG.agent_seeds)})")
+    g.add_argument("--host", choices=("builtin", "llm"), default=None, help="host agent (default: builtin)")
+    g.add_argument("--model", default=None, help="model string of the LLM agent")
+    s = p.add_argument_group("search")
+    s.add_argument("--population", type=int, default=None, help=f"candidates per generation (default: {CFG.population})")
+    s.add_argument("--generations", type=int, default=None, help=f"offline generations (default: {CFG.generations})")
+    s.add_argument("--seed", type=int, default=None, help=f"proposer seed (default: {CFG.seed})")
+    s.add_argument("--proposer", default="builtin",
+                   help="builtin, or an LLM model string (`scripted:FILE`, `replay:FILE` or a litellm model)")
+    s.add_argument("--gate-config", default=None, help="gate YAML (default: ole/gate.yaml)")
+    s.add_argument("--channel", default=None, help=f"release channel (default: {DEFAULT_CHANNEL})")
+    o = p.add_argument_group("online")
+    o.add_argument("--tasks", type=int, default=6, help="stream length (default: %(default)s)")
+    o.add_argument("--every-k", type=int, default=3, help="a challenger every k tasks (default: %(default)s)")
+    o.add_argument("--monitor", type=int, default=2, help="tasks monitored after an activation (default: %(default)s)")
+    o.add_argument("--rollback-tau", type=float, default=0.1, help="roll back below mean r -tau (default: %(default)s)")
+    r = p.add_argument_group("resources")
+    r.add_argument("--executor", choices=("local", "ray"), default="local", help="where runs execute")
+    r.add_argument("--address", default=None, help="Ray cluster address (--executor ray)")
+    r.add_argument("--workers", type=int, default=None, help=f"parallel runs (default: {CFG.workers})")
+    r.add_argument("--workdir", default=None, help="resume store and host runs (default: runs/evolve-MODE)")
+    r.add_argument("--traces", default="traces", help="trace archive (default: %(default)s)")
+    r.add_argument("--max-episodes", type=int, default=None, help="cap on charged episodes")
+    r.add_argument("--max-wall-s", type=float, default=None, help="cap on wall seconds")
+    r.add_argument("--max-tokens", type=int, default=None, help="cap on LLM tokens")
+    r.add_argument("--max-usd", type=float, default=None, help="cap on LLM dollars")
+    r.add_argument("--estimate-only", action="store_true", help="print the cost estimate and stop")
+
+
+def config_from(args: argparse.Namespace) -> EvolveConfig:
+    """The EvolveConfig from the flags; a flag left out keeps the config's default."""
+    def given(**kw) -> dict:
+        return {k: v for k, v in kw.items() if v is not None}
+    envs = tuple(e for e in args.envs.split(",") if e) if args.envs else None
+    suite = Suite(**given(envs=envs, profile=args.profile, budget=args.budget, host=args.host, model=args.model))
+    caps = CostCaps(episodes=args.max_episodes, wall_s=args.max_wall_s, tokens=args.max_tokens, usd=args.max_usd)
+    return EvolveConfig(suite=suite, caps=caps, **given(
+        search_pools=args.search_pools, gate_pools=args.gate_pools, agent_seeds=args.agent_seeds,
+        population=args.population, generations=args.generations, seed=args.seed, channel=args.channel,
+        workers=args.workers))
+
+
+def planned_envs(cfg: EvolveConfig, mode: str, tasks: int, every_k: int, monitor: int) -> list[str]:
+    """One env slug per planned run (upper bound: no cache hits assumed beyond the champion's)."""
+    search = [t.env for t, _ in cfg.suite.instances(cfg.search_pools, cfg.agent_seeds)]
+    gate = [t.env for t, _ in cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)]
+    if mode == "offline":
+        return search * (1 + cfg.population * cfg.generations) + gate * 2
+    stream = [cfg.suite.envs[i % len(cfg.suite.envs)] for i in range(tasks)]
+    return stream + gate * (1 + tasks // every_k) + stream[:monitor]
+
+
+def _proposer(spec: str, workdir: Path):
+    from ole.proposers.builtin import BuiltinProposer
+    if spec == "builtin":
+        return BuiltinProposer()
+    from ole.llm import LLMClient
+    from ole.proposers.llm import LLMProposer
+    return LLMProposer(LLMClient.from_model_string(spec, log_path=workdir / "proposer-calls.jsonl"))
+
+
+def _progress(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def evolve(args: argparse.Namespace) -> Output:
+    """Run offline or online evolution and summarize what was released and why."""
+    from ole.executors import make_executor
+    from ole.gate import load_config
+    from ole.paired import run_job
+    cfg = config_from(args)
+    workdir = Path(args.workdir or f"runs/evolve-{args.mode}")
+    runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, args.monitor)
+    est = estimate(runs, budget=cfg.suite.budget or 32, workers=cfg.workers, llm_agent=cfg.suite.host == "llm",
+                   proposals=cfg.population * cfg.generations, llm_proposer=args.proposer != "builtin")
+    _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (upper bound):")
+    for line in est.lines(cfg.caps):
+        _progress("  " + line)
+    if args.estimate_only:
+        return Output({"estimate": est.model_dump()}, "")
+    gate = load_config(args.gate_config)
+    with open_registry(args) as registry, make_executor(args.executor, workers=cfg.workers,
+                                                        address=args.address) as executor:
+        engine = open_engine(registry=registry, workdir=workdir, traces_root=Path(args.traces), cfg=cfg,
+                             evaluate=run_job, proposer=_proposer(args.proposer, workdir), gate=gate,
+                             executor=executor, progress=_progress)
+        if args.mode == "offline":
+            return _offline(engine, cfg, registry, est)
+        return _online(engine, cfg, registry, args, est)
+
+
+def _offline(engine, cfg, registry, est) -> Output:
+    from ole.evolve.offline import OfflineEvolution
+    champ = registry.champion(cfg.channel)
+    report = OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()
+    if report.decision is not None and report.decision.verdict == "release":
+        registry.activate_pending(cfg.channel)  # no task is in flight offline: this is a task boundary
+    d = report.decision
+    data = {"mode": "offline", "champion": report.champion, "candidates": [c.ref for c in report.candidates],
+            "retained": report.retained, "final": report.final, "verdict": d.verdict if d else None,
+            "reasons": list(d.reasons) if d else [], "stopped": report.stopped,
+            "rejected_proposals": len(engine.rejections), "spent": engine.meter.summary(),
+            "estimate": est.model_dump()}
+    return Output(data, _summary(data, d, cfg.channel))
+
+
+def _online(engine, cfg, registry, args, est) -> Output:
+    from ole.evolve.online import OnlineConfig, OnlineEvolution, engine_worker, run_stream
+    online = OnlineConfig(tasks=args.tasks, every_k=args.every_k, monitor=args.monitor,
+                          rollback_tau=args.rollback_tau)
+    evo = OnlineEvolution(engine, cfg, online)
+    events = run_stream(evo, engine_worker(engine))
+    data = {"mode": "online", "tasks": len(events.worked), "releases": events.releases,
+            "rollbacks": [{"task": i, "bundle": ref, "mean_r": r} for i, ref, r in events.rollbacks],
+            "decisions": [{"challenger": d.challenger, "verdict": d.verdict, "mean_r": d.stats.mean_r}
+                          for d in events.decisions],
+            "active": registry.champion(cfg.channel).ref, "spent": engine.meter.summary(), "estimate": est.model_dump()}
+    lines = [f"online: {data['tasks']} tasks worked; active now {data['active']}"]
+    lines += [f"  gate: {d['challenger']} -> {d['verdict']} (mean r {d['mean_r']:+.3f})" for d in data["decisions"]]
+    lines += [f"  rollback after task {r['task']}: {r['bundle']} (monitored mean r {r['mean_r']:+.3f})"
+              for r in data["rollbacks"]]
+    lines += _hints(cfg.channel)
+    return Output(data, "\n".join(lines))
+
+
+def _summary(data: dict, d, channel: str) -> str:
+    lines = [f"offline: champion {data['champion']}; {len(data['candidates'])} candidates registered "
+             f"({data['rejected_proposals']} proposals rejected); retained {', '.join(data['retained']) or 'none'}"]
+    if data["stopped"]:
+        lines.append(f"stopped early: {data['stopped']}")
+    if d is not None:
+        s = d.stats
+        lines.append(f"gate on {s.n_pairs} unseen pairs: {data['final']} -> {d.verdict.upper()} "
+                     f"(mean r {s.mean_r:+.3f}, 90% CI [{s.ci_low:+.3f}, {s.ci_high:+.3f}], win rate {s.win_rate:.2f}, "
+                     f"p={s.p_value:.3f}, worst r {s.worst_r:+.3f})")
+        lines += [f"  {c.name:<8} {'ok' if c.passed else 'FAILED: ' + '; '.join(c.reasons)}" for c in d.criteria]
+        if d.verdict == "release":
+            lines.append(f"released and activated {data['final']} on channel `{channel}`")
+        else:
+            lines.append(f"not released: the champion {data['champion']} stays")
+    sp = data["spent"]
+    lines.append(f"spent: {sp['episodes']} episodes, {sp['wall_s'] / 60:.1f} min")
+    return "\n".join(lines + _hints(channel))
+
+
+def _hints(channel: str) -> list[str]:
+    return ["inspect: `ole lineage show`, `ole champion history`, `ole bundle show NAME@VERSION`",
+            f"roll back: `ole rollback --channel {channel} --reason \"...\"` (active from the next task)"]

@@ -1,0 +1,89 @@
+"""`ole run`: work one task (or a suite) with a host agent under a bundle.
+
+    ole run --env gym/acrobot --agent builtin --profile quick
+    ole run --suite core16 --bundle coder@1 --profile bench --seed 0
+
+Progress goes to stderr; the result lines (trace id, scores) to stdout.
+"""
+from __future__ import annotations
+
+import argparse
+import sys
+
+from ole.cli.common import Output, leaf, table
+from ole.errors import ValidationError
+from ole.registry import DEFAULT_CHANNEL
+from ole.trace import RunCondition, TaskSpec
+
+DEFAULT_LESSONS = ".ole/lessons.jsonl"
+"""Cross-task lessons file used by the built-in agent (relative to the working directory)."""
+
+
+def register(subparsers) -> None:
+    """Add `ole run`."""
+    p = leaf(subparsers, "run", run, "work a task (or a suite) with a host agent; prints the trace id")
+    where = p.add_mutually_exclusive_group(required=True)
+    where.add_argument("--env", action="append", metavar="ENV", help="env slug (repeat for several)")
+    where.add_argument("--suite", choices=("core16",), help="run every env of a suite")
+    p.add_argument("--bundle", metavar="NAME[@VERSION]", help="bundle (default: the channel's champion)")
+    p.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel whose champion is used without --bundle")
+    p.add_argument("--agent", default="builtin", choices=("builtin", "llm", "command"), help="host agent")
+    p.add_argument("--model", help="model string (llm agent)")
+    p.add_argument("--agent-command", metavar="CMD", help="shell command (command agent)")
+    p.add_argument("--seed", type=int, default=0, help="agent seed (default 0)")
+    p.add_argument("--profile", default="quick", help="host profile: paper | bench | quick (default quick)")
+    p.add_argument("--budget", type=int, help="episode budget override")
+    p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")
+    p.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"), help="policy sandbox of the host")
+    p.add_argument("--runs-dir", default="runs", help="where host runs and agent logs go (default runs/)")
+    p.add_argument("--traces-dir", default="traces", help="trace archive (default traces/)")
+    p.add_argument("--lessons", default=DEFAULT_LESSONS, help="cross-task lessons file (default %(default)s)")
+    p.add_argument("--quiet", action="store_true", help="no progress lines")
+
+
+def _envs(args: argparse.Namespace) -> list[str]:
+    if args.suite:
+        from evogym.envs import CORE16
+        return list(CORE16)
+    return list(args.env)
+
+
+def _options(args: argparse.Namespace) -> dict:
+    if args.agent == "llm":
+        if not args.model:
+            raise ValidationError("--agent llm needs --model", hint="e.g. --model openai/gpt-4o-mini")
+        return {"model": args.model}
+    if args.agent == "command":
+        if not args.agent_command:
+            raise ValidationError("--agent command needs --agent-command", hint="e.g. --agent-command './my_agent.sh'")
+        return {"command": args.agent_command}
+    return {}
+
+
+def run(args: argparse.Namespace) -> Output:
+    """Run the task(s); each verified run's trace enters the archive."""
+    from ole.runner import run_task
+    options = _options(args)
+    condition = RunCondition(host=args.agent, seed=args.seed, model=args.model)
+    say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
+    rows, data = [["env", "status", "final", "normalized", "trace"]], []
+    envs = _envs(args)
+    for n, env in enumerate(envs, 1):
+        say(f"== {env} ({n}/{len(envs)})")
+        task = TaskSpec(env=env, profile=args.profile, budget=args.budget, pool_seed=args.pool_seed)
+        trace = run_task(task, args.bundle, args.agent, condition, root=getattr(args, "root", None),
+                         runs_dir=args.runs_dir, traces_dir=args.traces_dir, agent_options=options,
+                         channel=args.channel, lessons_path=args.lessons, isolation=args.isolation, progress=say)
+        o = trace.outcome
+        data.append({"env": env, "trace_id": trace.trace_id, "archived": trace.verified, "status": o.status,
+                     "final_score": o.final_score, "normalized_score": o.normalized_score,
+                     "episodes_used": o.episodes_used, "n_submits": o.n_submits, "run_dir": trace.run_dir})
+        rows.append([env, o.status, _num(o.final_score), _num(o.normalized_score),
+                     trace.trace_id if trace.verified else "(not scored: no trace)"])
+    hint = "\nnext: `ole trace show TRACE_ID`" if any(d["archived"] for d in data) else ""
+    failed = any(not d["archived"] for d in data)
+    return Output(data if len(data) > 1 else data[0], table(rows) + hint, exit_code=1 if failed else 0)
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"

@@ -1,0 +1,193 @@
+"""Run one task: start `evogym serve`, let an agent work it, read the verified outcome.
+
+`run_task` is the only way OLE runs a task. It reads the bundle once, at the task
+boundary (an explicit `NAME[@VERSION]`, or the channel's champion after
+`Registry.activate_pending` — a release never switches a running task), starts the
+host as a subprocess, hands the agent only the protocol URL and the workspace, and
+after finalization copies the outcome from the host's `run.json`. Only a scored
+run enters the trace archive. Arguments are plain picklable values and the function
+keeps no global state, so evolution workers can call it in other processes. The
+host subprocess is always stopped, also on KeyboardInterrupt.
+"""
+from __future__ import annotations
+
+import json
+import os
+import secrets
+import signal
+import subprocess
+import sys
+import threading
+import time
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Callable
+
+from ole.agents import get_agent
+from ole.agents.base import AgentContext, AgentResult
+from ole.agents.client import HostClient, HostError
+from ole.errors import OleError
+from ole.registry import DEFAULT_CHANNEL, Registry
+from ole.trace import (Iteration, Outcome, RunCondition, TaskContract, TaskSpec, Trace, TraceArchive,
+                       run_json_digest, utc_now)
+
+HOST_START_TIMEOUT_S = 300.0
+"""Longest wait for `evogym serve` to print its ready line (env import, pool files)."""
+HOST_EXIT_TIMEOUT_S = 120.0
+"""Longest wait for the host to exit after finalization before it is stopped."""
+HOST_KILL_GRACE_S = 10.0
+"""Between SIGTERM and SIGKILL when the host must be stopped."""
+
+
+class RunnerError(OleError):
+    """The host could not be started or did not produce a run.json."""
+
+    exit_code = 1
+
+
+def resolve_bundle(registry: Registry, bundle_ref: str | None, channel: str):
+    """The registered bundle for this task: explicit ref, or the channel's champion now."""
+    if bundle_ref:
+        return registry.get(bundle_ref)
+    active = registry.activate_pending(channel)
+    if active is None:
+        raise RunnerError("no bundle is registered", hint="register one with `ole bundle register FILE`")
+    return active
+
+
+def contract(task: TaskSpec, bundle, episodes: int) -> TaskContract:
+    """The executable task contract g = (d, U, M, S, V, β) recorded with every run."""
+    b = bundle.loop_policy.budget
+    return TaskContract(
+        objective=f"write workspace/system/policy.py (class Policy) maximizing the held-out mean return on {task.env}",
+        permitted_actions=("GET /info", "GET /task", "POST /submit", "POST /finish",
+                           "read and write workspace files (system/, feedback/ read-only)"),
+        metrics=("held-out mean return (final_score)", "normalized score", "episodes used", "submits",
+                 "agent wall time", "LLM calls, tokens, USD"),
+        evidence_sources=("feedback/submit_NNN/summary.json", "feedback/submit_NNN/episodes/*",
+                          "GET /info state", "GET /task brief"),
+        verification="host finalization: hidden validation selects a checkpoint, hidden held-out pool scores it",
+        resource_budget={"episodes": float(episodes), "wall_time_s": b.wall_time_s,
+                         "llm_calls": float(b.max_llm_calls), "tokens": float(b.max_tokens), "usd": b.max_usd})
+
+
+def _serve_command(task: TaskSpec, run_dir: Path, isolation: str, extra: tuple[str, ...]) -> list[str]:
+    cmd = [sys.executable, "-m", "evogym.cli", "serve", "--env", task.env, "--run-dir", str(run_dir),
+           "--profile", task.profile, "--pool-seed", str(task.pool_seed), "--isolation", isolation]
+    if task.budget is not None:
+        cmd += ["--budget", str(task.budget)]
+    return cmd + list(extra)
+
+
+def _read_ready_line(proc: subprocess.Popen, timeout_s: float) -> dict:
+    box: dict = {}
+
+    def read() -> None:
+        box["line"] = proc.stdout.readline()
+
+    reader = threading.Thread(target=read, daemon=True)
+    reader.start()
+    reader.join(timeout_s)
+    line = box.get("line", "")
+    if not line:
+        raise RunnerError(f"`evogym serve` printed no ready line within {timeout_s:.0f} s (exit {proc.poll()})",
+                          hint="see host.stderr in the run folder")
+    try:
+        return json.loads(line)
+    except json.JSONDecodeError as err:
+        raise RunnerError(f"`evogym serve` ready line is not JSON: {line[:200]!r}",
+                          hint="see host.stderr in the run folder") from err
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    if proc.poll() is not None:
+        return
+    try:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(HOST_KILL_GRACE_S)
+    except (ProcessLookupError, subprocess.TimeoutExpired):
+        try:
+            os.killpg(proc.pid, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+        proc.wait()
+
+
+def _outcome(doc: dict, history: list[Iteration], result: AgentResult, wall: float) -> Outcome:
+    out = doc.get("outcome", {})
+    aux = out.get("auxiliary") or {}
+    best = out.get("best_submit_index")
+    vals = out.get("val_scores") or {}
+    return Outcome(
+        status=out.get("status", "error"), final_score=out.get("final_score"),
+        normalized_score=out.get("normalized_score"),
+        best_val_score=vals.get(str(best)) if best is not None else None, best_submit_index=best,
+        episodes_used=int(aux.get("episodes_used", sum(i.episodes_charged for i in history))),
+        n_submits=int(aux.get("n_submits", sum(1 for i in history if i.submit_id is not None))),
+        wall_time_s=round(wall, 3), llm_calls=result.usage.llm_calls, tokens=result.usage.tokens,
+        usd=result.usage.usd, finish_reason=result.finish_reason)
+
+
+def _work(agent_name: str, options: dict, ctx: AgentContext) -> AgentResult:
+    try:
+        return get_agent(agent_name, **options).work(ctx)
+    except (HostError, OSError, ValueError, RuntimeError) as err:
+        (ctx.log_dir / "agent_error.txt").write_text(f"{type(err).__name__}: {err}\n")
+        return AgentResult(finish_reason="error", extras={"error": "agent_error.txt"})
+
+
+def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunCondition, *,
+             root: str | Path | None = None, runs_dir: str | Path = "runs", traces_dir: str | Path = "traces",
+             agent_options: dict | None = None, channel: str = DEFAULT_CHANNEL,
+             lessons_path: str | Path | None = None, isolation: str = "bwrap",
+             serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> Trace:
+    """Work one task with one agent under one bundle; returns the trace (archived when scored).
+
+    `trace.verified` says whether it entered `traces_dir`; `trace.run_dir` is the host run.
+    """
+    with Registry(root) as registry:
+        registered = resolve_bundle(registry, bundle_ref, channel)
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in task.env)
+    run_id = f"{slug}-{registered.name}@{registered.version}-s{condition.seed}-{stamp}-{secrets.token_hex(3)}"
+    base = Path(runs_dir) / run_id
+    (base / "agent").mkdir(parents=True, exist_ok=True)
+    say = progress or (lambda line: None)
+    history: list[Iteration] = []
+    with open(base / "host.stderr", "wb") as err:
+        proc = subprocess.Popen(_serve_command(task, base / "host", isolation, serve_args), stdout=subprocess.PIPE,
+                                stderr=err, text=True, start_new_session=True)
+        try:
+            ready = _read_ready_line(proc, HOST_START_TIMEOUT_S)
+            say(f"host ready at {ready['url']} ({task.env}, profile {task.profile})")
+            ctx = AgentContext(url=ready["url"], workspace=Path(ready["workspace"]), bundle=registered.bundle,
+                               task=task, condition=condition, log_dir=base / "agent", record=history.append,
+                               progress=say, lessons_path=Path(lessons_path) if lessons_path else None)
+            client = HostClient(ready["url"])
+            budget = int(client.info()["episode_budget"])
+            t0 = time.monotonic()
+            result = _work(agent, dict(agent_options or {}), ctx)
+            wall = time.monotonic() - t0
+            if not client.info()["state"]["is_finalized"]:
+                client.finish()
+            say("finalizing (hidden validation and held-out evaluation)")
+            client.wait_finalized()
+            proc.wait(HOST_EXIT_TIMEOUT_S)
+        finally:
+            _stop(proc)
+    run_json = Path(ready["run_dir"]) / "run.json"
+    if not run_json.is_file():
+        raise RunnerError(f"the host wrote no run.json in {run_json.parent}", hint="see host.stderr")
+    doc = json.loads(run_json.read_text())
+    outcome = _outcome(doc, history, result, wall)
+    trace = Trace(trace_id=run_id, created_at=utc_now(), task=task, condition=condition,
+                  contract=contract(task, registered.bundle, budget),
+                  bundle_name=registered.name, bundle_version=registered.version,
+                  bundle_hash=registered.content_hash, history=tuple(history), outcome=outcome,
+                  run_dir=str(Path(ready["run_dir"])), run_json_sha256=run_json_digest(run_json),
+                  verified=outcome.status == "completed" and outcome.final_score is not None,
+                  extras={k: str(base / "agent" / v) for k, v in result.extras.items()})
+    if trace.verified:
+        TraceArchive(traces_dir).append(trace)
+    say(f"outcome {outcome.status}: final score {outcome.final_score} normalized {outcome.normalized_score}")
+    return trace
