@@ -57,6 +57,19 @@ RANDOM_BASELINES: dict[str, float] = {
     "gym/acrobot": -500.0,
     "gym/continuouscar": -33.172619626578474,
     "gym/bipedal": -101.25206305784377,
+    "gym/racing": -32.07491647600792,
+    "gym/halfcheetah5": -281.0336940194464,
+    "gym/ant5": -92.77051544319431,
+    "gym/pusher5": -148.85593133622848,
+    "gym/reacher5": -43.49836685674516,
+    "gymnasium/MiniGrid-DoorKey-16x16-v0": 0.0,
+    "gymnasium/MiniGrid-KeyCorridorS4R3-v0": 0.0,
+    "gymnasium/MiniGrid-FourRooms-v0": 0.0,
+    "gymnasium/MiniGrid-ObstructedMaze-1Q-v1": 0.0,
+    "gymnasium/parking-v0": -40.5056491899607,
+    "gymnasium/roundabout-v0": 8.099609375000002,
+    "gymnasium/FetchPush-v4": -49.203125,
+    "gymnasium/FetchPickAndPlace-v4": -49.21875,
 }
 """Our uniform-random held-out mean (N=64) per Core16 env; command in the module doc."""
 

@@ -55,6 +55,8 @@ class RunResult(_Record):
     """Value score: normalized held-out score, raw held-out score outside the anchors, None on failure."""
     q_source: Literal["normalized", "raw", "none"]
     """Where q came from (`raw` is not comparable across envs: r stays meaningful, q does not)."""
+    score: float | None = None
+    """Raw held-out mean return (None on failure); pairs recompute q from it with one anchor set."""
     status: str
     """Host run status (`completed`, `no_ok_submit`, `error`)."""
     verified: bool
@@ -88,6 +90,8 @@ class Pair(_Record):
     """The run condition both runs shared."""
     family: str
     """Env family of the task (for coverage checks)."""
+    q_source: Literal["normalized", "raw"] = "normalized"
+    """How both sides' q were computed for this pair (always the same for both)."""
     champion: RunResult
     """The champion's run."""
     challenger: RunResult
@@ -130,8 +134,9 @@ def run_result(trace: Trace) -> RunResult:
     breaches = tuple(f"{k}: {usage[k]:g} > {bounds[k]:g}" for k in CONTRACT_RESOURCES
                      if k in bounds and usage[k] > bounds[k])
     host_recorded = trace.verified or (out.status != "completed" and trace.run_json_sha256.startswith("sha256:"))
+    score = float(out.final_score) if q is not None else None
     return RunResult(trace_id=trace.trace_id, bundle_hash=trace.bundle_hash, q=q, q_source=source,
-                     status=out.status, verified=host_recorded, episodes=out.episodes_used,
+                     score=score, status=out.status, verified=host_recorded, episodes=out.episodes_used,
                      wall_s=out.wall_time_s, llm_calls=out.llm_calls, tokens=out.tokens, usd=out.usd,
                      within_contract=not breaches, contract_breaches=breaches)
 
@@ -149,10 +154,26 @@ def relative_change(q_champion: float | None, q_challenger: float | None) -> tup
     return delta, max(-R_BOUND, min(R_BOUND, r)), "none"
 
 
+def pair_q(env: str, champion: RunResult, challenger: RunResult) -> tuple[float | None, float | None, str]:
+    """q of both sides computed the same way: normalized with today's anchors, else raw.
+
+    Both runs' raw scores are re-mapped with one anchor set, so a pair never mixes a
+    normalized score with a raw one (anchors may be added between two runs).
+    """
+    from evogym.anchors import anchors, normalized
+    if any(r.score is None and r.q is not None for r in (champion, challenger)):
+        source = "raw" if "raw" in (champion.q_source, challenger.q_source) else "normalized"
+        return champion.q, challenger.q, source  # results recorded without raw scores
+    if anchors(env) is not None:
+        return (*(None if r.score is None else normalized(env, r.score) for r in (champion, challenger)), "normalized")
+    return champion.score, challenger.score, "raw"
+
+
 def make_pair(task: TaskSpec, condition: RunCondition, family: str,
               champion: RunResult, challenger: RunResult) -> Pair:
-    delta, r, failure = relative_change(champion.q, challenger.q)
-    return Pair(task=task, condition=condition, family=family, champion=champion,
+    q_champ, q_chall, source = pair_q(task.env, champion, challenger)
+    delta, r, failure = relative_change(q_champ, q_chall)
+    return Pair(task=task, condition=condition, family=family, q_source=source, champion=champion,
                 challenger=challenger, delta=delta, r=r, failure=failure)  # type: ignore[arg-type]
 
 

@@ -207,12 +207,10 @@ class _Dumper(yaml.SafeDumper):
 
 def _represent_str(dumper: yaml.SafeDumper, value: str) -> yaml.ScalarNode:
     try:
-        plain_ok = _plain(value, "") == value and isinstance(_plain(value, ""), str)
+        plain_ok = _plain(value, "") == value
     except ValidationError:
         plain_ok = False
-    style = None if plain_ok else "'"
-    if "\n" in value:
-        style = "|"
+    style = "|" if "\n" in value else (None if plain_ok else "'")
     return dumper.represent_scalar(_STR_TAG, value, style=style)
 
 

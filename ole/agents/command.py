@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import json
 import os
+import shlex
 import signal
 import subprocess
 import threading
@@ -42,11 +43,12 @@ class CommandAgent(HostAgent):
 
     name = "command"
 
-    def __init__(self, command: Sequence[str], *, output_cap_bytes: int = OUTPUT_CAP_BYTES,
+    def __init__(self, command: str | Sequence[str], *, output_cap_bytes: int = OUTPUT_CAP_BYTES,
                  kill_grace_s: float = KILL_GRACE_S) -> None:
-        if not command:
+        argv = shlex.split(command) if isinstance(command, str) else list(command)
+        if not argv:
             raise ValueError("the command agent needs a command: ole run --agent command -- CMD ARGS")
-        self.command = list(command)
+        self.command = argv
         self.output_cap_bytes = output_cap_bytes
         self.kill_grace_s = kill_grace_s
 
@@ -63,13 +65,15 @@ class CommandAgent(HostAgent):
         t0 = time.monotonic()
         rc, timed_out = self._run(ctx, env)
         watcher.stop()
-        ctx.progress(f"command agent exited with {rc} after {time.monotonic() - t0:.1f} s"
-                     + (" (wall-clock cap)" if timed_out else ""))
+        wall = time.monotonic() - t0
+        ctx.progress(f"command agent exited with {rc} after {wall:.1f} s" + (" (wall-clock cap)" if timed_out else ""))
+        (ctx.log_dir / "command.exit.json").write_text(json.dumps(
+            {"argv": self.command, "exit_code": rc, "timed_out": timed_out, "wall_s": round(wall, 3)}) + "\n")
         for it in iterations_from_workspace(ctx.workspace, watcher.snapshots):
             ctx.record(it)
         return AgentResult(self._reason(ctx, rc, timed_out),
                            extras={"stdout": "command.stdout.txt", "stderr": "command.stderr.txt",
-                                   "instructions": INSTRUCTIONS, "exit_code": str(rc)})
+                                   "instructions": INSTRUCTIONS, "exit": "command.exit.json"})
 
     def _run(self, ctx: AgentContext, env: dict[str, str]) -> tuple[int, bool]:
         try:

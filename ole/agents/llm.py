@@ -13,7 +13,9 @@ an unreachable model ends the loop cleanly and the runner finishes the run.
 from __future__ import annotations
 
 import hashlib
+import json
 import time
+from pathlib import Path
 
 from ole.agents.base import AgentContext, AgentResult, AgentUsage, HostAgent
 from ole.agents.client import HostClient, HostError, SubmitAnswer
@@ -27,6 +29,8 @@ from ole.trace import Iteration
 
 CALL_LOG = "llm_calls.jsonl"
 """Per-run record of every model call, under the agent log dir; `--model replay:<it>` replays the run."""
+LESSONS_SEEN = "lessons_seen.json"
+"""The lesson lines a run showed its model, next to the call log; a replay shows these, not today's file."""
 MAX_ANSWER_TOKENS = 4096
 """Completion tokens asked for per call (a full policy file fits comfortably)."""
 MAX_REJECTS = 3
@@ -114,7 +118,7 @@ class _Session:
             self.host.finish()
         self._write_lesson()
         u = self.llm.usage
-        return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd), extras={"llm_calls": CALL_LOG})
+        return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd), extras={"llm_calls": CALL_LOG, "lessons_seen": LESSONS_SEEN})
 
     def _loop(self) -> str:
         try:
@@ -404,6 +408,20 @@ class _Session:
         tmp.replace(self.system_dir / "policy.py")
 
     def _read_lessons(self) -> tuple[str, ...]:
+        """Lesson lines for the prompt, recorded in the log dir so a replay shows the model the same ones."""
+        lines = self._replayed_lessons() if self.llm.mode == "replay" else None
+        if lines is None:
+            lines = self._lessons_from_store()
+        (self.ctx.log_dir / LESSONS_SEEN).write_text(json.dumps(list(lines), indent=1) + "\n")
+        return lines
+
+    def _replayed_lessons(self) -> tuple[str, ...] | None:
+        seen = Path(self.llm.store_path or "").parent / LESSONS_SEEN
+        if not seen.is_file():
+            return None
+        return tuple(str(line) for line in json.loads(seen.read_text()))
+
+    def _lessons_from_store(self) -> tuple[str, ...]:
         """Mechanisms that won earlier tasks with the same interface signature (memory.carry_lessons)."""
         path = self.ctx.lessons_path
         if not self.pol.memory.carry_lessons or path is None:
@@ -418,7 +436,7 @@ class _Session:
 
     def _write_lesson(self) -> None:
         best, path = self.memory.best(), self.ctx.lessons_path
-        if not self.pol.memory.carry_lessons or path is None or best is None:
-            return
+        if not self.pol.memory.carry_lessons or path is None or best is None or self.llm.mode == "replay":
+            return  # a replay is not new experience
         LessonStore(path).add(Lesson(signature=self.signature, mechanism=best.mechanism, env=self.ctx.task.env,
                                      score=self.memory.mean(best.source)))

@@ -12,13 +12,13 @@ import urllib.request
 
 POLICY = '''class Policy:
     def __init__(self, obs_space, action_space, env_meta):
-        self.action = {action}
+        self.gain = {gain}
 
     def reset(self, episode_index):
         pass
 
     def act(self, obs):
-        return self.action
+        return 0 if self.gain * obs[4] > 0 else 2
 '''
 
 
@@ -33,9 +33,9 @@ def call(url, body=None):
         return json.loads(err.read() or b"{}")
 
 
-def submit(action, ids):
+def submit(gain, ids):
     with open(os.path.join(os.environ["EVOPOLICYGYM_SYSTEM"], "policy.py"), "w") as f:
-        f.write(POLICY.format(action=action))
+        f.write(POLICY.format(gain=gain))
     time.sleep(0.3)  # let the watcher see the program before the submit starts
     answer = call(os.environ["EVOPOLICYGYM_SUBMIT_URL"], {"env_instances": ids})
     print("submit", answer.get("submit_id"), answer.get("status"), flush=True)
@@ -53,11 +53,11 @@ def main(mode):
     if mode == "spam":
         sys.stdout.write("x" * 200_000)
         sys.stdout.flush()
-    submit(0, [0, 1])
+    submit(1.0, [0, 1])
     if mode == "sleep":
         time.sleep(600)
     remaining = call(os.environ["EVOPOLICYGYM_INFO_URL"])["state"]["remaining_budget"]
-    submit(1, list(range(2, 2 + remaining)))
+    submit(2.0, list(range(2, 2 + remaining)))
 
 
 if __name__ == "__main__":

@@ -52,9 +52,13 @@ def fake_quality(job) -> float | None:
 
 def fake_evaluate(job) -> Trace:
     """EvalJob -> Trace without a host (tests of pairing, executors and drivers)."""
+    from evogym.anchors import anchors
     q = fake_quality(job)
+    found = anchors(job.task.env)
+    raw = q if q is None or found is None else \
+        found.random_baseline + q / 100.0 * (found.expert_baseline - found.random_baseline)
     budget = job.task.budget or 16
-    outcome = Outcome(status="completed" if q is not None else "error", final_score=q, normalized_score=q,
+    outcome = Outcome(status="completed" if q is not None else "error", final_score=raw, normalized_score=q,
                       best_val_score=q, best_submit_index=0 if q is not None else None,
                       episodes_used=budget, n_submits=4, wall_time_s=1.0)
     history = tuple(Iteration(index=i, phase="tuning", observation_digest="0" * 64,

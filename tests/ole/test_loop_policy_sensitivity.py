@@ -4,7 +4,7 @@
 submit, the submits refused by the agent's own checks, and whether/when it calls
 /finish. The fast variant runs the agent loop against `SimHost`, an in-process
 stand-in for the protocol that runs the submitted `system/policy.py` on a real
-Gymnasium env (MountainCarContinuous, short episodes) and writes the same feedback
+Gymnasium env outside Core16 (Pendulum, short episodes) and writes the same feedback
 tree as the host; the slow variant repeats a few fields against a real `evogym serve`.
 """
 from __future__ import annotations
@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import io
+import itertools
 import json
 import types
 from pathlib import Path
@@ -30,10 +31,10 @@ from ole.lessons import Lesson, LessonStore, signature
 from ole.loop_policy import LoopPolicy
 from ole.trace import RunCondition, TaskSpec
 
-ENV_ID = "MountainCarContinuous-v0"
-EPISODE_STEPS = 120
-BUDGET = 40
-BRIEF = "# Continuous car\nDrive the underpowered car up the hill; build momentum first."
+ENV_ID = "Pendulum-v1"
+EPISODE_STEPS = 50
+BUDGET = 80
+BRIEF = "# Pendulum\nSwing the pendulum up and keep it upright; build momentum first."
 
 BROKEN = Mechanism("broken", '''
 class Policy:
@@ -49,7 +50,7 @@ class Policy:
 
 NOISY = Mechanism("noisy_push", '''
 class Policy:
-    """Full throttle along the velocity; prints a warning every episode."""
+    """Strong push along the velocity; prints a warning every episode."""
 
     def __init__(self, obs_space, action_space, env_meta):
         pass
@@ -58,8 +59,8 @@ class Policy:
         print("RuntimeWarning: overflow encountered (synthetic)")
 
     def act(self, obs):
-        v = num(obs[1])
-        return [float(np.clip(P["g"][0] * v, -1.0, 1.0))]
+        v = num(obs[-1])
+        return [float(np.clip(P["g"][0] * v, -2.0, 2.0))]
 ''', (Param("g", (100.0,), 10.0),), "strong velocity feedback that warns on stdout")
 
 
@@ -81,7 +82,7 @@ class SimHost:
     def info(self) -> dict:
         return {"episode_budget": self.budget, "min_episodes_per_submit": 1, "max_episodes_per_submit": 16,
                 "env_meta": {"obs_space": self.obs_space, "action_space": self.act_space, "n_env_instances": 256,
-                             "max_episode_steps": EPISODE_STEPS, "env": "gym/continuouscar"},
+                             "max_episode_steps": EPISODE_STEPS, "env": "gymnasium/Pendulum-v1"},
                 "state": {"remaining_budget": self.remaining, "n_submits": self.n_submits,
                           "is_finalized": self.finished or self.remaining == 0}}
 
@@ -148,14 +149,28 @@ class SimHost:
         return "ok", returns, lengths
 
 
-def act(tmp_path: Path, lp: LoopPolicy, *, extra=(), lessons: Path | None = None, tag: str = "") -> tuple:
+_RUNS = itertools.count()
+_SEEN: dict[tuple, tuple] = {}
+"""Action sequences already computed in this session, by (policy, extra mechanisms, lessons used)."""
+
+
+def act(tmp_path: Path, lp: LoopPolicy, *, extra=(), lessons: Path | None = None, tag: str = "",
+        cache: bool = True) -> tuple:
     """The agent's action sequence on the fixed task and seed under policy `lp`."""
-    ws = tmp_path / f"ws{tag}{abs(hash(lp.model_dump_json())) % 10**8}"
+    key = (lp.model_dump_json(), tuple(m.name for m in extra), lessons is not None)
+    if cache and key in _SEEN:
+        return _SEEN[key]
+    _SEEN[key] = _act(tmp_path, lp, extra, lessons, tag)
+    return _SEEN[key]
+
+
+def _act(tmp_path: Path, lp: LoopPolicy, extra, lessons: Path | None, tag: str) -> tuple:
+    ws = tmp_path / f"ws{tag}{next(_RUNS)}"
     (ws / "system").mkdir(parents=True)
     host = SimHost(ws)
     history = []
     ctx = AgentContext(url="sim://", workspace=ws, bundle=Bundle(name="probe", loop_policy=lp),
-                       task=TaskSpec(env="gym/continuouscar"), condition=RunCondition(host="builtin", seed=3),
+                       task=TaskSpec(env="gymnasium/Pendulum-v1"), condition=RunCondition(host="builtin", seed=3),
                        log_dir=tmp_path, record=history.append, lessons_path=lessons)
     result = Worker(ctx, host, tuple(extra)).run()
     refused = tuple(i.index for i in history if i.submit_id is None)
@@ -229,7 +244,7 @@ def test_field_changes_actions(tmp_path, key):
     lp = base(**changes)
     lessons = tmp_path / LESSON_FILE
     sig = signature(space_schema(gym.make(ENV_ID).observation_space), space_schema(gym.make(ENV_ID).action_space))
-    LessonStore(lessons).add(Lesson(sig, "affine", "gym/continuouscar", 0.0))
+    LessonStore(lessons).add(Lesson(sig, "affine", "gymnasium/Pendulum-v1", 0.0))
     changed = with_field(lp, component, field, alt)
     assert getattr(changed, component).model_dump() != getattr(lp, component).model_dump()
     a = act(tmp_path, lp, extra=extra, lessons=lessons, tag="a")
@@ -240,4 +255,4 @@ def test_field_changes_actions(tmp_path, key):
 def test_same_policy_same_actions(tmp_path):
     """Determinism: the comparison above is meaningful only if a repeat gives the same actions."""
     lp = LoopPolicy()
-    assert act(tmp_path, lp, tag="x") == act(tmp_path, lp, tag="y")
+    assert act(tmp_path, lp, tag="x", cache=False) == act(tmp_path, lp, tag="y", cache=False)

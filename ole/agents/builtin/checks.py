@@ -10,6 +10,7 @@ synthesis (different hash).
 from __future__ import annotations
 
 import ast
+import functools
 import hashlib
 import sys
 import types
@@ -20,6 +21,7 @@ ALLOWED_THIRD_PARTY = ("numpy", "scipy")
 """Non-stdlib top-level packages the sandbox can import."""
 
 
+@functools.lru_cache(maxsize=256)
 def topology_hash(source: str) -> str:
     """sha256 of the AST dump with every numeric constant replaced by 0."""
     try:

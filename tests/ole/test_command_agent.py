@@ -1,0 +1,90 @@
+"""The command agent with a small scripted agent process against a real evogym host."""
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import pytest
+
+from ole.agents.command import CommandAgent, iterations_from_workspace, render_instructions
+from ole.loop_policy import LoopPolicy
+from tests.ole.agent_host import serve
+
+AGENT = str(Path(__file__).with_name("scripted_agent.py"))
+
+
+def run(tmp_path, mode: str, *, budget: int = 5, wall: float = 120.0, cap: int = 1 << 20):
+    pol = LoopPolicy.model_validate({"budget": {"wall_time_s": wall}})
+    served = serve(tmp_path / "run", budget=budget)
+    log = tmp_path / "log"
+    try:
+        result = CommandAgent([sys.executable, AGENT, mode], output_cap_bytes=cap, kill_grace_s=1.0).work(
+            served.context(pol, log, host="command"))
+        doc = served.close()
+    finally:
+        if served.proc.poll() is None:
+            served.proc.kill()
+    return result, served.history, doc, log
+
+
+def test_scripted_agent_spends_the_budget_and_the_run_is_scored(tmp_path):
+    result, hist, doc, log = run(tmp_path, "normal")
+    assert result.finish_reason == "budget_spent"
+    assert [(h.submit_id, h.verdict, h.submitted_indices) for h in hist] == [(0, "ok", (0, 1)), (1, "ok", (2, 3, 4))]
+    assert [h.edit_kind for h in hist] == ["synthesis", "tuning"] and hist[1].diff_lines == 2
+    assert len(hist[0].returns) == 2 and -100 < hist[0].mean_return < -60
+    assert doc["outcome"]["status"] == "completed"
+    out = (log / "command.stdout.txt").read_text()
+    assert "budget 5 protocol protocol/v2.0-draft" in out and "submit 1 ok" in out
+    assert (log / "command.stderr.txt").read_text().strip() == "brief ok"
+    assert json.loads((log / "command.exit.json").read_text())["exit_code"] == 0
+    assert set(result.extras) == {"stdout", "stderr", "instructions", "exit"}
+
+
+def test_wall_clock_cap_kills_the_process_group(tmp_path):
+    result, hist, doc, log = run(tmp_path, "sleep", wall=4.0)
+    assert result.finish_reason == "wall_time" and len(hist) == 1
+    assert json.loads((log / "command.exit.json").read_text())["timed_out"] is True
+    assert doc["outcome"]["status"] == "completed"  # the runner's /finish still scores the run
+
+
+def test_output_is_capped_and_a_crash_is_an_error_not_an_exception(tmp_path):
+    result, hist, doc, log = run(tmp_path, "spam", cap=4096)
+    text = (log / "command.stdout.txt").read_text()
+    assert len(text) < 4096 + 200 and "bytes dropped at the 4096-byte cap" in text
+    assert result.finish_reason == "budget_spent"
+
+
+def test_crash_without_submits(tmp_path):
+    result, hist, doc, _ = run(tmp_path, "crash")
+    assert result.finish_reason == "error" and hist == []
+    assert doc["outcome"]["status"] in ("no_ok_submit", "completed")
+
+
+def test_instructions_render_every_component():
+    pol = LoopPolicy.model_validate({"stopping": {"mode": "finish_early", "patience_submits": 3},
+                                     "action": {"index_selection": "fresh"}})
+    info = {"episode_budget": 32, "max_episodes_per_submit": 8, "env_meta": {"n_env_instances": 1024}}
+    text = render_instructions(pol, "http://127.0.0.1:9", Path("ws"), info)
+    for section in ("Observation", "Planning", "Memory", "Action", "Verification", "Recovery", "Stopping", "Budget",
+                    "Protocol contract"):
+        assert f"## {section}" in text
+    assert "POST http://127.0.0.1:9/finish once 3 submits" in text and "never call /finalize" in text
+    assert "ids never submitted before" in text
+    assert "keep submitting until" in render_instructions(LoopPolicy(), "u", Path("ws"), info)
+
+
+def test_iterations_need_only_workspace_files(tmp_path):
+    sub = tmp_path / "feedback" / "submit_000"
+    sub.mkdir(parents=True)
+    (sub / "summary.json").write_text(json.dumps({"submit_index": 0, "status": "import_error", "n_episodes": 2,
+                                                  "env_instances": [3, 4], "returns": None, "mean_return": None}))
+    (it,) = iterations_from_workspace(tmp_path)
+    assert (it.verdict, it.episodes_charged, it.submitted_indices, it.edit_kind) == ("import_error", 2, (3, 4), "none")
+
+
+def test_a_shell_string_is_split_and_an_empty_command_refused():
+    assert CommandAgent("python3 agent.py --fast").command == ["python3", "agent.py", "--fast"]
+    with pytest.raises(ValueError, match="needs a command"):
+        CommandAgent([])
