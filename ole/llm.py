@@ -32,9 +32,8 @@ Mode = Literal["live", "record", "replay", "scripted"]
 Message = dict[str, str]
 
 HASHED_PARAMS = ("temperature", "top_p", "max_tokens", "seed", "stop", "n")
-"""Request parameters that change the answer and therefore enter the request hash."""
-TRANSPORT_PARAMS = ("api_base", "api_key", "base_url", "extra_headers")
-"""Parameters passed to litellm that never enter the hash (a key must not change a replay)."""
+"""Request parameters that change the answer and therefore enter the request hash; all others
+(api_base, api_key, ...) are transport and never do, so a new key or endpoint still replays."""
 DEFAULT_TIMEOUT_S = 120.0
 """Per-attempt wall-clock limit of one live request."""
 DEFAULT_RETRIES = 3
@@ -255,8 +254,9 @@ class LLMClient:
         c, u = self.caps, self.usage
         for name, cap, used in (("calls", c.calls, u.calls), ("tokens", c.tokens, u.tokens), ("usd", c.usd, u.usd)):
             if cap is not None and used >= cap:
+                field = "max_llm_calls" if name == "calls" else f"max_{name}"
                 raise LLMCapReached(f"LLM {name} cap reached: used {used:g} of {cap:g}",
-                                    hint=f"raise budget.max_{'llm_calls' if name == 'calls' else name} in the loop policy")
+                                    hint=f"raise budget.{field} in the loop policy")
 
     def _account(self, comp: Completion) -> None:
         self.usage.calls += 1
@@ -364,7 +364,8 @@ def _litellm() -> Any:
     try:
         import litellm
     except ImportError as exc:
-        raise LLMUnavailable("litellm is not installed", hint="install the `llm` extra: pip install -e '.[llm]'") from exc
+        raise LLMUnavailable("litellm is not installed",
+                             hint="install the `llm` extra: pip install -e '.[llm]'") from exc
     litellm.telemetry = False
     litellm.success_callback = []
     litellm.failure_callback = []

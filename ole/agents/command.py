@@ -57,9 +57,10 @@ class CommandAgent(HostAgent):
         info = HostClient(ctx.url).info()
         brief = ctx.log_dir / INSTRUCTIONS
         brief.write_text(render_instructions(ctx.bundle.loop_policy, ctx.url, ctx.workspace, info))
-        env = {**os.environ, **protocol_env(ctx.url, ctx.workspace), "OLE_INSTRUCTIONS": str(brief)}
+        # absolute: the command runs in the workspace, not in our working directory
+        env = {**os.environ, **protocol_env(ctx.url, ctx.workspace), "OLE_INSTRUCTIONS": str(brief.resolve())}
         if ctx.lessons_path is not None and ctx.bundle.loop_policy.memory.carry_lessons:
-            env["OLE_LESSONS"] = str(ctx.lessons_path)
+            env["OLE_LESSONS"] = str(Path(ctx.lessons_path).resolve())
         watcher = _Watcher(ctx.workspace / "system" / "policy.py")
         watcher.start()
         t0 = time.monotonic()
@@ -77,7 +78,7 @@ class CommandAgent(HostAgent):
 
     def _run(self, ctx: AgentContext, env: dict[str, str]) -> tuple[int, bool]:
         try:
-            proc = subprocess.Popen(self.command, cwd=ctx.workspace, env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(self.command, cwd=ctx.workspace.resolve(), env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             (ctx.log_dir / "command.stderr.txt").write_text(f"cannot start {self.command[0]!r}: {exc}\n")
@@ -226,7 +227,8 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
     k = min(a.episodes_per_submit, int(info.get("max_episodes_per_submit", a.episodes_per_submit)))
     selection = {"matched": f"always submit the same ids 0-{k - 1} so every comparison uses the same episodes",
                  "fresh": "use ids never submitted before in every submit",
-                 "mixed": f"half of each submit from the fixed ids 0-{max(0, (k + 1) // 2 - 1)}, half never used before"}
+                 "mixed": f"half of each submit from the fixed ids 0-{max(0, (k + 1) // 2 - 1)}, "
+                          "half never used before"}
     finish = ("keep submitting until `/info` reports `remaining_budget` 0; the host then finalizes by itself"
               if s.mode == "spend_all" else
               f"POST {url}/finish once {s.patience_submits} submits in a row have not improved, and never spend the "
@@ -247,12 +249,15 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
         f"- Keep the {m.top_k_programs} best programs as revert targets (as `system/kept/*.py.txt`, so they "
         "are never imported).",
         f"- Keep a log of your last {m.edit_log_size} edits with their outcome and use it to choose the next edit.",
-        f"- {'Read and extend the lessons file named in OLE_LESSONS.' if m.carry_lessons else 'Ignore lessons from other tasks.'}", "",
+        "- " + ("Read and extend the lessons file named in OLE_LESSONS." if m.carry_lessons
+                else "Ignore lessons from other tasks."), "",
         "## Action",
         f"- Submit {k} episodes per exploratory submit; {selection[a.index_selection]}.",
-        f"- Edit unit: {_GRANULARITY[a.edit_granularity]}; change constants by about {a.step_size:g} of their scale.", "",
+        f"- Edit unit: {_GRANULARITY[a.edit_granularity]}; change constants by about {a.step_size:g} of their "
+        "scale.", "",
         "## Verification",
-        f"- {'Before each submit, check that every .py under system/ parses and imports only stdlib/numpy/scipy.' if v.static_checks else 'No local checks are required before a submit.'}",
+        "- " + ("Before each submit, check that every .py under system/ parses and imports only "
+                "stdlib/numpy/scipy." if v.static_checks else "No local checks are required before a submit."),
         f"- Re-test an apparent improvement on {v.retest_episodes} more episodes before trusting it"
         + (" (on the same ids as the incumbent)." if v.matched_comparison else "."),
         f"- Count it as an improvement only if it beats the best by {v.margin:.0%} of the best's |score|.", "",

@@ -44,27 +44,22 @@ class LLMAgent(HostAgent):
 
     name = "llm"
 
-    def __init__(self, model: str | None = None, *, client: LLMClient | None = None, temperature: float = 0.0,
-                 max_answer_tokens: int = MAX_ANSWER_TOKENS, timeout_s: float | None = None,
-                 retries: int | None = None, api_base: str | None = None) -> None:
-        if model is None and client is None:
-            raise ValueError("LLMAgent needs a model string (e.g. openai/gpt-4o-mini, scripted:<file>) or a client")
+    def __init__(self, model: str, *, temperature: float = 0.0, max_answer_tokens: int = MAX_ANSWER_TOKENS,
+                 timeout_s: float | None = None, retries: int | None = None, api_base: str | None = None) -> None:
+        if not model:
+            raise ValueError("LLMAgent needs a model string, e.g. openai/gpt-4o-mini or scripted:<file>")
         self.model = model
-        self.client = client
         self.temperature = temperature
         self.max_answer_tokens = max_answer_tokens
         self.client_options = {k: v for k, v in (("timeout_s", timeout_s), ("retries", retries)) if v is not None}
         self.api_base = api_base
 
     def make_client(self, ctx: AgentContext) -> LLMClient:
-        """The model client with the loop policy's caps and the run's call log."""
+        """The model client with the loop policy's caps, logging every call to the run's call log."""
         bud = ctx.bundle.loop_policy.budget
         caps = Caps(calls=bud.max_llm_calls, tokens=bud.max_tokens, usd=bud.max_usd)
-        if self.client is not None:
-            self.client.caps, self.client.log_path = caps, ctx.log_dir / CALL_LOG
-            return self.client
         params = {"api_base": self.api_base} if self.api_base else {}
-        return LLMClient.from_model_string(str(self.model), caps=caps, log_path=ctx.log_dir / CALL_LOG,
+        return LLMClient.from_model_string(self.model, caps=caps, log_path=ctx.log_dir / CALL_LOG,
                                            params=params, **self.client_options)
 
     def work(self, ctx: AgentContext) -> AgentResult:
@@ -118,7 +113,8 @@ class _Session:
             self.host.finish()
         self._write_lesson()
         u = self.llm.usage
-        return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd), extras={"llm_calls": CALL_LOG, "lessons_seen": LESSONS_SEEN})
+        return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd),
+                           extras={"llm_calls": CALL_LOG, "lessons_seen": LESSONS_SEEN})
 
     def _loop(self) -> str:
         try:
@@ -170,6 +166,8 @@ class _Session:
         if proposal is None:
             source, kind, note = self._fallback(why)
             self._submit(source, self._indices(), turn_phase, kind, note, None, calls0)
+            self.stale += 1  # a fallback is a non-improving submit: patience and plateaus see it
+            self.phase_stale += 1
             return
         if turn_phase == "synthesis":
             self.force_synthesis = False
@@ -182,20 +180,24 @@ class _Session:
             self._judge(proposal.source, mechanism, answer)
 
     def _phase(self) -> str:
+        """The current phase of planning.phases; advances when a phase's share is spent or it plateaued."""
         phases = self.pol.planning.phases or ("tuning",)
-        spent = self.budget - self.remaining
-        while self.phase_index < len(phases) - 1:
-            name = phases[self.phase_index]
-            plateau = self.phase_stale >= self.pol.planning.plateau_submits and self.pol.planning.on_plateau == "next_phase"
-            done = {"synthesis": spent >= self.pol.budget.synthesis_fraction * self.budget
-                    or len(self.mechanisms) >= self.pol.planning.max_mechanisms,
-                    "tuning": "confirmation" in phases
-                    and self.remaining <= self.pol.budget.confirmation_fraction * self.budget}.get(name, False)
-            if not (done or plateau) or (name == "synthesis" and not self.memory.kept and not plateau):
-                break
+        while self.phase_index < len(phases) - 1 and self._phase_over(phases[self.phase_index], phases):
             self.phase_index += 1
             self.phase_stale, self.bold = 0, False
         return phases[self.phase_index]
+
+    def _phase_over(self, name: str, phases: tuple[str, ...]) -> bool:
+        plan, bud = self.pol.planning, self.pol.budget
+        if self.phase_stale >= plan.plateau_submits and plan.on_plateau == "next_phase":
+            return True
+        if name == "synthesis":  # never leave synthesis without a single working program
+            spent = self.budget - self.remaining
+            return bool(self.memory.kept) and (spent >= bud.synthesis_fraction * self.budget
+                                               or len(self.mechanisms) >= plan.max_mechanisms)
+        if name == "tuning":
+            return "confirmation" in phases and self.remaining <= bud.confirmation_fraction * self.budget
+        return False
 
     def _turn(self, phase: str) -> Turn:
         mem = self.memory
@@ -219,8 +221,9 @@ class _Session:
             except EditRejected as exc:
                 why = str(exc)
             granularity = "file" if turn.phase == "synthesis" else turn.granularity
+            repair = repair_prompt(why, granularity, turn.program is not None)
             messages = messages + [{"role": "assistant", "content": comp.text[:8000]},
-                                   {"role": "user", "content": repair_prompt(why, granularity, turn.program is not None)}]
+                                   {"role": "user", "content": repair}]
         return None, why
 
     def _check(self, text: str, turn: Turn, truncated: bool) -> Proposal:
@@ -252,11 +255,14 @@ class _Session:
         k = self._size(self.pol.action.episodes_per_submit if k is None else k)
         return self.memory.indices(k, selection or self.pol.action.index_selection)
 
-    def _size(self, want: int) -> int:
-        avail = self.remaining
+    def _avail(self) -> int:
+        """Episodes the agent may still spend (finish_early never touches the reserve)."""
         if self.pol.stopping.mode == "finish_early":
-            avail -= self.pol.stopping.reserve_episodes
-        k = max(self.min_per, min(want, self.max_per, avail))
+            return self.remaining - self.pol.stopping.reserve_episodes
+        return self.remaining
+
+    def _size(self, want: int) -> int:
+        k = max(self.min_per, min(want, self.max_per, self._avail()))
         tail = self.remaining - k
         if self.pol.stopping.mode == "spend_all" and 0 < tail < self.min_per and self.remaining <= self.max_per:
             k = self.remaining
@@ -276,7 +282,8 @@ class _Session:
         calls, tokens, usd = (a - b for a, b in zip(self._usage(), calls0))
         returns = answer.summary.get("returns") if "returns" in self.pol.observation.summary_fields else None
         self.ctx.record(Iteration(
-            index=self.iterations, phase=phase, observation_digest=read_digest, edit_kind=kind,  # type: ignore[arg-type]
+            index=self.iterations, phase=phase, observation_digest=read_digest,
+            edit_kind=kind,  # type: ignore[arg-type]
             diff_lines=diff_lines(previous, source), mechanism=mechanism, submitted_indices=tuple(indices),
             submit_id=answer.submit_id, verdict=answer.status,
             returns=tuple(float(r) for r in returns) if isinstance(returns, list) and answer.status == "ok" else None,
@@ -304,7 +311,7 @@ class _Session:
         self.failures, self.recovering = 0, False
         incumbent = self.memory.incumbent
         improved = self.memory.beats(source, incumbent)
-        if improved and incumbent is not None and self.pol.verification.retest_episodes > 0:
+        if improved and incumbent is not None and self.pol.verification.retest_episodes > 0 and self._avail() > 0:
             improved = self._retest(source, mechanism, incumbent)
         outcome = "improved" if improved else "no improvement"
         self.memory.log(f"{self.last_edit}: mean {self.memory.mean(source):.4g}, {outcome}")
@@ -327,7 +334,7 @@ class _Session:
         indices = self._indices(ver.retest_episodes, "fresh")
         self._submit(source, indices, "verification", "none", "retest of an apparent improvement", mechanism,
                      self._usage())
-        if ver.matched_comparison and self.remaining > 0:
+        if ver.matched_comparison and self._avail() > 0:
             self._submit(incumbent.source, indices, "verification", "revert", "incumbent on the retest episodes",
                          incumbent.mechanism, self._usage())
         return self.memory.beats(source, incumbent)

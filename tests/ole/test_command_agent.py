@@ -17,7 +17,7 @@ AGENT = str(Path(__file__).with_name("scripted_agent.py"))
 def run(tmp_path, mode: str, *, budget: int = 5, wall: float = 120.0, cap: int = 1 << 20):
     pol = LoopPolicy.model_validate({"budget": {"wall_time_s": wall}})
     served = serve(tmp_path / "run", budget=budget)
-    log = tmp_path / "log"
+    log = Path("log")  # relative, as `ole run` passes it: the command must still find its brief
     try:
         result = CommandAgent([sys.executable, AGENT, mode], output_cap_bytes=cap, kill_grace_s=1.0).work(
             served.context(pol, log, host="command"))
@@ -28,7 +28,8 @@ def run(tmp_path, mode: str, *, budget: int = 5, wall: float = 120.0, cap: int =
     return result, served.history, doc, log
 
 
-def test_scripted_agent_spends_the_budget_and_the_run_is_scored(tmp_path):
+def test_scripted_agent_spends_the_budget_and_the_run_is_scored(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result, hist, doc, log = run(tmp_path, "normal")
     assert result.finish_reason == "budget_spent"
     assert [(h.submit_id, h.verdict, h.submitted_indices) for h in hist] == [(0, "ok", (0, 1)), (1, "ok", (2, 3, 4))]
@@ -42,21 +43,24 @@ def test_scripted_agent_spends_the_budget_and_the_run_is_scored(tmp_path):
     assert set(result.extras) == {"stdout", "stderr", "instructions", "exit"}
 
 
-def test_wall_clock_cap_kills_the_process_group(tmp_path):
-    result, hist, doc, log = run(tmp_path, "sleep", wall=4.0)
+def test_wall_clock_cap_kills_the_process_group(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    result, hist, doc, log = run(tmp_path, "sleep", wall=3.0)
     assert result.finish_reason == "wall_time" and len(hist) == 1
     assert json.loads((log / "command.exit.json").read_text())["timed_out"] is True
     assert doc["outcome"]["status"] == "completed"  # the runner's /finish still scores the run
 
 
-def test_output_is_capped_and_a_crash_is_an_error_not_an_exception(tmp_path):
+def test_output_is_capped(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result, hist, doc, log = run(tmp_path, "spam", cap=4096)
     text = (log / "command.stdout.txt").read_text()
     assert len(text) < 4096 + 200 and "bytes dropped at the 4096-byte cap" in text
     assert result.finish_reason == "budget_spent"
 
 
-def test_crash_without_submits(tmp_path):
+def test_a_crash_is_an_error_not_an_exception(tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
     result, hist, doc, _ = run(tmp_path, "crash")
     assert result.finish_reason == "error" and hist == []
     assert doc["outcome"]["status"] in ("no_ok_submit", "completed")

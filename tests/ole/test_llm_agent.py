@@ -157,4 +157,73 @@ def test_static_checks_and_edit_scope():
     assert scope_problem(old, two, "file") is None
     assert [edit_kind(None, old), edit_kind(old, tuned), edit_kind(old, two), edit_kind(old, old)] == \
         ["synthesis", "tuning", "synthesis", "none"]
-    assert apply_diff(old, "@@ -1,1 +1,1 @@\n-class Policy:\n+class Policy(object):\n").startswith("class Policy(object)")
+    patched = apply_diff(old, "@@ -1,1 +1,1 @@\n-class Policy:\n+class Policy(object):\n")
+    assert patched.startswith("class Policy(object)")
+
+
+@pytest.mark.llm
+def test_live_path_through_litellm_to_a_stub_server_then_replay(tmp_path, monkeypatch):
+    from tests.ole.llm_stub import StubServer
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    answers = [("error", 500), ("ok", as_file(program(-1.0), "flip")), ("ok", gain_diff(-1.0, 1.0))]
+    served = serve(tmp_path / "run", budget=4)
+    with StubServer(answers) as stub:
+        agent = LLMAgent("openai/stub", api_base=stub.api_base, timeout_s=10.0, retries=1)
+        result = agent.work(served.context(policy(), tmp_path / "log"))
+    doc = served.close()
+    assert result.finish_reason == "budget_spent" and result.usage.llm_calls == 2 and len(stub.requests) == 3
+    assert [h.mean_return for h in served.history][0] == -500.0 and doc["outcome"]["status"] == "completed"
+    rows = read_store(tmp_path / "log" / CALL_LOG)
+    assert [r["model"] for r in rows] == ["openai/stub"] * 2 and rows[0]["usage"]["prompt_tokens"] == 11
+    _, hist2, _, _ = run_agent(tmp_path, policy(), f"replay:{tmp_path / 'log' / CALL_LOG}", budget=4, name="r")
+    assert [h.model_copy(update={"wall_s": 0.0}) for h in hist2] == \
+        [h.model_copy(update={"wall_s": 0.0}) for h in served.history]
+
+
+def _feedback_dir(tmp_path):
+    sub = tmp_path / "submit_003"
+    summary = {"submit_index": 3, "status": "ok", "n_episodes": 3, "returns": [-10.0, -500.0, -80.0],
+               "mean_return": -196.7, "episode_lengths": [10, 500, 80], "errors": [], "wall_time_seconds": 0.123,
+               "submit_started_at": "2026-01-01T00:00:00.000Z"}
+    sub.mkdir()
+    (sub / "summary.json").write_text(json.dumps(summary))
+    for n, ep in enumerate(("ep_007", "ep_008", "ep_009")):
+        d = sub / "episodes" / ep
+        d.mkdir(parents=True)
+        rows = [{"t": t, "obs": [0.5 * t, 1.0], "action": n, "reward": -1.0, "terminated": False,
+                 "truncated": False, "info": {}} for t in range(20)]
+        (d / "trajectory.jsonl").write_text("\n".join(json.dumps(r) for r in rows) + "\n")
+        (d / "stdout.txt").write_text(f"hello from episode {n}\n")
+    (sub / "errors.txt").write_text(json.dumps({"category": "act_error", "message": "act_error: boom",
+                                                "timestamp": "2026-01-01T00:00:00Z",
+                                                "traceback": 'File "/tmp/x/checkpoints/submit_003/policy.py", '
+                                                             'line 3\n'}) + "\n")
+    return sub
+
+
+def test_feedback_rendering_follows_the_observation_component(tmp_path):
+    from ole.agents.prompts import render_feedback
+    from ole.loop_policy import Observation
+    sub = _feedback_dir(tmp_path)
+    text = render_feedback(sub, Observation(worst_k_episodes=1, trajectory_window=3))
+    assert "#### episode 1 (return -500)" in text and "episode 0" not in text and "episode 2" not in text
+    assert "last 3 of 20 steps" in text and "t=19 [9.5,1] -> 1 r=-1" in text and "t=16" not in text
+    assert "hello from episode 1" in text and "wall_time" not in text and "2026" not in text
+    quiet = render_feedback(sub, Observation(summary_fields=("status", "mean_return"), read_stdout=False))
+    assert "episode 0" in quiet and "hello" not in quiet and "returns" not in quiet   # no returns: first episodes
+    assert len(render_feedback(sub, Observation(max_context_chars=500))) <= 500
+    summary = json.loads((sub / "summary.json").read_text())
+    (sub / "summary.json").write_text(json.dumps({**summary, "status": "rollout_timeout"}))
+    errors = render_feedback(sub, Observation(worst_k_episodes=0))
+    assert "act_error: boom" in errors and 'File "policy.py"' in errors and "/tmp/x" not in errors
+
+
+def test_shipped_example_script_is_a_valid_program_and_valid_tuning_edits():
+    from ole.llm import load_script
+    from tests.ole.agent_host import REPO
+    first, *edits = load_script(REPO / "docs" / "examples" / "llm-acrobot-script.json")
+    base = parse_answer(first["text"], None)
+    assert base.mechanism and static_problems(base.source) == []
+    for item in edits:
+        edited = parse_answer(item["text"], base.source).source
+        assert static_problems(edited) == [] and scope_problem(base.source, edited, "parameters") is None

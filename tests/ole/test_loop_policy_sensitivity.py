@@ -191,14 +191,16 @@ def base(**changes) -> LoopPolicy:
 
 
 LESSON_FILE = "lessons.jsonl"
+ENERGY_ONLY = {"planning__max_mechanisms": 1}
+"""Tune the energy pump (saturating torques), so trajectory diagnoses have something to find."""
 
 # field -> (alternative value, base-policy changes that make the field matter, extra mechanisms)
 CASES = {
     ("observation", "summary_fields"): (("status", "mean_return", "episode_lengths", "errors"), {}, ()),
-    ("observation", "worst_k_episodes"): (0, {}, ()),
-    ("observation", "trajectory_window"): (0, {}, ()),
+    ("observation", "worst_k_episodes"): (0, ENERGY_ONLY, ()),
+    ("observation", "trajectory_window"): (0, ENERGY_ONLY, ()),
     ("observation", "read_stdout"): (False, {}, (NOISY,)),
-    ("observation", "max_context_chars"): (500, {}, ()),
+    ("observation", "max_context_chars"): (500, ENERGY_ONLY, ()),
     ("planning", "phases"): (("synthesis", "confirmation"), {}, ()),
     ("planning", "max_mechanisms"): (1, {}, ()),
     ("planning", "plateau_submits"): (2, {}, ()),
@@ -216,10 +218,10 @@ CASES = {
     ("verification", "margin"): (0.5, {}, ()),
     ("verification", "matched_comparison"): (False, {}, ()),
     ("recovery", "on_error_verdict"): ("retry", {"verification__static_checks": False}, (BROKEN,)),
-    ("recovery", "on_regression"): ("keep", {"action__index_selection": "fresh"}, ()),
+    ("recovery", "on_regression"): ("keep", {**ENERGY_ONLY, "action__index_selection": "fresh"}, ()),
     ("recovery", "max_retries"): (0, {"verification__static_checks": False, "recovery__on_error_verdict": "retry"},
                                   (BROKEN,)),
-    ("stopping", "mode"): ("finish_early", {}, ()),
+    ("stopping", "mode"): ("finish_early", {"stopping__patience_submits": 3}, ()),
     ("stopping", "patience_submits"): (2, {"stopping__mode": "finish_early"}, ()),
     ("stopping", "reserve_episodes"): (12, {"stopping__mode": "finish_early"}, ()),
     ("budget", "synthesis_fraction"): (0.0, {}, ()),
@@ -242,9 +244,12 @@ def test_field_changes_actions(tmp_path, key):
     component, field = key
     alt, changes, extra = CASES[key]
     lp = base(**changes)
-    lessons = tmp_path / LESSON_FILE
-    sig = signature(space_schema(gym.make(ENV_ID).observation_space), space_schema(gym.make(ENV_ID).action_space))
-    LessonStore(lessons).add(Lesson(sig, "affine", "gymnasium/Pendulum-v1", 0.0))
+    lessons = None
+    if key == ("memory", "carry_lessons"):  # a lesson that prefers another mechanism than the library's first
+        lessons = tmp_path / LESSON_FILE
+        env = gym.make(ENV_ID)
+        sig = signature(space_schema(env.observation_space), space_schema(env.action_space))
+        LessonStore(lessons).add(Lesson(sig, "affine", "gymnasium/Pendulum-v1", 0.0))
     changed = with_field(lp, component, field, alt)
     assert getattr(changed, component).model_dump() != getattr(lp, component).model_dump()
     a = act(tmp_path, lp, extra=extra, lessons=lessons, tag="a")

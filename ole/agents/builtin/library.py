@@ -14,7 +14,7 @@ from ole.agents.builtin.mechanism import Mechanism
 
 Builder = Callable[[dict, dict], Mechanism | list[Mechanism] | None]
 
-MOMENTUM_WORDS = ("momentum", "swing", "hill", "pendulum", "angle", "underpowered")
+MOMENTUM_WORDS = ("momentum", "swing", "hill", "pendulum", "underpowered")
 """Brief words that put energy pumping first."""
 PICK_WORDS = ("pick", "grasp", "lift", "place")
 """Brief words that put pick-and-place before pushing."""
@@ -46,10 +46,14 @@ def candidates(obs_space: dict, action_space: dict, brief: str, *,
     `extra` mechanisms (supplied by the caller, e.g. an experiment's own template)
     are tried before the library's.
     """
-    built: list[Mechanism] = []
+    primary: list[Mechanism] = []
+    variants: list[Mechanism] = []
     for builder in _order(obs_space, action_space, brief):
         found = builder(obs_space, action_space)
-        built.extend(found if isinstance(found, list) else [found] if found else [])
+        found = found if isinstance(found, list) else [found] if found else []
+        primary.extend(found[:1])
+        variants.extend(found[1:])
+    built = primary + variants  # one of each family before any family's variants
     rank = {name: i for i, name in enumerate(preferred)}
     built.sort(key=lambda m: rank.get(m.name, len(rank)))
     return [*extra, *built]

@@ -83,6 +83,7 @@ class Worker:
         self.t0 = time.monotonic()
         self.inline = self.lp.action.edit_granularity == "file"
         self.unhealthy = False
+        self.rounds = 0
 
     # -- acting ---------------------------------------------------------------------------
     def size(self) -> int:
@@ -252,8 +253,10 @@ class Worker:
     def start_search(self, mech: Mechanism, center: np.ndarray) -> None:
         self.mech = mech
         self.tuned.add(mech.name)
+        self.rounds += 1
         self.search = Search(mech, center, sigma=self.lp.action.step_size, population=self.lp.action.population,
-                             granularity=self.lp.action.edit_granularity, seed=self.ctx.condition.seed)
+                             granularity=self.lp.action.edit_granularity,
+                             seed=self.ctx.condition.seed * 1000 + self.rounds)
 
     def tuning(self) -> None:
         if self.incumbent is None:

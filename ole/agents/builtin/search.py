@@ -62,7 +62,12 @@ class Search:
         return out
 
     def tell(self, scores: list[float]) -> None:
-        """Scores of the last `ask()` (higher is better; failures as -inf)."""
+        """Scores of the last `ask()` (higher is better; failures as -inf).
+
+        Ignored when the search was recentered since that `ask()` (the generation is void).
+        """
+        if len(scores) != len(self.pending):
+            return
         finite = [s for s in scores if np.isfinite(s)]
         floor = (min(finite) - 1.0) if finite else 0.0
         losses = [-(s if np.isfinite(s) else floor) for s in scores]
@@ -82,6 +87,7 @@ class Search:
         """Restart the search around a new incumbent (after a revert or a widened step)."""
         self.center = np.asarray(center, dtype=float).copy()
         self.es = self._start(self.mask, sigma if sigma is not None else self.sigma0)
+        self.pending = []
 
     @property
     def sigma(self) -> float:

@@ -1,0 +1,120 @@
+"""`ole.runner.run_task` and `ole run` / `ole trace` against a real `evogym serve` subprocess.
+
+The host runs with `--isolation none` and the quick profile with a tiny budget, so a
+run including finalization takes seconds.
+"""
+from __future__ import annotations
+
+import json
+import os
+import pickle
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ole import runner
+from ole.agents.base import AgentResult, HostAgent
+from ole.cli import main as ole_main
+from ole.registry import Registry
+from ole.trace import RunCondition, TaskSpec, TraceArchive
+
+REPO = Path(__file__).resolve().parents[2]
+ACROBOT_RANDOM = -499.2
+"""Uniform-random held-out mean on Acrobot (reference §6.2)."""
+
+
+@pytest.fixture
+def registry_root(tmp_path):
+    root = tmp_path / "bundles"
+    root.mkdir()
+    shutil.copy(REPO / "bundles" / "coder.yaml", root / "coder.yaml")
+    return root
+
+
+def test_builtin_run_is_scored_archived_and_beats_random(tmp_path, registry_root):
+    task = TaskSpec(env="gym/acrobot", profile="quick", budget=12)
+    lines: list[str] = []
+    trace = runner.run_task(task, None, "builtin", RunCondition(host="builtin", seed=0), root=registry_root,
+                            runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces", isolation="none",
+                            lessons_path=tmp_path / "lessons.jsonl", progress=lines.append)
+    assert trace.verified and trace.outcome.status == "completed"
+    assert TraceArchive(tmp_path / "traces").get(trace.trace_id) == trace
+    assert trace.outcome.final_score > ACROBOT_RANDOM + 150
+    assert (trace.bundle_name, trace.bundle_version) == ("coder", 1)
+    assert trace.contract.resource_budget["episodes"] == 12.0
+    assert sum(i.episodes_charged for i in trace.history) == trace.outcome.episodes_used == 12
+    assert {i.edit_kind for i in trace.history} >= {"synthesis"}
+    assert all(i.observation_digest.startswith("sha256:") for i in trace.history)
+    assert any(line.startswith("[synthesis] submit 0") for line in lines)
+    run_json = Path(trace.run_dir) / "run.json"
+    assert trace.run_json_sha256.startswith("sha256:")
+    assert json.loads(run_json.read_text())["outcome"]["final_score"] == trace.outcome.final_score
+    assert (tmp_path / "lessons.jsonl").read_text().count("\n") == 1
+
+
+class Idle(HostAgent):
+    """Submits nothing."""
+
+    def work(self, ctx):
+        return AgentResult(finish_reason="finished_early")
+
+
+class Interrupting(HostAgent):
+    """The user presses Ctrl-C while the agent works."""
+
+    def work(self, ctx):
+        raise KeyboardInterrupt
+
+
+def test_unscored_run_is_not_archived(tmp_path, registry_root, monkeypatch):
+    monkeypatch.setattr(runner, "get_agent", lambda name, **kw: Idle())
+    trace = runner.run_task(TaskSpec(env="gym/acrobot", budget=4), "coder@1", "builtin", RunCondition(host="builtin"),
+                            root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
+                            isolation="none")
+    assert trace.outcome.status == "no_ok_submit" and not trace.verified
+    assert TraceArchive(tmp_path / "traces").ids() == []
+
+
+def test_host_is_stopped_on_keyboard_interrupt(tmp_path, registry_root, monkeypatch):
+    started: list[subprocess.Popen] = []
+    real = subprocess.Popen
+
+    def popen(*args, **kwargs):
+        started.append(real(*args, **kwargs))
+        return started[-1]
+
+    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    monkeypatch.setattr(runner, "get_agent", lambda name, **kw: Interrupting())
+    with pytest.raises(KeyboardInterrupt):
+        runner.run_task(TaskSpec(env="gym/acrobot", budget=4), "coder", "builtin", RunCondition(host="builtin"),
+                        root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
+                        isolation="none")
+    assert started and started[0].poll() is not None
+
+
+def test_release_takes_effect_at_the_task_boundary(registry_root):
+    with Registry(registry_root) as registry:
+        assert runner.resolve_bundle(registry, None, "default").ref == "coder@1"
+        assert runner.resolve_bundle(registry, "coder@1", "default").ref == "coder@1"
+
+
+def test_arguments_are_picklable():
+    pickle.dumps((TaskSpec(env="gym/acrobot"), "coder@1", "builtin", RunCondition(host="builtin"), runner.run_task))
+
+
+def test_cli_run_then_trace_ls_and_show(tmp_path, registry_root, capsys):
+    code = ole_main(["run", "--env", "gym/acrobot", "--budget", "4", "--isolation", "none", "--quiet",
+                     "--root", str(registry_root), "--runs-dir", str(tmp_path / "runs"),
+                     "--traces-dir", str(tmp_path / "traces"), "--lessons", str(tmp_path / "l.jsonl"), "--json"])
+    out = json.loads(capsys.readouterr().out)
+    assert code == 0 and out["archived"] and out["status"] == "completed"
+    assert ole_main(["trace", "ls", "--traces-dir", str(tmp_path / "traces")]) == 0
+    assert out["trace_id"] in capsys.readouterr().out
+    assert ole_main(["trace", "show", out["trace_id"], "--traces-dir", str(tmp_path / "traces")]) == 0
+    shown = capsys.readouterr().out
+    assert "outcome completed" in shown and "synthesis" in shown
+    assert ole_main(["trace", "show", out["trace_id"][:-1], "--traces-dir", str(tmp_path / "traces")]) == 2
+    assert "did you mean" in capsys.readouterr().err
