@@ -14,14 +14,15 @@ from pydantic import BaseModel, ConfigDict, Field
 from ole.errors import OleError
 
 RUN_WALL_S: dict[str, float] = {
-    "gym/acrobot": 9.0,
-    "gym/continuouscar": 6.0,
-    "gym/pusher5": 6.0,
-    "gym/reacher5": 6.5,
+    "gym/acrobot": 11.0,
+    "gym/continuouscar": 8.0,
+    "gym/pusher5": 8.0,
+    "gym/reacher5": 8.0,
     "gymnasium/MiniGrid-FourRooms-v0": 9.0,
 }
-"""Wall seconds of one quick run (budget 16) of the built-in agent per env, host start and finalize
-included, measured one run at a time on the 2-core project machine; other envs use DEFAULT_RUN_WALL_S."""
+"""Wall seconds of one quick run (budget 32) of the built-in agent per env, host start and finalize
+included, measured with 2 runs in parallel on the 2-core project machine; other envs use
+DEFAULT_RUN_WALL_S. Wall time per run is divided by the workers for the estimate."""
 DEFAULT_RUN_WALL_S = 20.0
 """Wall seconds assumed for one run of an env without a measurement."""
 LLM_TOKENS_PER_RUN = 60_000

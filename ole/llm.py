@@ -371,5 +371,6 @@ def _litellm() -> Any:
     litellm.failure_callback = []
     litellm.callbacks = []
     litellm.num_retries = 0
+    litellm.drop_params = True  # `seed` etc. are dropped for providers without them, not an error
     litellm.suppress_debug_info = True
     return litellm

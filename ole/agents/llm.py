@@ -37,6 +37,8 @@ MAX_REJECTS = 3
 """Consecutive Phase-1 rejects (nothing charged) after which the agent stops: the host disagrees with it."""
 LESSONS_SHOWN = 5
 """Cross-task lessons put in a prompt."""
+BASELINE_MECHANISM = "schema baseline"
+"""Mechanism name of the fallback program derived from the action schema."""
 
 
 class LLMAgent(HostAgent):
@@ -164,8 +166,8 @@ class _Session:
         calls0 = self._usage()
         proposal, why = self._ask(turn)
         if proposal is None:
-            source, kind, note = self._fallback(why)
-            self._submit(source, self._indices(), turn_phase, kind, note, None, calls0)
+            source, mechanism, kind, note = self._fallback(why)
+            self._submit(source, self._indices(), turn_phase, kind, note, mechanism, calls0)
             self.stale += 1  # a fallback is a non-improving submit: patience and plateaus see it
             self.phase_stale += 1
             return
@@ -243,12 +245,13 @@ class _Session:
                 raise EditRejected(problem)
         return proposal
 
-    def _fallback(self, why: str) -> tuple[str, str, str]:
+    def _fallback(self, why: str) -> tuple[str, str, str, str]:
+        """(source, mechanism, edit kind, note) submitted instead of an unusable answer."""
         best = self.memory.best()
         note = f"model output unusable after {self.pol.recovery.max_retries + 1} tries ({why[:120]})"
         if best is not None:
-            return best.source, "revert", note + "; resubmitting the best program"
-        return BASELINE_POLICY, "synthesis", note + "; submitting the schema baseline"
+            return best.source, best.mechanism, "revert", note + "; resubmitting the best program"
+        return BASELINE_POLICY, BASELINE_MECHANISM, "synthesis", note + "; submitting the schema baseline"
 
     # ---- submits and verdicts ----------------------------------------------------------------
     def _indices(self, k: int | None = None, selection: str | None = None) -> list[int]:
@@ -291,7 +294,8 @@ class _Session:
             episodes_charged=answer.charged, wall_s=round(time.monotonic() - t0, 3), llm_calls=int(calls),
             tokens=int(tokens), usd=float(usd), note=note[:200]))
         self.iterations += 1
-        self.last_edit = f"submit {answer.submit_id} ({phase}, {kind}, {diff_lines(base, source)} lines changed)"
+        self.last_edit = (f"submit {answer.submit_id} [{phase} phase] {kind} edit, "
+                          f"{diff_lines(base, source)} lines changed")
         self.ctx.progress(f"llm agent: submit {answer.submit_id} {answer.status} "
                           f"(mean {answer.summary.get('mean_return')}, {self.remaining} episodes left)")
         if answer.http_status == 400:
@@ -370,7 +374,7 @@ class _Session:
         """Confirmation: re-run the kept programs on shared new episodes; no model calls."""
         target, indices = self.memory.next_to_confirm(self._size(self.pol.action.episodes_per_submit))
         if target is None:
-            target = Kept(BASELINE_POLICY, "baseline")
+            target = Kept(BASELINE_POLICY, BASELINE_MECHANISM)
         answer = self._submit(target.source, indices, "confirmation", "revert", "confirmation re-test",
                               target.mechanism, self._usage())
         if answer is not None and answer.status == "ok" and self.memory.incumbent is not None:
@@ -380,11 +384,9 @@ class _Session:
         """A run with no ok submit gets one small submit of the best (or baseline) program if budget allows."""
         if self.ok_submits or self.remaining <= 0 or self._finalized():
             return reason
-        best = self.memory.best()
-        source = best.source if best else BASELINE_POLICY
-        try:
-            self._submit(source, self.memory.indices(self._size(self.min_per), "matched"), "recovery",
-                         "revert" if best else "synthesis", "ensure the run has a valid submit", None, self._usage())
+        try:  # no ok submit means nothing was kept either: the baseline is the only known-good program
+            self._submit(BASELINE_POLICY, self.memory.indices(self._size(self.min_per), "matched"), "recovery",
+                         "synthesis", "ensure the run has a valid submit", BASELINE_MECHANISM, self._usage())
         except HostError:
             pass
         return reason

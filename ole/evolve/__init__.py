@@ -24,8 +24,11 @@ from ole.paired import EvalJob, Instance, PairedEvaluation, Pair, RunResult, ins
 from ole.proposers import Parent, Proposal, Proposer
 from ole.trace import RunCondition, TaskSpec, Trace, TraceArchive
 
-DEFAULT_SUITE = ("gym/acrobot", "gym/reacher5", "gymnasium/MiniGrid-FourRooms-v0")
-"""Quick multi-env default: three cheap envs from three families (curated, generic, minigrid)."""
+DEFAULT_SUITE = ("gym/acrobot", "gym/pusher5", "gymnasium/MiniGrid-FourRooms-v0")
+"""Quick multi-env default: three cheap envs from three families (curated, generic, minigrid).
+At 32 episodes the built-in agent's held-out score on acrobot moves with the loop policy
+(episodes_per_submit 2: +29%, synthesis_fraction 0.6: +34% on pool 101), while pusher5 and
+FourRooms are solved alike by every variant tried: they guard against regressions."""
 
 
 class Suite(BaseModel):
@@ -36,7 +39,7 @@ class Suite(BaseModel):
     """Env slugs."""
     profile: str = "quick"
     """Host run profile."""
-    budget: int | None = Field(16, ge=1)
+    budget: int | None = Field(32, ge=1)
     """Episode budget per run (None = the profile's)."""
     host: Literal["builtin", "llm", "command"] = "builtin"
     """Host agent kind of every run."""
@@ -58,7 +61,7 @@ class EvolveConfig(BaseModel):
     """Envs, profile, budget and agent kind."""
     search_pools: tuple[int, ...] = (101, 102)
     """Pool seeds of the search instances (the proposer sees their traces)."""
-    gate_pools: tuple[int, ...] = (201, 202, 203)
+    gate_pools: tuple[int, ...] = (201, 202, 203, 204)
     """Pool seeds of the gate instances (disjoint from the search pools)."""
     agent_seeds: tuple[int, ...] = (0,)
     """Agent seeds crossed with every pool seed."""

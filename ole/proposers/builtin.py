@@ -101,7 +101,7 @@ def _parse_value(text: str):
         return text
 
 
-def apply_hint(policy: dict, hint: str, rng: random.Random) -> str:
+def apply_hint(policy: dict, hint: str) -> str:
     """Apply `component.field:up|down` or `component.field=value` in place; returns a note line.
 
     Raises `ValidationError` for a hint outside that grammar or naming an unknown field.
@@ -143,9 +143,14 @@ def _attempt(parent: Parent, evidence: Sequence[EvidenceItem], rng: random.Rando
     item = _pick(evidence, rng)
     notes, cited = [], []
     if item is not None:
-        notes.append(apply_hint(policy, rng.choice(item.hints), rng) + f" [{item.evidence_id}: {item.sentence}]")
-        cited.append(item.evidence_id)
-    if item is None or rng.random() < EXPLORE_PROB:
+        for hint in rng.sample(item.hints, len(item.hints)):  # the first hint that changes something
+            before = {k: dict(v) for k, v in policy.items() if isinstance(v, dict)}
+            note = apply_hint(policy, hint)
+            if policy != {**policy, **before}:
+                notes.append(note + f" [{item.evidence_id}: {item.sentence}]")
+                cited.append(item.evidence_id)
+                break
+    if not cited or rng.random() < EXPLORE_PROB:
         notes.append(explore(policy, rng))
     return policy, notes, cited
 

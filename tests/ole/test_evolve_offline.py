@@ -90,3 +90,24 @@ def test_nondominated_keeps_tradeoffs_and_drops_what_the_champion_dominates():
     assert dominates({"mean_r": 0.1, "cvar": 0.0, "cost": 1.0}, {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0})
     assert not dominates({"mean_r": 0.1, "cvar": -0.2, "cost": 1.0}, {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0})
     assert nondominated([]) == []
+
+
+@pytest.mark.sandbox
+def test_tiny_offline_run_on_the_real_host(tmp_path):
+    from ole.paired import run_job
+    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot",), budget=2), search_pools=(101,), gate_pools=(201,),
+                       population=1, generations=1, workers=1)
+    root = tmp_path / "bundles"
+    root.mkdir()
+    shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
+    reg = Registry(root)
+    engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=cfg,
+                         evaluate=run_job, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=2, min_families=1),
+                         executor=LocalExecutor(1), progress=lambda line: None)
+    champ = reg.champion()
+    report = OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()
+    assert report.bootstrapped == 1 and len(report.candidates) == 1
+    d = report.decision
+    assert d is not None and d.verdict == "indecisive"  # one pair < min_pairs: too thin to judge
+    assert d.pairs[0].champion.verified and d.pairs[0].champion.trace_id in engine.archive.ids()
+    assert [e.kind for e in reg.events()].count("gate_decision") == 1

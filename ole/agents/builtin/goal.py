@@ -100,7 +100,7 @@ class Policy:
 
 VEHICLE = '''
 class Policy:
-    """Vehicle to a goal pose: speed from the goal distance along the heading, steer at it."""
+    """Vehicle to a goal pose: speed from the goal distance (reverse when it lies behind), steer at it."""
 
     def __init__(self, obs_space, action_space, env_meta):
         self.codec = ActionCodec(action_space)
@@ -116,11 +116,13 @@ class Policy:
         fwd = dx * c + dy * s
         lat = -dx * s + dy * c
         speed = a[2] * c + a[3] * s
-        want = float(np.clip(P["k_dist"][0] * fwd, -P["vmax"][0], P["vmax"][0]))
+        dist = math.hypot(dx, dy)
+        direction = 1.0 if fwd >= -P["reverse_bias"][0] * dist else -1.0
+        want = direction * float(np.clip(P["k_dist"][0] * dist, 0.0, P["vmax"][0]))
         accel = P["k_speed"][0] * (want - speed)
         heading_err = math.atan2(g[5] * c - g[4] * s, g[4] * c + g[5] * s)
         bearing = math.atan2(lat, abs(fwd) + 1e-6)
-        near = math.exp(-math.hypot(dx, dy) / max(P["near"][0], 1e-6))
+        near = math.exp(-dist / max(P["near"][0], 1e-6))
         steer = P["k_bearing"][0] * bearing * (1.0 - near) + P["k_heading"][0] * heading_err * near
         if want < 0:
             steer = -steer
@@ -178,4 +180,5 @@ def goal_vehicle(obs_space: dict, action_space: dict) -> Mechanism | None:
         Param("k_bearing", (1.0,), 0.5, -10, 10, "steer"),
         Param("k_heading", (1.0,), 0.5, -10, 10, "steer"),
         Param("near", (0.05,), 0.03, 0.001, 1.0, "steer"),
+        Param("reverse_bias", (0.3,), 0.2, -1.0, 1.0, "speed"),
     ), "goal pose with heading and two continuous controls: steer/throttle to the goal")
