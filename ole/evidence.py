@@ -107,9 +107,10 @@ def failed_verdict_waste(traces: Sequence[Trace]) -> list[EvidenceItem]:
 
 def unreverted_regressions(traces: Sequence[Trace]) -> list[EvidenceItem]:
     """A regressing submit followed by another edit from it instead of a revert."""
-    hit, count = [], 0
+    hit, count, judged = [], 0, 0
     for t in traces:
         subs, best, n = _submits(t), None, 0
+        judged += max(0, len(subs) - 1)
         for cur, nxt in zip(subs, subs[1:]):
             if cur.mean_return is not None and best is not None:
                 drop = (best - cur.mean_return) / max(abs(best), 1e-6)
@@ -121,7 +122,7 @@ def unreverted_regressions(traces: Sequence[Trace]) -> list[EvidenceItem]:
             count += n
     if not hit:
         return []
-    return [_item("unreverted_regression", "-", "regressions continued without revert", -float(count), "recovery",
+    return [_item("unreverted_regression", "-", "share of submits building on a regression", -count / judged, "recovery",
                   hit, f"{count} regressing submits were built on instead of reverted.",
                   ("recovery.on_regression=revert", "verification.retest_episodes:up"))]
 

@@ -91,11 +91,17 @@ class HostClient:
         return status
 
     def wait_finalized(self, *, timeout_s: float = FINALIZE_WAIT_S) -> dict[str, Any]:
-        """Poll `/info` until `state.is_finalized`; returns the last `/info`."""
+        """Poll `/info` until the run is closed and its finalization is over; returns the last `/info`.
+
+        `state.is_finalized` turns true when the run closes; hidden validation and the
+        held-out evaluation then run in the background while `state.finalization` is
+        `pending`/`running` (hosts without that field are taken as done when closed).
+        """
         deadline = time.monotonic() + timeout_s
         while True:
             info = self.info()
-            if info.get("state", {}).get("is_finalized"):
+            state = info.get("state", {})
+            if state.get("is_finalized") and state.get("finalization", "done") in ("done", "error"):
                 return info
             if time.monotonic() > deadline:
                 raise HostError(f"run not finalized after {timeout_s:.0f} s", hint="check the host's events.jsonl")

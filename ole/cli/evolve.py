@@ -10,10 +10,13 @@ from __future__ import annotations
 
 import argparse
 import sys
+
+import pydantic
 from pathlib import Path
 
 from ole.cli.common import Output, leaf, open_registry
 from ole.cost import CostCaps, estimate
+from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
 from ole.registry import DEFAULT_CHANNEL
 
@@ -75,12 +78,19 @@ def config_from(args: argparse.Namespace) -> EvolveConfig:
     def given(**kw) -> dict:
         return {k: v for k, v in kw.items() if v is not None}
     envs = tuple(e for e in args.envs.split(",") if e) if args.envs else None
-    suite = Suite(**given(envs=envs, profile=args.profile, budget=args.budget, host=args.host, model=args.model))
-    caps = CostCaps(episodes=args.max_episodes, wall_s=args.max_wall_s, tokens=args.max_tokens, usd=args.max_usd)
-    return EvolveConfig(suite=suite, caps=caps, **given(
-        search_pools=args.search_pools, gate_pools=args.gate_pools, agent_seeds=args.agent_seeds,
-        population=args.population, generations=args.generations, seed=args.seed, channel=args.channel,
-        workers=args.workers))
+    try:
+        suite = Suite(**given(envs=envs, profile=args.profile, budget=args.budget, host=args.host, model=args.model))
+        caps = CostCaps(episodes=args.max_episodes, wall_s=args.max_wall_s, tokens=args.max_tokens,
+                        usd=args.max_usd)
+        return EvolveConfig(suite=suite, caps=caps, **given(
+            search_pools=args.search_pools, gate_pools=args.gate_pools, agent_seeds=args.agent_seeds,
+            population=args.population, generations=args.generations, seed=args.seed, channel=args.channel,
+            workers=args.workers))
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"]) or "config"
+        raise ValidationError(f"bad evolve flags: {where}: {first['msg'].removeprefix('Value error, ')}",
+                              hint="see `ole evolve --help`") from None
 
 
 def planned_envs(cfg: EvolveConfig, mode: str, tasks: int, every_k: int, monitor: int) -> list[str]:

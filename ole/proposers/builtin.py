@@ -132,10 +132,7 @@ def explore(policy: dict, rng: random.Random) -> str:
 
 def _pick(evidence: Sequence[EvidenceItem], rng: random.Random) -> EvidenceItem | None:
     usable = [e for e in evidence if e.hints]
-    if not usable:
-        return None
-    weights = [0.1 + min(abs(e.delta), 10.0) for e in usable]
-    return rng.choices(usable, weights=weights, k=1)[0]
+    return rng.choice(usable) if usable else None  # uniform: detectors' δ are in different units
 
 
 def _attempt(parent: Parent, evidence: Sequence[EvidenceItem], rng: random.Random) -> tuple[dict, list[str], list[str]]:

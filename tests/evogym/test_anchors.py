@@ -48,3 +48,19 @@ def test_random_baselines_are_below_the_expert():
     for slug in CORE16:
         a = anchors(slug)
         assert a.random_baseline < a.expert_baseline, slug
+
+
+def test_measure_script_smoke(tmp_path):
+    """The script that produced RANDOM_BASELINES runs end to end on a tiny budget."""
+    import json
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    script = Path(__file__).resolve().parents[2] / "experiments" / "measure_random_baselines.py"
+    out = tmp_path / "random.json"
+    subprocess.run([sys.executable, str(script), "--env", "gym/reacher5", "--n", "2", "--out", str(out)],
+                   check=True, capture_output=True, timeout=120)
+    (row,) = json.loads(out.read_text())
+    assert row["env"] == "gym/reacher5" and row["n"] == 2 and row["mean_length"] == 50.0
+    assert row["mean"] < 0

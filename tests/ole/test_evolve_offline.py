@@ -111,3 +111,12 @@ def test_tiny_offline_run_on_the_real_host(tmp_path):
     assert d is not None and d.verdict == "indecisive"  # one pair < min_pairs: too thin to judge
     assert d.pairs[0].champion.verified and d.pairs[0].champion.trace_id in engine.archive.ids()
     assert [e.kind for e in reg.events()].count("gate_decision") == 1
+
+
+def test_cli_prints_the_estimate_first_and_rejects_overlapping_pools(capsys):
+    from ole.cli import main
+    assert main(["evolve", "--mode", "offline", "--estimate-only", "--json"]) == 0
+    captured = capsys.readouterr()
+    assert "estimate" in captured.err and '"runs": 78' in captured.out
+    assert main(["evolve", "--mode", "offline", "--gate-pools", "101", "--estimate-only"]) == 2
+    assert "share [101]" in capsys.readouterr().err
