@@ -30,6 +30,7 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default="bench", help="host profile (paper | bench | quick)")
     p.add_argument("--bundle", default="coder@1", help="bundle ref")
+    p.add_argument("--root", default=None, help="registry root (default: $OLE_ROOT, else bundles/)")
     p.add_argument("--seed", type=int, default=0, help="agent seed")
     p.add_argument("--envs", nargs="*", default=list(CORE16), help="env slugs (default: all of Core16)")
     p.add_argument("--skip", nargs="*", default=[], help="env slugs to leave out")
@@ -42,6 +43,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--lessons", default=None, help="lessons file (default: none, so envs stay independent)")
     p.add_argument("--out", default="experiments/results/core16_builtin", help="output stem (.json, .md, .png)")
     p.add_argument("--render-only", action="store_true", help="only re-render the Markdown/PNG from the JSON")
+    p.add_argument("--merge", nargs="*", default=[], metavar="JSON",
+                   help="results files of other (parallel) sweeps to merge into this one first")
     return p.parse_args(argv)
 
 
@@ -59,7 +62,7 @@ def curve(trace) -> list[list[float]]:
 def run_env(args: argparse.Namespace, env: str, budget: int | None) -> dict:
     t0 = time.monotonic()
     task = TaskSpec(env=env, profile=args.profile, budget=budget)
-    trace = run_task(task, args.bundle, "builtin", RunCondition(host="builtin", seed=args.seed),
+    trace = run_task(task, args.bundle, "builtin", RunCondition(host="builtin", seed=args.seed), root=args.root,
                      runs_dir=args.runs_dir, traces_dir=args.traces_dir, lessons_path=args.lessons,
                      isolation=args.isolation, serve_args=("--jobs", str(args.host_jobs)), progress=lambda line: print(f"  {line}", flush=True))
     o = trace.outcome
@@ -92,7 +95,7 @@ def render(results: dict[str, dict], args: argparse.Namespace) -> str:
                 beats[name] += score > row[name]
         cells = [env, "-" if score is None else f"{score:.4g}", *(f"{row[n]:.4g}" for n in ROWS),
                  "-" if score is None else f"{rank_normalized(env, score):.2f}",
-                 f"{r['episodes_used']}" + ("" if r["budget"] is None else f" (budget {r['budget']})"),
+                 f"{r['episodes_used']} ({r['profile']}" + ("" if r["budget"] is None else f", budget {r['budget']}") + ")",
                  ", ".join(r["mechanisms"])]
         lines.append("| " + " | ".join(cells) + " |")
     n = len([r for r in results.values() if r["final_score"] is not None])
@@ -130,6 +133,10 @@ def main(argv: list[str] | None = None) -> None:
     out.parent.mkdir(parents=True, exist_ok=True)
     store = out.with_suffix(".json")
     results = json.loads(store.read_text()) if store.is_file() else {}
+    for other in args.merge:
+        results.update(json.loads(Path(other).read_text()))
+    if args.merge:
+        store.write_text(json.dumps(results, indent=2) + "\n")
     overrides = dict(item.split("=", 1) for item in args.budget_override)
     if not args.render_only:
         for env in args.envs:

@@ -21,7 +21,6 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy import stats as sps
 
-from ole.errors import ValidationError
 from ole.paired import Pair, instance_key
 from ole.trace import utc_now
 

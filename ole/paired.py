@@ -217,13 +217,30 @@ class EvalJob(BaseModel):
     """Sandbox isolation of the policy process (`bwrap`, or `none` where namespaces are unavailable)."""
 
 
+HOST_FAULT_RETRIES = 2
+"""Extra attempts of a run whose host failed (not the agent: that is a recorded result). Under load
+the host can exit between finalization and the runner's last poll (seen once in ~200 runs on 2 cores)."""
+
+
 def run_job(job: EvalJob) -> Trace:
-    """The default evaluation: one real benchmark run through `ole.runner` (top-level, picklable)."""
-    from ole.runner import run_task
+    """The default evaluation: one real benchmark run through `ole.runner` (top-level, picklable).
+
+    A host fault (`RunnerError`, `HostError`) is retried up to HOST_FAULT_RETRIES times with a
+    fresh run directory; the last fault propagates.
+    """
+    from ole.agents.client import HostError
+    from ole.runner import RunnerError, run_task
     options = {"model": job.condition.model} if job.condition.host == "llm" and job.condition.model else {}
-    return run_task(job.task, job.bundle_ref, job.condition.host, job.condition, root=job.registry_root,
-                    runs_dir=job.runs_root, traces_dir=job.traces_root, agent_options=options,
-                    isolation=job.isolation)
+    def attempt() -> Trace:
+        return run_task(job.task, job.bundle_ref, job.condition.host, job.condition, root=job.registry_root,
+                        runs_dir=job.runs_root, traces_dir=job.traces_root, agent_options=options,
+                        isolation=job.isolation)
+    for _ in range(HOST_FAULT_RETRIES):
+        try:
+            return attempt()
+        except (RunnerError, HostError):
+            continue
+    return attempt()
 
 
 class ResultStore(Protocol):

@@ -33,8 +33,8 @@ from ole.trace import (Iteration, Outcome, RunCondition, TaskContract, TaskSpec,
 
 HOST_START_TIMEOUT_S = 300.0
 """Longest wait for `evogym serve` to print its ready line (env import, pool files)."""
-HOST_EXIT_TIMEOUT_S = 120.0
-"""Longest wait for the host to exit after finalization before it is stopped."""
+HOST_FINALIZE_TIMEOUT_S = 7200.0
+"""Longest wait for the host to finish hidden validation + held-out and exit before it is stopped."""
 HOST_KILL_GRACE_S = 10.0
 """Between SIGTERM and SIGKILL when the host must be stopped."""
 
@@ -171,8 +171,7 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
             if not client.info()["state"]["is_finalized"]:
                 client.finish()
             say("finalizing (hidden validation and held-out evaluation)")
-            client.wait_finalized()
-            proc.wait(HOST_EXIT_TIMEOUT_S)
+            proc.wait(HOST_FINALIZE_TIMEOUT_S)  # the host exits once run.json is written
         finally:
             _stop(proc)
     run_json = Path(ready["run_dir"]) / "run.json"

@@ -57,9 +57,11 @@ def nondominated(cands: Sequence[Candidate]) -> list[Candidate]:
 
 
 def _best(retained: Sequence[Candidate]) -> Candidate | None:
-    if not retained:
-        return None
-    return max(retained, key=lambda c: (summarize(c.pairs)["mean_r"], summarize(c.pairs)["cvar"], -int(c.ref.split("@")[1])))
+    """Highest mean r, then highest CVaR, then the oldest version (deterministic)."""
+    def key(c: Candidate) -> tuple:
+        s = summarize(c.pairs)
+        return s["mean_r"], s["cvar"], -int(c.ref.split("@")[1])
+    return max(retained, key=key) if retained else None
 
 
 class OfflineEvolution:

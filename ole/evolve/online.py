@@ -17,9 +17,10 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ole.evolve import Candidate, Engine, EvolveConfig
+from ole.errors import ValidationError
+from ole.evolve import Engine, EvolveConfig
 from ole.gate import GateDecision
-from ole.paired import Instance, Pair, instance_key
+from ole.paired import Instance, Pair, env_family, instance_key, make_pair, run_result, value_score
 from ole.proposers import Parent
 from ole.trace import RunCondition, TaskSpec, Trace
 
@@ -79,7 +80,6 @@ class OnlineEvolution:
         gate_pools = set(cfg.gate_pools)
         stream = set(range(online.stream_pool_base, online.stream_pool_base + online.tasks))
         if gate_pools & stream:
-            from ole.errors import ValidationError
             raise ValidationError(f"gate pools {sorted(gate_pools & stream)} overlap the stream's pool seeds",
                                   hint="move --gate-pools or the stream base so the gate judges unseen instances")
         self._active = self._boundary()
@@ -132,7 +132,6 @@ class OnlineEvolution:
         self.index += 1
         self.recent = (self.recent + [trace])[-self.online.recent:]
         self.seen.add(instance_key(trace.task, trace.condition))
-        from ole.paired import value_score
         self.events.worked.append((a.index, a.bundle_ref, value_score(trace)[0]))
         if self.monitoring is not None:
             self._monitor(a, trace)
@@ -140,7 +139,6 @@ class OnlineEvolution:
             self._round()
 
     def _monitor(self, a: Assignment, trace: Trace) -> None:
-        from ole.paired import env_family, make_pair, run_result
         active, parent, pairs = self.monitoring
         parent_bundle = self.e.registry.get(parent).bundle
         champ_res = self.e.paired.run([(parent, parent_bundle)], [(a.task, a.condition)])

@@ -75,8 +75,6 @@ def fake_evaluate(job) -> Trace:
 
 def archive_fake(job) -> Trace:
     """fake_evaluate, also appending the trace to the job's archive (as the runner does)."""
-    from pathlib import Path
-
     from ole.trace import TraceArchive
     trace = fake_evaluate(job)
     archive = TraceArchive(job.traces_root)

@@ -17,6 +17,15 @@ from ole.agents.builtin.checks import sample_obs, static_problems, topology_hash
 from ole.agents.builtin.mechanism import render
 
 
+def register_envs() -> None:
+    """Register the MiniGrid, HighwayEnv and Gymnasium-Robotics envs with gymnasium."""
+    import gymnasium_robotics
+    import highway_env
+    import minigrid
+    for module in (gymnasium_robotics, highway_env, minigrid):
+        gym.register_envs(module)
+
+
 def load(source: str):
     module = types.ModuleType("policy_under_test")
     exec(compile(source, "policy.py", "exec"), module.__dict__)
@@ -63,7 +72,7 @@ def test_energy_pump_variants_focus_one_velocity():
 
 
 def test_grid_mechanism_solves_a_small_doorkey():
-    import minigrid  # noqa: F401  (registers the envs)
+    register_envs()
     obs_s, act_s = schemas("MiniGrid-DoorKey-5x5-v0")
     mech = grid.grid_bfs(obs_s, act_s)
     got = returns("MiniGrid-DoorKey-5x5-v0", render(mech, mech.defaults()).source, [0, 1], 250)
@@ -71,8 +80,7 @@ def test_grid_mechanism_solves_a_small_doorkey():
 
 
 def test_push_mechanism_beats_doing_nothing():
-    import gymnasium_robotics
-    gym.register_envs(gymnasium_robotics)
+    register_envs()
     obs_s, act_s = schemas("FetchPush-v4")
     mech = goal.goal_push(obs_s, act_s)
     got = returns("FetchPush-v4", render(mech, mech.defaults()).source, [0, 1, 2], 50)
@@ -82,10 +90,7 @@ def test_push_mechanism_beats_doing_nothing():
 @pytest.mark.parametrize("env_id", ["Acrobot-v1", "Pendulum-v1", "HalfCheetah-v5", "MiniGrid-FourRooms-v0",
                                     "FetchPickAndPlace-v4", "CarRacing-v3", "roundabout-v0", "parking-v0"])
 def test_every_candidate_passes_the_static_checks(env_id):
-    import gymnasium_robotics
-    import highway_env  # noqa: F401
-    import minigrid  # noqa: F401
-    gym.register_envs(gymnasium_robotics)
+    register_envs()
     obs_s, act_s = schemas(env_id)
     found = library.candidates(obs_s, act_s, "")
     assert found, f"no mechanism for {env_id}"
@@ -96,7 +101,7 @@ def test_every_candidate_passes_the_static_checks(env_id):
 
 
 def test_library_is_keyed_by_schema():
-    import minigrid  # noqa: F401
+    register_envs()
     assert [m.name for m in library.candidates(*schemas("MiniGrid-FourRooms-v0"), "")] == ["grid_bfs"]
     assert [m.name for m in library.candidates(*schemas("CarRacing-v3"), "")] == ["road_mask"]
     first = library.candidates(*schemas("Pendulum-v1"), "swing it up")[0].name
@@ -134,7 +139,7 @@ def test_static_checks_catch_bad_programs():
 
 
 def test_sample_obs_matches_the_schema():
-    import minigrid  # noqa: F401
+    register_envs()
     obs_s, _ = schemas("MiniGrid-FourRooms-v0")
     obs = sample_obs(obs_s)
     assert np.asarray(obs["image"]).shape == (7, 7, 3) and obs["direction"] == 0

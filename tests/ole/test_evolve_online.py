@@ -2,7 +2,11 @@
 from __future__ import annotations
 
 import shutil
+import subprocess
+import sys
 from pathlib import Path
+
+import pytest
 
 from ole.evolve import EvolveConfig, Suite, open_engine
 from ole.evolve.online import OnlineConfig, OnlineEvolution, engine_worker, run_stream
@@ -73,3 +77,14 @@ def test_injected_harmful_release_is_rolled_back_and_recorded(tmp_path):
     nxt = evo.ask()
     assert nxt.bundle_ref == "coder@1"
     assert [ref for _, ref in evo.events.activations] == [bad.ref, "coder@1"]
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_online_rollback_experiment_smoke(tmp_path):
+    out = tmp_path / "report.md"
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "online_rollback.py"), "--envs", "gym/acrobot",
+                    "--budget", "2", "--tasks", "3", "--inject-after", "1", "--monitor", "1",
+                    "--workdir", str(tmp_path / "work"), "--out", str(out)], check=True, cwd=ROOT, timeout=600)
+    text = out.read_text()
+    assert "| task | env | active bundle |" in text and "injected" in text.lower()

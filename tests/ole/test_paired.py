@@ -1,6 +1,8 @@
 """Paired evaluation: identical instances, champion cache, failure-aware pairs, store resumption."""
 from __future__ import annotations
 
+import pytest
+
 from ole.bundle import Bundle
 from ole.evolve.store import EvaluationStore
 from ole.executors import LocalExecutor
@@ -91,3 +93,17 @@ def test_instance_key_separates_pools_and_seeds():
     t, c = INSTANCES[0]
     assert instance_key(t, c) != instance_key(t.model_copy(update={"pool_seed": 9}), c)
     assert instance_key(t, c) != instance_key(t, c.model_copy(update={"seed": 9}))
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_paired_scaling_experiment_smoke(tmp_path):
+    import subprocess
+    import sys
+    from pathlib import Path
+    root = Path(__file__).resolve().parents[2]
+    out = tmp_path / "report.md"
+    subprocess.run([sys.executable, str(root / "experiments" / "paired_scaling.py"), "--envs", "gym/acrobot",
+                    "--pools", "2", "--budget", "2", "--workers", "1,2", "--workdir", str(tmp_path / "work"),
+                    "--out", str(out)], check=True, cwd=root, timeout=600)
+    assert "| local | 2 |" in out.read_text() and "NO" not in out.read_text()

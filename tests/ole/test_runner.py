@@ -6,11 +6,9 @@ run including finalization takes seconds.
 from __future__ import annotations
 
 import json
-import os
 import pickle
 import shutil
 import subprocess
-import sys
 from pathlib import Path
 
 import pytest
