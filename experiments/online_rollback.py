@@ -3,8 +3,9 @@
 A stream of real benchmark tasks (the suite repeated with fresh pool seeds) is worked by
 the active champion through `OnlineEvolution.ask()/tell()`. After `--inject-after` tasks
 a harmful child of the champion is released by hand (forced past the gate, as an
-operator mistake would be): its `budget.wall_time_s` is cut to `--harm-wall-s`, so the
-agent stops almost at once. It becomes active at the next task boundary; the parent
+operator mistake would be): its `planning.phases` is cut to `--harm-phases` (default:
+confirmation only, so the agent never synthesizes or tunes; measured on acrobot pools
+1002-1005 at 32 episodes: -20%, 0%, -8%, 0% normalized score against the parent). It becomes active at the next task boundary; the parent
 runs alongside on the next `--monitor` tasks; a mean r below −tau triggers a recorded
 rollback, active from the boundary after. The table lists every task: active bundle, q,
 monitored r, and events.
@@ -35,27 +36,26 @@ from ole.registry import Registry  # noqa: E402
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--envs", default="gym/acrobot,gym/pusher5,gymnasium/MiniGrid-FourRooms-v0",
-                   help="comma-separated env slugs of the stream")
+    p.add_argument("--envs", default="gym/acrobot", help="comma-separated env slugs of the stream")
     p.add_argument("--budget", type=int, default=32, help="episode budget per task")
     p.add_argument("--tasks", type=int, default=7, help="stream length")
     p.add_argument("--inject-after", type=int, default=2, help="tasks before the harmful release")
-    p.add_argument("--harm-wall-s", type=float, default=1.0, help="wall_time_s of the harmful bundle")
-    p.add_argument("--monitor", type=int, default=2, help="monitored tasks after an activation")
-    p.add_argument("--tau", type=float, default=0.1, help="rollback when monitored mean r < -tau")
+    p.add_argument("--harm-phases", default="confirmation", help="comma-separated planning.phases of the harmful bundle")
+    p.add_argument("--monitor", type=int, default=3, help="monitored tasks after an activation")
+    p.add_argument("--tau", type=float, default=0.05, help="rollback when monitored mean r < -tau")
     p.add_argument("--every-k", type=int, default=1000, help="organic challenger rounds every k tasks (off by default)")
     p.add_argument("--workdir", default="experiments/out/online_rollback", help="registry, store, runs, traces")
     p.add_argument("--out", default=None, help="Markdown report path")
     return p.parse_args()
 
 
-def harmful_child(reg: Registry, wall_s: float):
+def harmful_child(reg: Registry, phases: tuple[str, ...]):
     champ = reg.champion()
     lp = champ.bundle.loop_policy
     bad = champ.bundle.model_copy(update={"loop_policy": lp.model_copy(
-        update={"budget": lp.budget.model_copy(update={"wall_time_s": wall_s})})})
+        update={"planning": lp.planning.model_copy(update={"phases": phases})})})
     return reg.register(bad, parents=[champ.version], edge="manual",
-                        note=f"injected harmful release: budget.wall_time_s={wall_s}")
+                        note=f"injected harmful release: planning.phases={list(phases)}")
 
 
 def main() -> None:
@@ -79,7 +79,7 @@ def main() -> None:
     rows, t0, injected = [], time.time(), None
     for i in range(args.tasks):
         if i == args.inject_after:
-            injected = harmful_child(reg, args.harm_wall_s)
+            injected = harmful_child(reg, tuple(args.harm_phases.split(",")))
             reg.release(injected.ref, reason="experiment: injected harmful release", force=True)
             print(f"injected {injected.ref} (released, pending until the next task boundary)")
         a = evo.ask()
@@ -97,9 +97,9 @@ def report(args, reg, evo, rows, injected, wall) -> None:
     ev = evo.events
     lines = ["# Online mode: injected harmful release and automatic rollback", "",
              f"Command: `python experiments/online_rollback.py --envs {args.envs} --budget {args.budget} "
-             f"--tasks {args.tasks} --inject-after {args.inject_after} --harm-wall-s {args.harm_wall_s} "
+             f"--tasks {args.tasks} --inject-after {args.inject_after} --harm-phases {args.harm_phases} "
              f"--monitor {args.monitor} --tau {args.tau}`", "",
-             f"Injected: `{injected.ref if injected else '-'}` = champion with `budget.wall_time_s: {args.harm_wall_s}`, "
+             f"Injected: `{injected.ref if injected else '-'}` = champion with `planning.phases: [{args.harm_phases}]`, "
              "released with `force` (bypassing the gate) before task "
              f"{args.inject_after}. Wall time of the experiment: {wall / 60:.1f} min.", "",
              "| task | env | active bundle | q | monitored r vs parent | status |", "|---|---|---|---|---|---|"]

@@ -79,7 +79,7 @@ def _serve_command(task: TaskSpec, run_dir: Path, isolation: str, extra: tuple[s
     return cmd + list(extra)
 
 
-def _read_ready_line(proc: subprocess.Popen, timeout_s: float) -> dict:
+def _read_ready_line(proc: subprocess.Popen, timeout_s: float, stderr_path: Path) -> dict:
     box: dict = {}
 
     def read() -> None:
@@ -90,13 +90,20 @@ def _read_ready_line(proc: subprocess.Popen, timeout_s: float) -> dict:
     reader.join(timeout_s)
     line = box.get("line", "")
     if not line:
-        raise RunnerError(f"`evogym serve` printed no ready line within {timeout_s:.0f} s (exit {proc.poll()})",
-                          hint="see host.stderr in the run folder")
+        try:
+            code = proc.wait(HOST_KILL_GRACE_S)
+        except subprocess.TimeoutExpired:
+            code = None
+        said = stderr_path.read_text(errors="replace").strip().splitlines() if stderr_path.is_file() else []
+        if code is not None and said:
+            raise RunnerError(f"`evogym serve` failed (exit {code}): {said[-1]}", hint=f"full log: {stderr_path}")
+        raise RunnerError(f"`evogym serve` printed no ready line within {timeout_s:.0f} s",
+                          hint=f"see {stderr_path}")
     try:
         return json.loads(line)
     except json.JSONDecodeError as err:
         raise RunnerError(f"`evogym serve` ready line is not JSON: {line[:200]!r}",
-                          hint="see host.stderr in the run folder") from err
+                          hint=f"see {stderr_path}") from err
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -158,7 +165,7 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
         proc = subprocess.Popen(_serve_command(task, base / "host", isolation, serve_args), stdout=subprocess.PIPE,
                                 stderr=err, text=True, start_new_session=True)
         try:
-            ready = _read_ready_line(proc, HOST_START_TIMEOUT_S)
+            ready = _read_ready_line(proc, HOST_START_TIMEOUT_S, base / "host.stderr")
             say(f"host ready at {ready['url']} ({task.env}, profile {task.profile})")
             ctx = AgentContext(url=ready["url"], workspace=Path(ready["workspace"]), bundle=registered.bundle,
                                task=task, condition=condition, log_dir=base / "agent", record=history.append,

@@ -261,3 +261,34 @@ def test_same_policy_same_actions(tmp_path):
     """Determinism: the comparison above is meaningful only if a repeat gives the same actions."""
     lp = LoopPolicy()
     assert act(tmp_path, lp, tag="x", cache=False) == act(tmp_path, lp, tag="y", cache=False)
+
+
+REAL_HOST_CASES = [("action", "index_selection", "fresh"), ("action", "episodes_per_submit", 2),
+                   ("stopping", "mode", "finish_early"), ("budget", "synthesis_fraction", 0.6)]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("component,field,alt", REAL_HOST_CASES, ids=lambda v: str(v))
+def test_field_changes_actions_on_a_real_host(tmp_path, component, field, alt):
+    """The same comparison through `ole.runner.run_task` and a real `evogym serve` (acrobot, quick)."""
+    import shutil
+
+    from ole.registry import Registry
+    from ole.runner import run_task
+
+    root = tmp_path / "bundles"
+    root.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "bundles" / "coder.yaml", root / "coder.yaml")
+    with Registry(root) as registry:
+        seed = registry.get("coder@1").bundle
+        variant = seed.model_copy(update={"loop_policy": with_field(base(**{"stopping__patience_submits": 2}),
+                                                                    component, field, alt)})
+        base_ref = registry.register(seed.model_copy(update={"loop_policy": base(stopping__patience_submits=2)})).ref
+        alt_ref = registry.register(variant).ref
+    seqs = []
+    for ref in (base_ref, alt_ref):
+        trace = run_task(TaskSpec(env="gym/acrobot", budget=16), ref, "builtin", RunCondition(host="builtin", seed=1),
+                         root=root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces", isolation="none")
+        seqs.append(([(i.submitted_indices, i.mechanism, i.diff_lines) for i in trace.history],
+                     trace.outcome.finish_reason, trace.outcome.episodes_used))
+    assert seqs[0] != seqs[1]

@@ -116,3 +116,10 @@ def test_cli_run_then_trace_ls_and_show(tmp_path, registry_root, capsys):
     assert "outcome completed" in shown and "synthesis" in shown
     assert ole_main(["trace", "show", out["trace_id"][:-1], "--traces-dir", str(tmp_path / "traces")]) == 2
     assert "did you mean" in capsys.readouterr().err
+
+
+def test_host_start_failure_shows_the_hosts_message(tmp_path, registry_root):
+    with pytest.raises(runner.RunnerError, match="did you mean `gym/acrobot`"):
+        runner.run_task(TaskSpec(env="gym/acrobt", budget=4), "coder", "builtin", RunCondition(host="builtin"),
+                        root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
+                        isolation="none")
