@@ -8,6 +8,7 @@ Progress goes to stderr; the result lines (trace id, scores) to stdout.
 from __future__ import annotations
 
 import argparse
+from pathlib import Path
 import sys
 
 from ole.cli.common import Output, leaf, table
@@ -39,6 +40,8 @@ def register(subparsers) -> None:
     p.add_argument("--traces-dir", default="traces", help="trace archive (default traces/)")
     p.add_argument("--lessons", default=DEFAULT_LESSONS, help="cross-task lessons file (default %(default)s)")
     p.add_argument("--quiet", action="store_true", help="no progress lines")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="the command agent's command line (with --agent command), after `--`")
 
 
 def _envs(args: argparse.Namespace) -> list[str]:
@@ -53,11 +56,26 @@ def _options(args: argparse.Namespace) -> dict:
         if not args.model:
             raise ValidationError("--agent llm needs --model", hint="e.g. --model openai/gpt-4o-mini")
         return {"model": args.model}
+    argv = list(args.command or [])
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
     if args.agent == "command":
-        if not args.agent_command:
-            raise ValidationError("--agent command needs --agent-command", hint="e.g. --agent-command './my_agent.sh'")
-        return {"command": args.agent_command}
+        if argv and args.agent_command:
+            raise ValidationError("give the command once: either -- CMD ... or --agent-command")
+        if not (argv or args.agent_command):
+            raise ValidationError("--agent command needs a command", hint="e.g. ole run --env gym/acrobot "
+                                  "--agent command -- python my_agent.py")
+        return {"command": _absolutize(argv) if argv else args.agent_command}
+    if argv:
+        raise ValidationError(f"a trailing command is only used with --agent command, not {args.agent!r}")
     return {}
+
+
+def _absolutize(argv: list[str]) -> list[str]:
+    """The command runs in the run's workspace: paths the user gave relative to their own
+    directory (`.venv/bin/python`, `agent.py`) are made absolute so they still resolve."""
+    return [str(Path(a).resolve()) if not a.startswith("-") and Path(a).exists() and not Path(a).is_absolute()
+            else a for a in argv]
 
 
 def run(args: argparse.Namespace) -> Output:

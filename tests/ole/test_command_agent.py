@@ -92,3 +92,20 @@ def test_a_shell_string_is_split_and_an_empty_command_refused():
     assert CommandAgent("python3 agent.py --fast").command == ["python3", "agent.py", "--fast"]
     with pytest.raises(ValueError, match="needs a command"):
         CommandAgent([])
+
+
+def test_ole_run_command_agent_after_double_dash(tmp_path):
+    """`ole run --agent command -- CMD ...` through the real entry point: scored run + trace."""
+    import subprocess
+    import sys
+    from pathlib import Path
+    import shutil
+    agent = Path(__file__).with_name("scripted_agent.py")
+    (tmp_path / "reg").mkdir()
+    shutil.copy(Path(__file__).parents[2] / "bundles" / "coder.yaml", tmp_path / "reg")
+    out = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(tmp_path / "reg"), "run",
+                          "--env", "gym/acrobot", "--agent", "command", "--budget", "4", "--isolation", "none",
+                          "--runs-dir", str(tmp_path / "runs"), "--traces-dir", str(tmp_path / "traces"),
+                          "--", sys.executable, str(agent)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "completed" in out.stdout and list((tmp_path / "traces").glob("*.json"))
