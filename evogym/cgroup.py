@@ -35,6 +35,10 @@ def own_dir(controller: str) -> Path | None:
     return None
 
 
+SWEEP_WAIT_S = 2.0
+"""How long a sweep waits for a dead server's sandbox processes to be reaped before leaving the group."""
+
+
 def cgroup_support() -> dict[str, bool]:
     """Which v1 controllers this process may create child groups in."""
     support = {}
@@ -53,11 +57,24 @@ def _sweep(parent: Path) -> None:
     for d in parent.glob(PREFIX + "*"):
         owner = d.name[len(PREFIX):].split("-", 1)[0]
         if owner.isdigit() and not Path("/proc", owner).exists():
-            _kill_members(d)
-            try:
-                d.rmdir()
-            except OSError:
-                pass  # still busy; the next sweep retries
+            _remove_when_empty(d, SWEEP_WAIT_S)
+
+
+def _remove_when_empty(d: Path, wait_s: float) -> None:
+    """SIGKILL the group's members and rmdir it once they are gone (a killed process leaves
+    the group only when it is reaped, so rmdir right after the kill fails with EBUSY)."""
+    give_up = time.monotonic() + wait_s
+    while True:
+        _kill_members(d)
+        try:
+            d.rmdir()
+            return
+        except FileNotFoundError:
+            return
+        except OSError:
+            if time.monotonic() > give_up:
+                return  # still busy; the next sweep retries
+            time.sleep(0.01)
 
 
 def sweep_orphans() -> None:
@@ -144,13 +161,6 @@ class Cgroup:
 
     def destroy(self) -> None:
         """SIGKILL every member until the groups are empty, then remove them."""
-        give_up = time.monotonic() + EMPTY_WAIT_S
         for d in (self.memory, self.pids):
-            while d is not None and d.exists():
-                _kill_members(d)
-                try:
-                    d.rmdir()
-                except OSError:
-                    if time.monotonic() > give_up:
-                        break  # left for the sweep of the next create()
-                    time.sleep(0.005)
+            if d is not None:
+                _remove_when_empty(d, EMPTY_WAIT_S)  # if still busy: left for the next sweep
