@@ -13,11 +13,11 @@ import re
 import sys
 import traceback
 
-from ole.cli import bundle, champion, lineage, registry, run, trace, evolve
+from ole.cli import agent, bundle, champion, evolve, lineage, registry, run, trace
 from ole.cli.common import add_global_options, emit
 from ole.errors import OleError
 
-NOUNS = [bundle, lineage, champion, registry, run, trace, evolve]
+NOUNS = [bundle, lineage, champion, registry, run, trace, evolve, agent]
 """Modules whose `register(subparsers)` adds their commands, in help order."""
 
 
