@@ -12,6 +12,7 @@ import ast
 import json
 import os
 import shutil
+import stat
 import threading
 import time
 from pathlib import Path
@@ -63,7 +64,11 @@ def snapshot(src: Path, dst: Path) -> None:
                 shutil.rmtree(tmp, ignore_errors=True)
                 raise SnapshotError(f"system/ exceeds the snapshot limits ({SNAPSHOT_MAX_FILES} files, "
                                     f"{SNAPSHOT_MAX_BYTES >> 20} MiB)")
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+            # O_NONBLOCK: a file swapped for a FIFO after the check must not block the host
+            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            if not stat.S_ISREG(os.fstat(fd).st_mode):
+                os.close(fd)
+                continue
             with os.fdopen(fd, "rb") as f_in, open(tmp / rel / name, "wb") as f_out:
                 shutil.copyfileobj(f_in, f_out)
     os.rename(tmp, dst)

@@ -156,3 +156,20 @@ class Policy:
     pools = data.pools_for("gym/acrobot", "quick")
     for seed in pools.valid + pools.heldout + pools.train[:8]:
         assert str(seed) not in blob
+
+
+def test_snapshot_skips_symlinks_fifos_and_caches(live_host, tmp_path):
+    import os
+    live = live_host(budget=4)
+    live.write_policy(ZERO_POLICY)
+    system = live.workspace / "system"
+    secret = tmp_path / "outside.txt"
+    secret.write_text("outside")
+    os.symlink(secret, system / "link.txt")
+    os.mkfifo(system / "pipe")
+    (system / "__pycache__").mkdir()
+    (system / "__pycache__" / "x.pyc").write_bytes(b"\0")
+    status, body = live.submit([0])
+    assert status == 200 and body["status"] == "ok"
+    ckpt = live.run_dir / "checkpoints" / "submit_000"
+    assert sorted(p.name for p in ckpt.iterdir()) == ["metrics.json", "policy.py"]
