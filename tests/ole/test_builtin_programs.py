@@ -148,3 +148,20 @@ def test_sample_obs_matches_the_schema():
 def test_vision_mechanism_needs_an_rgb_image_and_three_controls():
     assert vision.road_mask({"type": "Box", "shape": [4]}, {"type": "Box", "shape": [3]}) is None
     assert vision.road_mask({"type": "Image", "shape": [96, 96, 3]}, {"type": "Box", "shape": [3]}) is not None
+
+
+def test_unknown_schemas_fall_back_to_a_neutral_program():
+    """No library mechanism fits a text observation with a Tuple action: the agent still has a
+    valid, parameter-free program, so the run is scored instead of left without a submit."""
+    from ole.agents.builtin import library
+    from ole.agents.builtin.mechanism import render
+    import numpy as np
+    obs = {"type": "Text", "min_length": 1, "max_length": 8}
+    act = {"type": "Tuple", "spaces": [{"type": "Discrete", "n": 3, "start": 1},
+                                       {"type": "Box", "shape": [2], "dtype": "float32", "low": [-1, 0], "high": [1, 4]}]}
+    found = library.candidates(obs, act, "")
+    assert [m.name for m in found] == ["neutral"] and found[0].dim == 0
+    namespace = {}
+    exec(render(found[0], np.zeros(0)).source, namespace)
+    policy = namespace["Policy"](obs, act, {})
+    assert policy.act("hello") == [1, [0.0, 2.0]]

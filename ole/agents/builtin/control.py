@@ -15,6 +15,42 @@ from ole.agents.builtin.mechanism import Mechanism, Param
 MAX_AFFINE_WEIGHTS = 1024
 """Larger affine maps are not proposed (the search could not move them within a budget)."""
 
+NEUTRAL = '''
+def neutral(schema):
+    """The schema's neutral action: Discrete start, Box midpoint (0 where unbounded), zeros elsewhere."""
+    kind = schema.get("type")
+    if kind == "Discrete":
+        return int(schema.get("start", 0))
+    if kind == "Box":
+        size = int(np.prod(schema.get("shape") or [1]))
+        low, high = bounds(schema, size)
+        mid = np.where(np.isfinite(low) & np.isfinite(high), (low + high) / 2.0, 0.0)
+        return mid.reshape(schema.get("shape") or [1]).tolist()
+    if kind == "MultiDiscrete":
+        return np.zeros(np.shape(schema["nvec"]), dtype=int).tolist()
+    if kind == "MultiBinary":
+        n = schema["n"]
+        return np.zeros(n if isinstance(n, list) else [n], dtype=int).tolist()
+    if kind == "Dict":
+        return {k: neutral(v) for k, v in schema.get("spaces", {}).items()}
+    if kind == "Tuple":
+        return [neutral(v) for v in schema.get("spaces", [])]
+    return 0
+
+
+class Policy:
+    """Last resort when no mechanism fits the schemas: the neutral action, every step."""
+
+    def __init__(self, obs_space, action_space, env_meta):
+        self.action = neutral(action_space)
+
+    def reset(self, episode_index):
+        pass
+
+    def act(self, obs):
+        return self.action
+'''
+
 AFFINE = '''
 class Policy:
     """Affine feedback u = W z + b on bound-normalized observations."""
@@ -156,9 +192,15 @@ def obs_vector_size(schema: dict) -> int | None:
         return int(np.prod(schema.get("shape") or [1]))
     if kind == "Discrete":
         return 1
-    if kind == "Dict":
-        sizes = [obs_vector_size(s) for s in schema.get("spaces", {}).values()]
-        return None if any(s is None for s in sizes) else sum(sizes)
+    if kind in ("Dict", "Tuple"):
+        subs = schema.get("spaces", {})
+        sizes = [obs_vector_size(s) for s in (subs.values() if isinstance(subs, dict) else subs)]
+        return None if not sizes or any(s is None for s in sizes) else sum(sizes)
+    if kind == "MultiBinary":
+        n = schema.get("n")
+        return int(np.prod(n)) if isinstance(n, (int, list)) else None
+    if kind == "MultiDiscrete":
+        return int(np.prod(np.shape(schema.get("nvec") or [])))
     return None
 
 
@@ -166,6 +208,11 @@ def action_size(schema: dict) -> int:
     if schema.get("type") == "Discrete":
         return int(schema["n"])
     return int(np.prod(schema.get("shape") or [1]))
+
+
+def neutral(obs_space: dict, action_space: dict) -> Mechanism:
+    """Any schemas: a parameter-free neutral-action program, so every run is scored."""
+    return Mechanism("neutral", NEUTRAL, (), "no library mechanism fits these schemas: neutral action")
 
 
 def affine(obs_space: dict, action_space: dict) -> Mechanism | None:

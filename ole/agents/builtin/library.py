@@ -54,6 +54,8 @@ def candidates(obs_space: dict, action_space: dict, brief: str, *,
         primary.extend(found[:1])
         variants.extend(found[1:])
     built = primary + variants  # one of each family before any family's variants
+    if not built and not extra:
+        built = [control.neutral(obs_space, action_space)]  # a scored run even for unknown schemas
     rank = {name: i for i, name in enumerate(preferred)}
     built.sort(key=lambda m: rank.get(m.name, len(rank)))
     return [*extra, *built]

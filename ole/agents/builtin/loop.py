@@ -258,8 +258,8 @@ class Worker:
                              seed=self.ctx.condition.seed * 1000 + self.rounds)
 
     def tuning(self) -> None:
-        if self.incumbent is None:
-            return
+        if self.incumbent is None or self.incumbent.mech.dim == 0:
+            return  # nothing to tune (the parameter-free fallback)
         allot = self.budget.synthesis + self.budget.tuning
         self.start_search(self.incumbent.mech, np.asarray(self.incumbent.program.x))
         stale = 0
