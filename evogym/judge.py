@@ -158,15 +158,17 @@ class Judge:
 
     def _submit_locked(self, body: dict) -> tuple[int, dict]:
         started, started_at = time.time(), utc_stamp()
-        if self.closed:
-            return 409, {"status": "run_closed", "error": {"message": "run is not open"}}
         try:
             req = idspec.parse(body.get("env_instances"), self.config.n_env_instances)
         except idspec.ParseError as exc:
+            if self.closed:  # as the reference: a body that does not parse is a 400 even after close
+                return 400, {"status": "budget_invalid", "error": {"message": str(exc)}}
             index = self._next_index()
             self._reject(index, "budget_invalid", None, started, started_at, f"budget_invalid: {exc}")
             self.run.event("submit.reject", submit=index, status="budget_invalid", reason=str(exc))
             return 400, {"status": "budget_invalid", "error": {"message": str(exc)}}
+        if self.closed:
+            return 409, {"status": "run_closed", "error": {"message": "run is not open"}}
         limit = min(self.config.max_per_submit, self.state.remaining)
         if req.out_of_range:
             status = "invalid_env_instance"

@@ -91,6 +91,8 @@ def test_run_closed_after_budget(live_host):
     assert live.host.done.wait(120)
     status, body = live.submit([0])
     assert status == 409 and body["status"] == "run_closed"
+    status, body = live.submit("4-2")  # a body that does not parse is still a 400 (reference)
+    assert status == 400 and body["status"] == "budget_invalid"
     assert live.get("/info")[1]["state"]["is_finalized"] is True
 
 
