@@ -31,6 +31,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, help="episode budget (default: the profile's)")
     p.add_argument("--max-per-submit", type=int, help="cap episodes per submit (default: the profile's)")
     p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")
+    p.add_argument("--model", default="unknown", help="identity label of the agent/model (recorded in run.json)")
     p.add_argument("--data-dir", help="data files <slug>/{train,valid,heldout}.json (default: built-in pools)")
     p.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"],
                    help="policy sandbox; `none` is an unsafe plain subprocess and must be asked for")
@@ -49,7 +50,7 @@ def _open_host(args):
     config = make_config(args.env, args.profile, budget=args.budget, pool_seed=args.pool_seed,
                          isolation=args.isolation, limits=_limits(args), finalize_jobs=args.jobs,
                          max_per_submit=args.max_per_submit, allow_early_finish=not args.no_early_finish,
-                         data_dir=args.data_dir)
+                         data_dir=args.data_dir, model=args.model)
     return Host(args.run_dir, config)
 
 

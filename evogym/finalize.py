@@ -154,7 +154,7 @@ def _base_doc(host) -> dict:
     config, run = host.config, host.run
     return {
         "schema_version": "0.1", "protocol_version": PROTOCOL_VERSION, "env": config.env,
-        "exp_id": run.root.name, "profile": config.profile,
+        "exp_id": run.root.name, "model": config.model, "profile": config.profile,
         "experiment_dimensions": {"episode_budget": config.budget, "min_episodes_per_submit": config.min_per_submit,
                                   "max_episodes_per_submit": config.max_per_submit, "valid_size": config.valid_size,
                                   "heldout_size": config.heldout_size, "pool_seed": config.pool_seed},

@@ -22,7 +22,7 @@ from evogym.run import RunConfig, RunDir, agents_md_text
 def make_config(env: str, profile: str = "quick", *, budget: int | None = None, pool_seed: int = 0,
                 isolation: str = "bwrap", limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
                 max_per_submit: int | None = None, allow_early_finish: bool = True,
-                max_steps: int | None = None, data_dir: str | None = None) -> RunConfig:
+                max_steps: int | None = None, data_dir: str | None = None, model: str = "unknown") -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
     prof = data.profile(profile)
     spec = envs.resolve(env)
@@ -37,7 +37,7 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
                      heldout_size=prof.heldout, pool_seed=pool_seed, isolation=isolation,
                      limits=limits or sandbox.Limits(), finalize_jobs=finalize_jobs,
                      allow_early_finish=allow_early_finish, max_steps=max_steps,
-                     data_dir=str(Path(data_dir).resolve()) if data_dir else None)
+                     data_dir=str(Path(data_dir).resolve()) if data_dir else None, model=model)
 
 
 class Host:

@@ -52,6 +52,8 @@ class RunConfig:
     """Worker processes for hidden evaluation; 0 = one per core (at most 8)."""
     allow_early_finish: bool = True
     """POST /finish finalizes before the budget is spent (extension; off reproduces the paper)."""
+    model: str = "unknown"
+    """Identity label of the agent/model working the run (recorded in run.json, as the reference's --model)."""
     data_dir: str | None = None
     """Folder of data files (`<slug>/{train,valid,heldout}.json`); None = the built-in generated pools."""
     max_steps: int | None = None

@@ -162,7 +162,9 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
     say = progress or (lambda line: None)
     history: list[Iteration] = []
     with open(base / "host.stderr", "wb") as err:
-        proc = subprocess.Popen(_serve_command(task, base / "host", isolation, serve_args), stdout=subprocess.PIPE,
+        label = ("--model", f"{agent}:{condition.model}" if condition.model else agent)
+        proc = subprocess.Popen(_serve_command(task, base / "host", isolation, (*label, *serve_args)),
+                                stdout=subprocess.PIPE,
                                 stderr=err, text=True, start_new_session=True)
         try:
             ready = _read_ready_line(proc, HOST_START_TIMEOUT_S, base / "host.stderr")
