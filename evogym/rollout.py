@@ -207,9 +207,7 @@ def run_episodes(job: EpisodeJob) -> BatchResult:
     try:
         failure = sess.ensure()
         init_out, init_err = sess.proc.take_output() if sess.proc is not None else ("", "")
-        if failure is not None and failure.category in ("missing_policy", "import_error", "init_error",
-                                                        "denied_import", "oom", "timeout", "crashed",
-                                                        "protocol_error"):
+        if failure is not None:  # import or __init__ failed: the whole batch fails, no episode runs
             return BatchResult(failure, [], init_out, init_err)
         episodes = [_episode(sess, spec, i, seed, job.record) for i, seed in enumerate(job.seeds)]
         if episodes:
