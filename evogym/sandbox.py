@@ -61,9 +61,10 @@ MESSAGE_CHARS = 4000
 DRAIN_READS = 256
 """Most output chunks take_output() reads at once (16 MiB): bounded even if a thread spams."""
 KILL_WAIT_S = 5.0
-SPIN_S = 150e-6
-"""How long a call busy-polls for its reply before sleeping in poll() (see _spin_receive)."""
 """How long close() waits for the killed sandbox to be reaped before giving up loudly."""
+SPIN_S = 150e-6
+"""How long a call busy-polls for its reply before sleeping in poll() (see _spin_receive);
+measured: HalfCheetah 8 episodes 1.98 s -> 1.52 s (experiments/results/host_overhead.md)."""
 
 
 @dataclass(frozen=True)
