@@ -10,6 +10,7 @@ import argparse
 import difflib
 import json
 import re
+import signal
 import sys
 import traceback
 
@@ -45,9 +46,15 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
+def _terminate_as_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `ole`; returns the exit status."""
     args = build_parser().parse_args(argv)
+    # SIGTERM takes the Ctrl-C path, so hosts, pools and workers are cleaned up the same way
+    signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:
         output = args.handler(args)
     except OleError as exc:
