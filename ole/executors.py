@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import abc
 import multiprocessing
+import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
@@ -73,21 +74,42 @@ class LocalExecutor(Executor):
             return
         if self._pool is None:
             ctx = multiprocessing.get_context("forkserver")
-            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx)
+            self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
+                                             initializer=_interruptible_worker)
         pending: dict[Future, int] = {self._pool.submit(fn, job): i for i, job in enumerate(jobs)}
         try:
             while pending:
                 done, _ = wait(pending, return_when=FIRST_COMPLETED)
                 for fut in sorted(done, key=lambda f: pending[f]):
                     yield pending.pop(fut), fut.result()
+        except BaseException:  # interrupted or abandoned: stop the runs in flight, not only the queue
+            for fut in pending:
+                fut.cancel()
+            self._interrupt_workers()
+            raise
         finally:
             for fut in pending:
                 fut.cancel()
+
+    def _interrupt_workers(self) -> None:
+        """SIGTERM each live worker; inside, that is a KeyboardInterrupt, so its runner stops its host."""
+        for proc in list(getattr(self._pool, "_processes", {}).values()):
+            if proc.is_alive():
+                proc.terminate()
 
     def close(self) -> None:
         if self._pool is not None:
             self._pool.shutdown(wait=True, cancel_futures=True)
             self._pool = None
+
+
+def _raise_interrupt(signum, frame) -> None:
+    raise KeyboardInterrupt
+
+
+def _interruptible_worker() -> None:
+    """Pool-worker initializer: SIGTERM (sent by `_interrupt_workers`) takes the Ctrl-C path."""
+    signal.signal(signal.SIGTERM, _raise_interrupt)
 
 
 def _ray() -> Any:
