@@ -68,6 +68,12 @@ class TaskContract(_Record):
     """β: upper bounds (episodes, wall seconds, LLM calls, tokens, dollars)."""
 
 
+SubmitRole = Literal["candidate", "retest", "reference", "retry", "confirm"]
+"""Why a submit was made: `candidate` scores a new program; `retest` re-scores an apparent
+improvement on other episodes; `reference` re-scores the incumbent on those same episodes;
+`retry` resubmits after a failure verdict; `confirm` re-runs a kept program (confirmation)."""
+
+
 class Iteration(_Record):
     """One agent iteration: what it observed, what it did, what the host answered."""
 
@@ -105,6 +111,17 @@ class Iteration(_Record):
     """LLM spend in this iteration."""
     note: str = ""
     """One line of agent reasoning (why this action)."""
+    role: SubmitRole | None = None
+    """Why this submit was made (see `SubmitRole`); None when the agent does not say."""
+    base_submit: int | None = None
+    """Submit id of the program this one was derived from (the agent's reference program when
+    it made the edit: the incumbent, or the program it chose to go on from). None for a program
+    written from scratch, or when the agent does not say. Evidence uses it to tell a regression
+    that was built on from one that was merely sampled and dropped."""
+    search_round: int | None = None
+    """0-based round (generation) of the parametric search a tuning candidate belongs to; None
+    outside tuning or when the agent does not say. Rounds whose candidates were all scored are
+    the search's completed generations."""
 
 
 class Outcome(_Record):
