@@ -114,8 +114,8 @@ def cmd_run(args) -> int:
 
 
 def cmd_data_make(args) -> int:
-    from evogym import data
-    paths = data.write_data(args.out, args.env, pool_seed=args.pool_seed)
+    from evogym import pools
+    paths = pools.write_data(args.out, args.env, pool_seed=args.pool_seed)
     print(json.dumps({"written": [str(p) for p in paths.values()]}))
     return 0
 

@@ -26,7 +26,7 @@ import numpy as np
 
 from evogym import PROTOCOL_VERSION, anchors
 from evogym.feedback import atomic_write_json
-from evogym.metrics import edit_kind
+from evogym.code_metrics import edit_kind
 from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
 
 PACKAGES = ("gymnasium", "mujoco", "box2d", "minigrid", "highway-env", "gymnasium-robotics", "numpy",

@@ -11,12 +11,12 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from evogym import PROTOCOL_VERSION, briefs, data, envs, sandbox
+from evogym import PROTOCOL_VERSION, briefs, envs, pools, sandbox
 from evogym.errors import ConfigError, SandboxUnavailable
 from evogym.finalize import Candidate, error_doc, finalize
 from evogym.judge import DENIED_IMPORTS, Judge, public_env_meta
 from evogym.rollout import EpisodeJob, utc_stamp
-from evogym.run import RunConfig, RunDir, agents_md_text
+from evogym.rundir import RunConfig, RunDir, agents_md_text
 
 
 def make_config(env: str, profile: str = "quick", *, budget: int | None = None, pool_seed: int = 0,
@@ -24,7 +24,7 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
                 max_per_submit: int | None = None, allow_early_finish: bool = True,
                 max_steps: int | None = None, data_dir: str | None = None, model: str = "unknown") -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
-    prof = data.profile(profile)
+    prof = pools.profile(profile)
     spec = envs.resolve(env)
     if isolation not in ("bwrap", "none"):
         raise ConfigError(f"unknown isolation {isolation!r}", hint="use bwrap (default) or none")
@@ -33,7 +33,7 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
         raise ConfigError(f"budget must be >= 1, got {budget}")
     maximum = min(max_per_submit or prof.max_per_submit or budget, budget)
     return RunConfig(env=spec.slug, profile=prof.name, budget=budget, min_per_submit=prof.min_per_submit,
-                     max_per_submit=maximum, n_env_instances=data.TRAIN_SIZE, valid_size=prof.valid,
+                     max_per_submit=maximum, n_env_instances=pools.TRAIN_SIZE, valid_size=prof.valid,
                      heldout_size=prof.heldout, pool_seed=pool_seed, isolation=isolation,
                      limits=limits or sandbox.Limits(), finalize_jobs=finalize_jobs,
                      allow_early_finish=allow_early_finish, max_steps=max_steps,
@@ -52,7 +52,7 @@ class Host:
                     hint="install bubblewrap (apt-get install bubblewrap) or pass --isolation none explicitly")
         self.config = config
         self.spec = envs.resolve(config.env)
-        self.pools = data.pools_for(self.spec.slug, config.profile, pool_seed=config.pool_seed,
+        self.pools = pools.pools_for(self.spec.slug, config.profile, pool_seed=config.pool_seed,
                                     data_dir=Path(config.data_dir) if config.data_dir else None)
         self.run = RunDir(run_dir)
         self.run.create(config)

@@ -18,13 +18,14 @@ import time
 from pathlib import Path
 from typing import Callable
 
-from evogym import envs, metrics
+from evogym import code_metrics, envs
 from evogym.feedback import (atomic_write_json, episode_files, error_line, summary_stats,
                              write_tree)
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
-from evogym.run import BudgetState, RunConfig, RunDir
+from evogym.rundir import BudgetState, RunConfig, RunDir
 from evogym.sandbox import validate_snapshot
-from evogym import spec as idspec
+from evogym.verdicts import rollout_verdict, start_failure
+from evogym.instances import ParseError, parse as parse_instances
 
 # The spec's default denied imports (06-seeds-sandbox.md); env authors may add, never remove.
 DENIED_IMPORTS = ("transformers", "huggingface_hub", "datasets", "diffusers", "accelerate", "wandb",
@@ -34,8 +35,6 @@ SNAPSHOT_MAX_FILES = 2000
 SNAPSHOT_MAX_BYTES = 64 << 20
 SNAPSHOT_SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 IDEMPOTENCY_KEYS_KEPT = 1024
-START_VERDICT = {"missing_policy": "missing_policy", "import_error": "import_error",
-                 "denied_import": "denied_import", "oom": "oom"}
 
 
 class SnapshotError(Exception):
@@ -159,8 +158,8 @@ class Judge:
     def _submit_locked(self, body: dict) -> tuple[int, dict]:
         started, started_at = time.time(), utc_stamp()
         try:
-            req = idspec.parse(body.get("env_instances"), self.config.n_env_instances)
-        except idspec.ParseError as exc:
+            req = parse_instances(body.get("env_instances"), self.config.n_env_instances)
+        except ParseError as exc:
             if self.closed:  # as the reference: a body that does not parse is a 400 even after close
                 return 400, {"status": "budget_invalid", "error": {"message": str(exc)}}
             index = self._next_index()
@@ -225,7 +224,7 @@ class Judge:
         except SnapshotError as exc:
             ckpt.mkdir(exist_ok=True)
             return "import_error", None, [error_line("import_error", f"import_error: {exc}", utc_stamp())]
-        atomic_write_json(ckpt / "metrics.json", metrics.code_metrics(ckpt))
+        atomic_write_json(ckpt / "metrics.json", code_metrics.code_metrics(ckpt))
         self.run.event("submit.snapshot", submit=index, checkpoint=f"checkpoints/{ckpt.name}")
         static = validate_snapshot(ckpt)
         if static is not None:
@@ -241,13 +240,10 @@ class Judge:
         batch = run_episodes(job)
         if batch.start_failure is not None:
             fail = batch.start_failure
-            verdict = START_VERDICT.get(fail.category, "init_error")
-            category = {"timeout": "init_timeout", "crashed": "init_crashed"}.get(fail.category, fail.category)
-            return verdict, batch, [error_line(category or verdict, f"{category}: {fail.message}",
+            verdict, category = start_failure(fail.category)
+            return verdict, batch, [error_line(category, f"{category}: {fail.message}",
                                                utc_stamp(), fail.traceback)]
-        cats = {e.error_category for e in batch.episodes}
-        verdict = "oom" if "oom" in cats else "rollout_timeout" if "act_timeout" in cats else "ok"
-        return verdict, batch, []
+        return rollout_verdict(e.error_category for e in batch.episodes), batch, []
 
     def policy_env_meta(self, index: int, cost: int, remaining_after: int) -> dict:
         meta = public_env_meta(self.spec, self.config)

@@ -26,10 +26,8 @@ from pathlib import Path
 from evogym import envs, spaces
 from evogym.feedback import error_line
 from evogym.sandbox import CallResult, Limits, PolicyProcess
+from evogym.verdicts import EPISODE_CATEGORY, FATAL
 
-# Categories that kill the policy process: the next episode needs a fresh one.
-FATAL = {"timeout": "act_timeout", "crashed": "policy_crashed", "oom": "oom",
-         "protocol_error": "protocol_error"}
 
 
 def die_with_parent() -> None:
@@ -153,7 +151,7 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
             return ep
         res = proc.reset(index)
         if not res.ok:
-            category = FATAL.get(res.category, "reset_error")
+            category = EPISODE_CATEGORY.get(res.category, "reset_error")
             _fail(ep, category, res)
             if res.category in FATAL:
                 sess.drop()
@@ -176,7 +174,7 @@ def _run_steps(sess: _Session, spec, env, obs, ep: EpisodeResult, record: bool) 
         fallback = False
         if not res.ok:
             if res.category in FATAL:
-                _fail(ep, FATAL[res.category], res)
+                _fail(ep, EPISODE_CATEGORY[res.category], res)
                 sess.drop()
                 return
             _fail(ep, "act_error", res)

@@ -24,7 +24,7 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evogym import data, envs, spaces  # noqa: E402
+from evogym import envs, pools, spaces  # noqa: E402
 from evogym.host import Host, make_config  # noqa: E402
 from evogym.sandbox import Limits, PolicyProcess  # noqa: E402
 from evogym.server import Server  # noqa: E402
@@ -120,7 +120,7 @@ def main() -> None:
     ap.add_argument("--envs", nargs="*", default=list(ENVS))
     ap.add_argument("--out", type=Path, help="write a markdown table here")
     args = ap.parse_args()
-    seeds = data.pools_for(ENVS[0], "bench").train[: args.episodes]
+    seeds = pools.pools_for(ENVS[0], "bench").train[: args.episodes]
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
         for slug in args.envs:

@@ -20,7 +20,7 @@ import time
 from concurrent.futures import ProcessPoolExecutor
 from pathlib import Path
 
-from evogym.data import make_pools
+from evogym.pools import make_pools
 from evogym.envs import CORE16, make_env, reset_episode, resolve
 
 

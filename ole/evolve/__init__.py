@@ -212,7 +212,7 @@ def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: 
     """Assemble the engine over a workspace folder (resume store and host runs live there)."""
     from pathlib import Path
 
-    from evogym.data import profile
+    from evogym.pools import profile
     workdir = Path(workdir)
     store = EvaluationStore(workdir / "evaluations.sqlite3")
     budget = cfg.suite.budget or profile(cfg.suite.profile).budget

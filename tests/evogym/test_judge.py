@@ -5,7 +5,7 @@ import numpy as np
 import pytest
 
 from conftest import ZERO_POLICY
-from evogym import data
+from evogym.pools import pools_for
 from evogym.sandbox import Limits
 
 BROKEN = {
@@ -153,7 +153,7 @@ class Policy:
         if path.is_file():
             texts.append(path.read_bytes().decode("latin-1"))
     blob = "\n".join(texts)
-    pools = data.pools_for("gym/acrobot", "quick")
+    pools = pools_for("gym/acrobot", "quick")
     for seed in pools.valid + pools.heldout + pools.train[:8]:
         assert str(seed) not in blob
 

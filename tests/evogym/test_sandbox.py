@@ -15,7 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from evogym import cgroup, frames, sandbox
+from evogym import sandbox
+from evogym.sandbox import cgroup, transport as frames
 from evogym.errors import ConfigError, EvogymError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import POLICY_PACKAGES, Limits, PolicyProcess, probe_isolation, validate_snapshot
 
@@ -128,7 +129,7 @@ def test_unknown_isolation_is_a_config_error(tmp_path):
 
 def test_missing_bwrap_raises_with_the_fix(tmp_path, monkeypatch):
     fake = {**probe_isolation(), "bwrap": None, "userns": False}
-    monkeypatch.setattr(sandbox, "probe_isolation", lambda: fake)
+    monkeypatch.setattr(sandbox.process, "probe_isolation", lambda: fake)
     proc = PolicyProcess(make_snapshot(tmp_path, {"policy.py": policy()}), isolation="bwrap", limits=QUICK)
     with pytest.raises(SandboxUnavailable) as info:
         proc.start({}, {}, {})
@@ -332,7 +333,7 @@ def test_thread_bomb_hits_pids_max(tmp_path):
 @pytest.mark.sandbox
 def test_without_cgroups_memory_falls_back_to_rlimit_as(tmp_path, monkeypatch):
     fake = {**probe_isolation(), "cgroup_memory": False, "cgroup_pids": False}
-    monkeypatch.setattr(sandbox, "probe_isolation", lambda: fake)
+    monkeypatch.setattr(sandbox.process, "probe_isolation", lambda: fake)
     act = "self.hoard = [bytearray(64 << 20) for _ in range(64)]"
     with PolicyProcess(make_snapshot(tmp_path, {"policy.py": policy(act=act)}), isolation="bwrap",
                        limits=Limits(memory_bytes=512 << 20)) as proc:
@@ -407,10 +408,6 @@ def test_reply_reader_bounds_and_splits_frames():
 
 
 def test_worker_reply_encoding_is_compact_json():
-    sys.path.insert(0, str(REPO / "evogym"))
-    try:
-        import policy_worker
-    finally:
-        sys.path.remove(str(REPO / "evogym"))
-    assert policy_worker.encode_value([1.0, float("-inf")]) == b'[1.0,"-inf"]'
-    assert json.loads(policy_worker.encode_value({"a": [float("nan")]})) == {"a": ["nan"]}
+    from evogym.sandbox import worker
+    assert worker.encode_value([1.0, float("-inf")]) == b'[1.0,"-inf"]'
+    assert json.loads(worker.encode_value({"a": [float("nan")]})) == {"a": ["nan"]}

@@ -1,7 +1,7 @@
 """env_instances parsing: sizes from bounds, never expanded blindly (H1, H2)."""
 import pytest
 
-from evogym import spec
+from evogym import instances as spec
 
 
 @pytest.mark.parametrize("raw, count, ids", [

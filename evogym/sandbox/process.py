@@ -1,7 +1,7 @@
 """The policy process: one untrusted `Policy` instance behind a process boundary.
 
 The trusted side steps the environment and exchanges JSON frames with
-`policy_worker.py` over two dedicated pipes (never stdout). Under `isolation="bwrap"`
+`worker.py` over two dedicated pipes (never stdout). Under `isolation="bwrap"`
 the worker runs in bubblewrap with every namespace unshared, all capabilities dropped,
 an empty environment (bwrap itself is started with `env={}`: inside the pid namespace
 `/proc/1/environ` is bwrap's), a read-only view of `/usr`, the Python prefix, the
@@ -30,27 +30,13 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evogym.cgroup import Cgroup
+from evogym.sandbox.cgroup import Cgroup
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
-from evogym.frames import DECODER, READ_CHUNK, Reply, Stream, dumps
-from evogym.isolation import POLICY_PACKAGES, bwrap_argv, probe_isolation, worker_layout
+from evogym.sandbox.transport import DECODER, READ_CHUNK, Reply, Stream, dumps
+from evogym.sandbox.isolation import bwrap_argv, probe_isolation, worker_layout
+from evogym.verdicts import FATAL, WORKER_CATEGORIES
 
-__all__ = ["CallResult", "Limits", "PolicyProcess", "POLICY_PACKAGES", "probe_isolation",
-           "validate_snapshot", "CATEGORIES"]
-
-CATEGORIES = ("missing_policy", "import_error", "init_error", "reset_error", "act_error",
-              "oom", "timeout", "crashed", "protocol_error")
-"""Every failure category a `CallResult` can carry."""
-
-FATAL = frozenset({"oom", "timeout", "crashed", "protocol_error"})
-"""Categories after which the process is dead; later calls repeat the failure at once."""
-
-WORKER_CATEGORIES = {
-    "start": frozenset({"missing_policy", "import_error", "init_error", "oom"}),
-    "reset": frozenset({"reset_error", "oom"}),
-    "act": frozenset({"act_error", "oom"}),
-}
-"""Categories the worker may report per request; anything else is a forged frame."""
+__all__ = ["CallResult", "Limits", "PolicyProcess", "validate_snapshot"]
 
 MAX_SOURCE_BYTES = 8 << 20
 """Largest `*.py` file the static validation parses (host side, before any execution)."""
@@ -102,6 +88,7 @@ class CallResult:
     ok: bool
     value: object = None
     category: str | None = None
+    """A `verdicts.CallCategory` when not ok."""
     message: str = ""
     traceback: str | None = None
     elapsed_s: float = 0.0

@@ -1,4 +1,4 @@
-"""The host side of the wire format between a PolicyProcess and `policy_worker.py`.
+"""The host side of the wire format between a PolicyProcess and `worker.py`.
 
 A frame is a 4-byte big-endian length and UTF-8 JSON. Requests are encoded compactly
 with non-finite floats as the strings "nan" / "inf" / "-inf" (the observation encoding

@@ -19,7 +19,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from evogym.cgroup import cgroup_support
+from evogym.sandbox.cgroup import cgroup_support
 
 POLICY_PACKAGES = ("numpy", "numpy.libs", "scipy", "scipy.libs")
 """Directories of the venv's site-packages a policy may import (plus the stdlib)."""
@@ -44,7 +44,7 @@ class WorkerLayout:
     python: str
     """Interpreter to run (the base interpreter, never the venv's)."""
     worker: str
-    """Path of policy_worker.py."""
+    """Path of the worker script (`evogym/sandbox/worker.py`)."""
     policy_dir: str
     """The snapshot (`/policy` under bwrap)."""
     site_dir: str
@@ -133,7 +133,7 @@ def probe_isolation() -> dict:
 
 def worker_layout(isolation: str, code_dir: Path, info: dict) -> WorkerLayout:
     """Where the worker finds everything, for `isolation` "bwrap" or "none"."""
-    worker = str(Path(__file__).with_name("policy_worker.py"))
+    worker = str(Path(__file__).with_name("worker.py"))
     seccomp = info["seccomp_module"] if info["seccomp"] else None
     packages = _package_dirs()
     if isolation == "none":
@@ -142,7 +142,7 @@ def worker_layout(isolation: str, code_dir: Path, info: dict) -> WorkerLayout:
             os.symlink(path, os.path.join(scratch, name))
         return WorkerLayout(info["python"], worker, str(code_dir), scratch,
                             str(Path(seccomp).parent) if seccomp else None, scratch=scratch)
-    binds = [(worker, f"{SANDBOX_ROOT}/policy_worker.py")]
+    binds = [(worker, f"{SANDBOX_ROOT}/worker.py")]
     binds += [(str(path), f"{SANDBOX_ROOT}/site/{name}") for name, path in packages.items()]
     if seccomp:
         binds.append((seccomp, f"{SANDBOX_ROOT}/lib/pyseccomp.py"))

@@ -6,7 +6,7 @@ import json
 
 import pytest
 
-from evogym.data import (PROFILES, SPLITS, load_split, make_pools, parse_split, pools_for, profile,
+from evogym.pools import (PROFILES, SPLITS, load_split, make_pools, parse_split, pools_for, profile,
                          render_split, write_data)
 from evogym.envs import CORE16
 from evogym.errors import ConfigError, DataError

@@ -1,4 +1,4 @@
-"""Tests for evogym.metrics: reference §4.3 fields with hand-computed values, quirks
+"""Tests for evogym.code_metrics: reference §4.3 fields with hand-computed values, quirks
 included, plus our structural additions and the synthesis/tuning split."""
 from __future__ import annotations
 
@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from evogym import metrics
+from evogym import code_metrics as metrics
 from evogym.errors import ConfigError, DataError
-from evogym.metrics import REFERENCE_FIELDS, code_metrics, edit_kind, reference_view
+from evogym.code_metrics import REFERENCE_FIELDS, code_metrics, edit_kind, reference_view
 
 POLICY = """\
 import math
