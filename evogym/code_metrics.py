@@ -174,7 +174,7 @@ def _require_hashes(label: str, metrics: dict) -> None:
         raise DataError(
             f"{label} metrics lack {missing}; expected the output of code_metrics, "
             f"got keys {sorted(metrics)}",
-            hint="recompute the checkpoint's metrics with evogym.metrics.code_metrics",
+            hint="recompute the checkpoint's metrics with evogym.code_metrics.code_metrics",
         )
 
 
