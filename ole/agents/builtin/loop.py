@@ -83,6 +83,11 @@ class Worker:
         self.inline = self.lp.action.edit_granularity == "file"
         self.unhealthy = False
         self.rounds = 0
+        self.submitted: dict[str, int] = {}
+        """Source -> submit id of its latest submit (what `Iteration.base_submit` points at)."""
+        self.search_base: str | None = None
+        """Source of the program the current search is centred on (the base of its candidates)."""
+        self.search_round = -1
 
     # -- acting ---------------------------------------------------------------------------
     def size(self) -> int:
@@ -95,13 +100,20 @@ class Worker:
         if time.monotonic() - self.t0 > self.lp.budget.wall_time_s:
             raise Stop("wall_time")
 
-    def submit(self, prog: Program, indices: list[int], phase: str, note: str) -> tuple[float | None, Digest | None]:
-        """Write the program, submit it, read the feedback, record the iteration."""
+    def submit(self, prog: Program, indices: list[int], phase: str, note: str, *, role: str = "candidate",
+               base: str | None = None, search_round: int | None = None) -> tuple[float | None, Digest | None]:
+        """Write the program, submit it, read the feedback, record the iteration.
+
+        `role` says why the submit is made, `base` is the source of the program this one was
+        derived from (None: written from scratch) and `search_round` the tuning generation of
+        a search candidate; all three go into the trace.
+        """
         self.check_clock()
         start = time.monotonic()
         problems = static_problems(prog.source, self.obs_space, self.act_space) if self.lp.verification.static_checks else []
         if problems:
-            self.record(phase, prog, None, None, None, start, f"static check refused: {problems[0]}")
+            self.record(phase, prog, None, None, None, start, f"static check refused: {problems[0]}",
+                        role=role, base=base, search_round=search_round)
             return None, None
         system = self.ctx.workspace / "system"
         system.mkdir(parents=True, exist_ok=True)
@@ -118,11 +130,15 @@ class Worker:
             digest = read_submit(self.lp, folder, answer.summary)
         value = plan.score(self.lp, digest.summary if digest else answer.summary) if answer.status == "ok" else None
         self.unhealthy = digest is not None and digest.unhealthy_output
-        self.record(phase, prog, answer, digest, value, start, note, indices)
+        self.record(phase, prog, answer, digest, value, start, note, indices, role=role, base=base,
+                    search_round=search_round)
+        if answer.submit_id is not None:
+            self.submitted[prog.source] = answer.submit_id
         self.last_submitted = prog
         return value, digest
 
-    def record(self, phase, prog, answer, digest, value, start, note, indices=()) -> None:
+    def record(self, phase, prog, answer, digest, value, start, note, indices=(), *, role: str = "candidate",
+               base: str | None = None, search_round: int | None = None) -> None:
         topo_prev = topology_hash(self.prev_source) if self.prev_source else None
         kind = "none" if answer is None else ("synthesis" if topo_prev != topology_hash(prog.source) else "tuning")
         if answer is not None and self.incumbent is not None and prog.source == self.incumbent.program.source \
@@ -139,7 +155,9 @@ class Worker:
             verdict=None if answer is None else answer.status,
             returns=tuple(float(r) for r in returns) if returns else None,
             mean_return=summary.get("mean_return"), episodes_charged=0 if answer is None else answer.charged,
-            wall_s=round(time.monotonic() - start, 3), note=note[:300]))
+            wall_s=round(time.monotonic() - start, 3), note=note[:300], role=role,
+            base_submit=None if base is None else self.submitted.get(base),
+            search_round=search_round))
         self.n_iter += 1
         if answer is not None:
             self.prev_source = prog.source
@@ -174,12 +192,14 @@ class Worker:
         if k < self.lo:
             return True
         idx = self.indices.retest(k)
-        again, _ = self.submit(prog, idx, phase, "retest of an apparent improvement")
+        again, _ = self.submit(prog, idx, phase, "retest of an apparent improvement", role="retest",
+                               base=prog.source)
         if again is None:
             return False
         reference = self.incumbent.score
         if self.lp.verification.matched_comparison and self.remaining - self.budget.reserve >= k:
-            reference, _ = self.submit(self.incumbent.program, idx, phase, "incumbent on the retest indices")
+            reference, _ = self.submit(self.incumbent.program, idx, phase, "incumbent on the retest indices",
+                                       role="reference", base=self.incumbent.program.source)
             reference = -np.inf if reference is None else reference
         if plan.beats(self.lp, again, reference):
             return True
@@ -190,11 +210,16 @@ class Worker:
         """A confirmed regression: Recovery.on_regression decides where the search goes."""
         action = self.lp.recovery.on_regression
         if action == "keep" and self.search is not None:
-            self.search.recenter(np.asarray(prog.x))
+            self.recenter(prog)
         elif action == "restructure":
             self.switch_mechanism()
         elif self.search is not None and self.incumbent is not None:
-            self.search.recenter(np.asarray(self.incumbent.program.x))
+            self.recenter(self.incumbent.program)
+
+    def recenter(self, prog: Program, sigma: float | None = None) -> None:
+        """Centre the search on a program: its next candidates are derived from it."""
+        self.search.recenter(np.asarray(prog.x), sigma)
+        self.search_base = prog.source
 
     # -- phases -------------------------------------------------------------------------
     search: Search | None = None
@@ -226,12 +251,13 @@ class Worker:
         self.failures += 1
         action = plan.error_action(self.lp, self.failures)
         if action == "retry" and self.remaining - self.budget.reserve >= self.lo:
-            value, _ = self.submit(prog, self.indices.pick(self.size()), phase, "retry after a failure verdict")
+            value, _ = self.submit(prog, self.indices.pick(self.size()), phase, "retry after a failure verdict",
+                                   role="retry", base=prog.source)
             return value
         if action == "restructure":
             self.switch_mechanism()
         elif self.search is not None and self.incumbent is not None:
-            self.search.recenter(np.asarray(self.incumbent.program.x))
+            self.recenter(self.incumbent.program)
         return None
 
     def note_stale(self, improved: bool) -> None:
@@ -256,6 +282,8 @@ class Worker:
         self.search = Search(mech, center, sigma=self.lp.action.step_size, population=self.lp.action.population,
                              granularity=self.lp.action.edit_granularity,
                              seed=self.ctx.condition.seed * 1000 + self.rounds)
+        self.search_base = render(mech, center, inline=self.inline).source
+        self.search_round = -1
 
     def tuning(self) -> None:
         if self.incumbent is None or self.incumbent.mech.dim == 0:
@@ -265,12 +293,14 @@ class Worker:
         stale = 0
         while self.spent["synthesis"] + self.spent["tuning"] + self.size() <= allot:
             xs, scores = self.search.ask(), []
-            search, mech = self.search, self.mech
+            self.search_round += 1
+            search, mech, base = self.search, self.mech, self.search_base
             for x in xs:
                 if self.spent["synthesis"] + self.spent["tuning"] + self.size() > allot:
                     break
                 prog = render(mech, x, inline=self.inline)
-                value, digest = self.submit(prog, self.indices.pick(self.size()), "tuning", f"step {search.sigma:.3g}")
+                value, digest = self.submit(prog, self.indices.pick(self.size()), "tuning", f"step {search.sigma:.3g}",
+                                            base=base, search_round=self.search_round)
                 value = self.after_failure(value, mech, prog, "tuning")
                 scores.append(-np.inf if value is None else value)
                 improved = self.consider(prog, mech, value, "tuning")
@@ -305,7 +335,7 @@ class Worker:
         if action == "restructure":
             self.switch_mechanism()
         elif self.incumbent is not None:
-            self.search.recenter(np.asarray(self.incumbent.program.x), self.search.sigma * WIDEN)
+            self.recenter(self.incumbent.program, self.search.sigma * WIDEN)
         return 0
 
     def confirmation_round(self) -> None:
@@ -313,7 +343,8 @@ class Worker:
         for s in sorted(self.top)[:-1]:
             if self.spent["confirmation"] + self.size() > self.budget.confirmation:
                 return
-            self.submit(s.program, self.indices.retest(self.size()), "confirmation", "re-test a kept program")
+            self.submit(s.program, self.indices.retest(self.size()), "confirmation", "re-test a kept program",
+                        role="confirm", base=s.program.source)
 
     def final(self) -> None:
         """Spend what is left on the best program, so the last submit is the best one."""
@@ -323,7 +354,8 @@ class Worker:
         while self.remaining - self.budget.reserve >= self.lo:
             if self.lp.stopping.mode == "finish_early" and self.last_submitted is best.program:
                 break
-            self.submit(best.program, self.indices.retest(self.size()), "confirmation", "confirm the best program last")
+            self.submit(best.program, self.indices.retest(self.size()), "confirmation", "confirm the best program last",
+                        role="confirm", base=best.program.source)
 
     # -- driver -------------------------------------------------------------------------
     def run(self) -> AgentResult:
@@ -358,7 +390,8 @@ class Worker:
         if reason in ("finished_early", "wall_time") and best is not None and self.last_submitted is not best.program:
             if self.remaining >= self.lo:
                 try:
-                    self.submit(best.program, self.indices.pick(self.lo), "confirmation", "best program last")
+                    self.submit(best.program, self.indices.pick(self.lo), "confirmation", "best program last",
+                                role="confirm", base=best.program.source)
                 except Stop:
                     pass
         if self.remaining > 0:
