@@ -27,7 +27,7 @@ from ole.evolve.offline import OfflineEvolution  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.gate import GateConfig, compute_stats, load_config  # noqa: E402
 from ole.lineage import Lineage  # noqa: E402
-from ole.paired import run_job  # noqa: E402
+from ole.jobs import run_job  # noqa: E402
 from ole.proposers.builtin import BuiltinProposer  # noqa: E402
 from ole.registry import Registry  # noqa: E402
 

@@ -29,7 +29,8 @@ from ole.evolve import EvolveConfig, Suite, open_engine  # noqa: E402
 from ole.evolve.online import OnlineConfig, OnlineEvolution, engine_worker  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.gate import load_config  # noqa: E402
-from ole.paired import run_job, value_score  # noqa: E402
+from ole.jobs import run_job  # noqa: E402
+from ole.paired import value_score  # noqa: E402
 from ole.proposers.builtin import BuiltinProposer  # noqa: E402
 from ole.registry import Registry  # noqa: E402
 

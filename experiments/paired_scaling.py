@@ -22,7 +22,8 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ole.executors import make_executor  # noqa: E402
-from ole.paired import MemoryStore, PairedEvaluation, run_job  # noqa: E402
+from ole.jobs import run_job  # noqa: E402
+from ole.paired import MemoryStore, PairedEvaluation  # noqa: E402
 from ole.registry import Registry  # noqa: E402
 from ole.trace import RunCondition, TaskSpec  # noqa: E402
 
@@ -50,7 +51,7 @@ def challenger(reg: Registry):
 def one(kind: str, workers: int, work: Path, champ, chall, instances) -> tuple[float, dict]:
     with make_executor(kind, workers=workers) as ex:
         pe = PairedEvaluation(ex, MemoryStore(), run_job, traces_root=str(work / "traces"),
-                              runs_root=str(work / "runs" / f"{kind}{workers}"), registry_root=str(work / "bundles"))
+                              runs_root=str(work / "runs" / f"{kind}{workers}"))
         t0 = time.perf_counter()
         pairs = pe.pairs((champ.ref, champ.bundle), [(chall.ref, chall.bundle)], instances)[chall.ref]
         return time.perf_counter() - t0, {(p.task.env, p.task.pool_seed): (p.champion.score, p.challenger.score)

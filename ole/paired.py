@@ -23,6 +23,7 @@ from typing import Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict
 
+from ole.jobs import EvalJob
 from ole.trace import RunCondition, TaskSpec, Trace
 
 EPS_Q = 1.0
@@ -188,59 +189,11 @@ def instance_key(task: TaskSpec, condition: RunCondition) -> str:
 
 def eval_key(bundle_hash: str, task: TaskSpec, condition: RunCondition) -> str:
     """Store key of one evaluation: (bundle hash, task, condition), canonical JSON hashed."""
-    doc = {"bundle": bundle_hash, "task": task.model_dump(mode="json"),
-           "condition": condition.model_dump(mode="json")}
+    cond = condition.model_dump(mode="json")
+    if cond.get("command") is None:  # keys made before conditions had a command stay valid
+        cond.pop("command", None)
+    doc = {"bundle": bundle_hash, "task": task.model_dump(mode="json"), "condition": cond}
     return hashlib.sha256(json.dumps(doc, sort_keys=True).encode()).hexdigest()
-
-
-class EvalJob(BaseModel):
-    """One evaluation run: a bundle works a task under a condition. Picklable, Ray-ready."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    bundle_ref: str
-    """Registered ref of the bundle (`name@version`)."""
-    bundle_yaml: str
-    """The bundle itself, so a worker needs no registry access."""
-    bundle_hash: str
-    """Content hash of the bundle (the store key's first part)."""
-    task: TaskSpec
-    """The task to work."""
-    condition: RunCondition
-    """The run condition (agent kind, seed, model)."""
-    traces_root: str
-    """Archive the trace is appended to."""
-    runs_root: str
-    """Folder under which the host run directory is created."""
-    registry_root: str | None = None
-    """Registry the runner resolves `bundle_ref` in (None = the default root)."""
-    isolation: str = "bwrap"
-    """Sandbox isolation of the policy process (`bwrap`, or `none` where namespaces are unavailable)."""
-
-
-HOST_FAULT_RETRIES = 2
-"""Extra attempts of a run whose host failed (not the agent: that is a recorded result). Under load
-the host can exit between finalization and the runner's last poll (seen once in ~200 runs on 2 cores)."""
-
-
-def run_job(job: EvalJob) -> Trace:
-    """The default evaluation: one real benchmark run through `ole.runner` (top-level, picklable).
-
-    A host fault (`RunnerError`, `HostError`) is retried up to HOST_FAULT_RETRIES times with a
-    fresh run directory; the last fault propagates.
-    """
-    from ole.agents.client import HostError
-    from ole.runner import RunnerError, run_task
-    options = {"model": job.condition.model} if job.condition.host == "llm" and job.condition.model else {}
-    def attempt() -> Trace:
-        return run_task(job.task, job.bundle_ref, job.condition.host, job.condition, root=job.registry_root,
-                        runs_dir=job.runs_root, traces_dir=job.traces_root, agent_options=options,
-                        isolation=job.isolation)
-    for _ in range(HOST_FAULT_RETRIES):
-        try:
-            return attempt()
-        except (RunnerError, HostError):
-            continue
-    return attempt()
 
 
 class ResultStore(Protocol):
@@ -275,48 +228,56 @@ Instance = tuple[TaskSpec, RunCondition]
 class PairedEvaluation:
     """Runs champion and challengers on identical instances, reusing every stored run.
 
-    `evaluate` maps an `EvalJob` to a verified `Trace` (default: `ole.runner` through
-    `run_job`); it must be a top-level function so jobs can go to other processes.
-    `before_batch(jobs)` is called with the runs about to start (cost caps hook);
-    `on_result` with each new result (progress and cost accounting).
+    `evaluate` maps an `EvalJob` to a `Trace` (default: a real run through `ole.jobs.run_job`);
+    it must be a top-level function so jobs can go to other processes. The driver — this
+    object, never a worker — stores each result and archives each verified trace under
+    `traces_root`. `before_batch(jobs)` is called with the runs about to start (cost caps
+    hook); `on_result` with each new result (progress and cost accounting).
     """
 
     def __init__(self, executor, store: ResultStore, evaluate: Callable[[EvalJob], Trace], *,
-                 traces_root: str, runs_root: str, registry_root: str | None = None, isolation: str = "bwrap",
+                 traces_root: str, runs_root: str, isolation: str = "bwrap",
                  before_batch: Callable[[list[EvalJob]], None] = lambda jobs: None,
                  on_result: Callable[[EvalJob, RunResult], None] = lambda job, res: None) -> None:
+        from ole.trace import TraceArchive
         self.executor, self.store, self.evaluate = executor, store, evaluate
-        self.traces_root, self.runs_root = traces_root, runs_root
-        self.registry_root, self.isolation = registry_root, isolation
+        self.archive = TraceArchive(traces_root)
+        self.runs_root, self.isolation = runs_root, isolation
         self.before_batch, self.on_result = before_batch, on_result
         self.traces: dict[str, Trace] = {}
         """Traces of the runs made by this instance, by trace id (failed runs are not archived)."""
 
-    def _job(self, ref: str, bundle_yaml: str, bundle_hash: str, inst: Instance) -> EvalJob:
-        return EvalJob(bundle_ref=ref, bundle_yaml=bundle_yaml, bundle_hash=bundle_hash, task=inst[0],
-                       condition=inst[1], traces_root=self.traces_root, runs_root=self.runs_root,
-                       registry_root=self.registry_root, isolation=self.isolation)
+    @property
+    def traces_root(self) -> str:
+        return str(self.archive.root)
+
+    def _job(self, ref: str, bundle, inst: Instance) -> EvalJob:
+        return EvalJob(bundle_ref=ref, bundle=bundle, task=inst[0], condition=inst[1], runs_root=self.runs_root,
+                       isolation=self.isolation)
+
+    def _keep(self, trace: Trace) -> None:
+        """Archive a verified trace once (a retried job or a resumed batch may return it again)."""
+        self.traces[trace.trace_id] = trace
+        if trace.verified and not (self.archive.root / f"{trace.trace_id}.json").exists():
+            self.archive.append(trace)
 
     def run(self, bundles: Sequence[tuple[str, object]], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:
         """Make sure every (bundle, instance) has a stored result; returns them by store key."""
-        from ole.bundle import dump_bundle_yaml
         jobs, keys, out = [], [], {}
         for ref, bundle in bundles:
-            text = None
             for inst in instances:
                 key = eval_key(bundle.content_hash, *inst)
                 hit = self.store.get(key)
                 if hit is not None:
                     out[key] = hit
                 elif key not in keys:
-                    text = text or dump_bundle_yaml(bundle)
-                    jobs.append(self._job(ref, text, bundle.content_hash, inst))
+                    jobs.append(self._job(ref, bundle, inst))
                     keys.append(key)
         if jobs:
             self.before_batch(jobs)
             for i, trace in self.executor.run(self.evaluate, jobs):
                 res, family = run_result(trace), env_family(jobs[i].task.env)
-                self.traces[trace.trace_id] = trace
+                self._keep(trace)
                 self.store.put(keys[i], instance_key(jobs[i].task, jobs[i].condition), family, res)
                 out[keys[i]] = (res, family)
                 self.on_result(jobs[i], res)

@@ -26,6 +26,7 @@ from typing import Callable
 from ole.agents import get_agent
 from ole.agents.base import AgentContext, AgentResult
 from ole.agents.client import HostClient, HostError
+from ole.bundle import Bundle, parse_ref
 from ole.errors import OleError
 from ole.registry import DEFAULT_CHANNEL, Registry
 from ole.trace import (Iteration, Outcome, RunCondition, TaskContract, TaskSpec, Trace, TraceArchive,
@@ -135,6 +136,20 @@ def _outcome(doc: dict, history: list[Iteration], result: AgentResult, wall: flo
         usd=result.usage.usd, finish_reason=result.finish_reason)
 
 
+def options_for(condition: RunCondition, extra: dict | None = None) -> dict:
+    """Constructor options of the condition's host agent: the model (llm), the command line (command).
+
+    The run condition is the one route by which these reach an agent, so a paired comparison
+    that shares the condition shares the model and the command line too.
+    """
+    options = dict(extra or {})
+    if condition.host == "llm" and condition.model:
+        options.setdefault("model", condition.model)
+    if condition.host == "command" and condition.command:
+        options.setdefault("command", list(condition.command))
+    return options
+
+
 def _work(agent_name: str, options: dict, ctx: AgentContext) -> AgentResult:
     try:
         return get_agent(agent_name, **options).work(ctx)
@@ -150,32 +165,57 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
              serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> Trace:
     """Work one task with one agent under one bundle; returns the trace (archived when scored).
 
-    `trace.verified` says whether it entered `traces_dir`; `trace.run_dir` is the host run.
+    The bundle is read from the registry once, here, at the task boundary. `agent` must be
+    the condition's host kind. `trace.verified` says whether it entered `traces_dir`;
+    `trace.run_dir` is the host run.
     """
+    if agent != condition.host:
+        raise RunnerError(f"agent {agent!r} differs from the run condition's host {condition.host!r}",
+                          hint="the run condition names the agent kind; pass the same")
     with Registry(root) as registry:
         registered = resolve_bundle(registry, bundle_ref, channel)
+    trace = run_bundle(task, registered.ref, registered.bundle, condition, runs_dir=runs_dir,
+                       agent_options=agent_options, lessons_path=lessons_path, isolation=isolation,
+                       serve_args=serve_args, progress=progress)
+    if trace.verified:
+        TraceArchive(traces_dir).append(trace)
+    return trace
+
+
+def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition, *,
+               runs_dir: str | Path = "runs", agent_options: dict | None = None,
+               lessons_path: str | Path | None = None, isolation: str = "bwrap",
+               serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> Trace:
+    """Work one task under a bundle the caller already holds (no registry access); archives nothing.
+
+    `ref` (`NAME@VERSION`) names the bundle in the trace. Used by `run_task` and by
+    evaluation workers (`ole.jobs.run_job`), which get the bundle with their job.
+    """
+    name, version = parse_ref(ref)
+    if version is None:
+        raise RunnerError(f"bundle ref {ref!r} needs a version", hint="e.g. coder@1")
     stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
     slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in task.env)
-    run_id = f"{slug}-{registered.name}@{registered.version}-s{condition.seed}-{stamp}-{secrets.token_hex(3)}"
+    run_id = f"{slug}-{name}@{version}-s{condition.seed}-{stamp}-{secrets.token_hex(3)}"
     base = Path(runs_dir) / run_id
     (base / "agent").mkdir(parents=True, exist_ok=True)
     say = progress or (lambda line: None)
     history: list[Iteration] = []
     with open(base / "host.stderr", "wb") as err:
-        label = ("--model", f"{agent}:{condition.model}" if condition.model else agent)
+        label = ("--model", f"{condition.host}:{condition.model}" if condition.model else condition.host)
         proc = subprocess.Popen(_serve_command(task, base / "host", isolation, (*label, *serve_args)),
                                 stdout=subprocess.PIPE,
                                 stderr=err, text=True, start_new_session=True)
         try:
             ready = _read_ready_line(proc, HOST_START_TIMEOUT_S, base / "host.stderr")
             say(f"host ready at {ready['url']} ({task.env}, profile {task.profile})")
-            ctx = AgentContext(url=ready["url"], workspace=Path(ready["workspace"]), bundle=registered.bundle,
+            ctx = AgentContext(url=ready["url"], workspace=Path(ready["workspace"]), bundle=bundle,
                                task=task, condition=condition, log_dir=base / "agent", record=history.append,
                                progress=say, lessons_path=Path(lessons_path) if lessons_path else None)
             client = HostClient(ready["url"])
             budget = int(client.info()["episode_budget"])
             t0 = time.monotonic()
-            result = _work(agent, dict(agent_options or {}), ctx)
+            result = _work(condition.host, options_for(condition, agent_options), ctx)
             wall = time.monotonic() - t0
             if not client.info()["state"]["is_finalized"]:
                 client.finish()
@@ -186,16 +226,28 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
     run_json = Path(ready["run_dir"]) / "run.json"
     if not run_json.is_file():
         raise RunnerError(f"the host wrote no run.json in {run_json.parent}", hint="see host.stderr")
-    doc = json.loads(run_json.read_text())
-    outcome = _outcome(doc, history, result, wall)
-    trace = Trace(trace_id=run_id, created_at=utc_now(), task=task, condition=condition,
-                  contract=contract(task, registered.bundle, budget),
-                  bundle_name=registered.name, bundle_version=registered.version,
-                  bundle_hash=registered.content_hash, history=tuple(history), outcome=outcome,
-                  run_dir=str(Path(ready["run_dir"])), run_json_sha256=run_json_digest(run_json),
-                  verified=outcome.status == "completed" and outcome.final_score is not None,
-                  extras={k: str(base / "agent" / v) for k, v in result.extras.items()})
-    if trace.verified:
-        TraceArchive(traces_dir).append(trace)
-    say(f"outcome {outcome.status}: final score {outcome.final_score} normalized {outcome.normalized_score}")
+    trace = trace_from_run_json(run_json, run_id=run_id, task=task, condition=condition, ref=ref, bundle=bundle,
+                                budget=budget, history=history, result=result, wall=wall,
+                                extras_dir=base / "agent")
+    o = trace.outcome
+    say(f"outcome {o.status}: final score {o.final_score} normalized {o.normalized_score}")
     return trace
+
+
+def trace_from_run_json(run_json: Path, *, run_id: str, task: TaskSpec, condition: RunCondition, ref: str,
+                        bundle: Bundle, budget: int, history: list[Iteration], result: AgentResult, wall: float,
+                        extras_dir: Path) -> Trace:
+    """The trace of a finalized run: the outcome from the host's run.json, the history from the agent.
+
+    Only a `completed` run with a final score is `verified` (and may enter the archive); the
+    digest of the run.json it was read from is recorded with it.
+    """
+    name, version = parse_ref(ref)
+    doc = json.loads(Path(run_json).read_text())
+    outcome = _outcome(doc, history, result, wall)
+    return Trace(trace_id=run_id, created_at=utc_now(), task=task, condition=condition,
+                 contract=contract(task, bundle, budget), bundle_name=name, bundle_version=int(version or 0),
+                 bundle_hash=bundle.content_hash, history=tuple(history), outcome=outcome,
+                 run_dir=str(Path(run_json).parent), run_json_sha256=run_json_digest(run_json),
+                 verified=outcome.status == "completed" and outcome.final_score is not None,
+                 extras={k: str(Path(extras_dir) / v) for k, v in result.extras.items()})

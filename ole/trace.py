@@ -49,6 +49,9 @@ class RunCondition(_Record):
     """Agent seed (the agent's own randomness)."""
     model: str | None = None
     """Model string for LLM agents; None for agents without a model."""
+    command: tuple[str, ...] | None = None
+    """Command line of a `command` agent (argv, run in the workspace); None for the other agents.
+    Part of the condition because a paired comparison must run the same external agent."""
 
 
 class TaskContract(_Record):

@@ -93,3 +93,30 @@ def table(rows: list[list[str]]) -> str:
         return ""
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]))]
     return "\n".join("  ".join(c.ljust(w) for c, w in zip(r, widths)).rstrip() for r in rows)
+
+
+def agent_command(kind: str, trailing: list[str] | None, flag: str | None = None, *,
+                  example: str) -> tuple[str, ...] | None:
+    """The command agent's argv from a trailing `-- CMD ...` (or a quoted `--agent-command`).
+
+    One parser for `ole run --agent command` and `ole evolve --host command`: the command
+    runs in each run's workspace, so paths the user gave relative to their own directory
+    (`.venv/bin/python`, `agent.py`) are made absolute here. Other kinds take no command.
+    """
+    import shlex
+    from pathlib import Path
+    argv = list(trailing or [])
+    if argv[:1] == ["--"]:
+        argv = argv[1:]
+    if kind != "command":
+        if argv or flag:
+            raise ValidationError(f"a command line is only used by the command agent, not {kind!r}",
+                                  hint="drop it, or pick the command agent")
+        return None
+    if argv and flag:
+        raise ValidationError("give the command once: either -- CMD ... or --agent-command")
+    argv = argv or (shlex.split(flag) if flag else [])
+    if not argv:
+        raise ValidationError("the command agent needs a command", hint=f"e.g. {example}")
+    return tuple(str(Path(a).resolve()) if not a.startswith("-") and not Path(a).is_absolute() and Path(a).exists()
+                 else a for a in argv)

@@ -14,7 +14,7 @@ import sys
 import pydantic
 from pathlib import Path
 
-from ole.cli.common import Output, leaf, open_registry
+from ole.cli.common import Output, agent_command, leaf, open_registry
 from ole.cost import CostCaps, estimate
 from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
@@ -45,7 +45,8 @@ def register(subparsers) -> None:
     g.add_argument("--search-pools", type=_ints, default=None, help=f"pool seeds the proposer sees (default: {_csv(CFG.search_pools)})")
     g.add_argument("--gate-pools", type=_ints, default=None, help=f"pool seeds of the gate (default: {_csv(CFG.gate_pools)})")
     g.add_argument("--agent-seeds", type=_ints, default=None, help=f"agent seeds (default: {_csv(CFG.agent_seeds)})")
-    g.add_argument("--host", choices=("builtin", "llm"), default=None, help="host agent (default: builtin)")
+    g.add_argument("--host", choices=("builtin", "llm", "command"), default=None,
+                   help="host agent (default: builtin); `command` runs the command line after `--`")
     g.add_argument("--model", default=None, help="model string of the LLM agent")
     s = p.add_argument_group("search")
     s.add_argument("--population", type=int, default=None, help=f"candidates per generation (default: {CFG.population})")
@@ -71,6 +72,8 @@ def register(subparsers) -> None:
     r.add_argument("--max-tokens", type=int, default=None, help="cap on LLM tokens")
     r.add_argument("--max-usd", type=float, default=None, help="cap on LLM dollars")
     r.add_argument("--estimate-only", action="store_true", help="print the cost estimate and stop")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="the command agent's command line (with --host command), after `--`")
 
 
 def config_from(args: argparse.Namespace) -> EvolveConfig:
@@ -78,8 +81,11 @@ def config_from(args: argparse.Namespace) -> EvolveConfig:
     def given(**kw) -> dict:
         return {k: v for k, v in kw.items() if v is not None}
     envs = tuple(e for e in args.envs.split(",") if e) if args.envs else None
+    command = agent_command(args.host or "builtin", getattr(args, "command", None),
+                            example="ole evolve --mode offline --host command -- python my_agent.py")
     try:
-        suite = Suite(**given(envs=envs, profile=args.profile, budget=args.budget, host=args.host, model=args.model))
+        suite = Suite(**given(envs=envs, profile=args.profile, budget=args.budget, host=args.host, model=args.model,
+                              command=command))
         caps = CostCaps(episodes=args.max_episodes, wall_s=args.max_wall_s, tokens=args.max_tokens,
                         usd=args.max_usd)
         return EvolveConfig(suite=suite, caps=caps, **given(
@@ -120,7 +126,7 @@ def evolve(args: argparse.Namespace) -> Output:
     """Run offline or online evolution and summarize what was released and why."""
     from ole.executors import make_executor
     from ole.gate import load_config
-    from ole.paired import run_job
+    from ole.jobs import run_job
     cfg = config_from(args)
     workdir = Path(args.workdir or f"runs/evolve-{args.mode}")
     runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, args.monitor)

@@ -8,10 +8,9 @@ Progress goes to stderr; the result lines (trace id, scores) to stdout.
 from __future__ import annotations
 
 import argparse
-from pathlib import Path
 import sys
 
-from ole.cli.common import Output, leaf, table
+from ole.cli.common import Output, agent_command, leaf, table
 from ole.errors import ValidationError
 from ole.registry import DEFAULT_CHANNEL
 from ole.trace import RunCondition, TaskSpec
@@ -51,38 +50,19 @@ def _envs(args: argparse.Namespace) -> list[str]:
     return list(args.env)
 
 
-def _options(args: argparse.Namespace) -> dict:
-    if args.agent == "llm":
-        if not args.model:
-            raise ValidationError("--agent llm needs --model", hint="e.g. --model openai/gpt-4o-mini")
-        return {"model": args.model}
-    argv = list(args.command or [])
-    if argv[:1] == ["--"]:
-        argv = argv[1:]
-    if args.agent == "command":
-        if argv and args.agent_command:
-            raise ValidationError("give the command once: either -- CMD ... or --agent-command")
-        if not (argv or args.agent_command):
-            raise ValidationError("--agent command needs a command", hint="e.g. ole run --env gym/acrobot "
-                                  "--agent command -- python my_agent.py")
-        return {"command": _absolutize(argv) if argv else args.agent_command}
-    if argv:
-        raise ValidationError(f"a trailing command is only used with --agent command, not {args.agent!r}")
-    return {}
-
-
-def _absolutize(argv: list[str]) -> list[str]:
-    """The command runs in the run's workspace: paths the user gave relative to their own
-    directory (`.venv/bin/python`, `agent.py`) are made absolute so they still resolve."""
-    return [str(Path(a).resolve()) if not a.startswith("-") and Path(a).exists() and not Path(a).is_absolute()
-            else a for a in argv]
+def _condition(args: argparse.Namespace) -> RunCondition:
+    """The run condition from the flags: agent kind, seed, model (llm), command line (command)."""
+    if args.agent == "llm" and not args.model:
+        raise ValidationError("--agent llm needs --model", hint="e.g. --model openai/gpt-4o-mini")
+    command = agent_command(args.agent, args.command, args.agent_command,
+                            example="ole run --env gym/acrobot --agent command -- python my_agent.py")
+    return RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
 
 
 def run(args: argparse.Namespace) -> Output:
     """Run the task(s); each verified run's trace enters the archive."""
     from ole.runner import run_task
-    options = _options(args)
-    condition = RunCondition(host=args.agent, seed=args.seed, model=args.model)
+    condition = _condition(args)
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     rows, data = [["env", "status", "final", "normalized", "trace"]], []
     envs = _envs(args)
@@ -90,7 +70,7 @@ def run(args: argparse.Namespace) -> Output:
         say(f"== {env} ({n}/{len(envs)})")
         task = TaskSpec(env=env, profile=args.profile, budget=args.budget, pool_seed=args.pool_seed)
         trace = run_task(task, args.bundle, args.agent, condition, root=getattr(args, "root", None),
-                         runs_dir=args.runs_dir, traces_dir=args.traces_dir, agent_options=options,
+                         runs_dir=args.runs_dir, traces_dir=args.traces_dir,
                          channel=args.channel, lessons_path=args.lessons, isolation=args.isolation, progress=say)
         o = trace.outcome
         data.append({"env": env, "trace_id": trace.trace_id, "archived": trace.verified, "status": o.status,

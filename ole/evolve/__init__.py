@@ -20,7 +20,8 @@ from ole.cost import CostCaps, CostMeter
 from ole.evidence import EvidenceItem
 from ole.evolve.store import EvaluationStore
 from ole.gate import GateConfig, GateDecision, decide
-from ole.paired import EvalJob, Instance, PairedEvaluation, Pair, RunResult, instance_key
+from ole.jobs import EvalJob
+from ole.paired import Instance, PairedEvaluation, Pair, RunResult, instance_key
 from ole.proposers import Parent, Proposal, Proposer
 from ole.trace import RunCondition, TaskSpec, Trace, TraceArchive
 
@@ -45,11 +46,22 @@ class Suite(BaseModel):
     """Host agent kind of every run."""
     model: str | None = None
     """Model string for LLM agents."""
+    command: tuple[str, ...] | None = None
+    """Command line of the external agent (host `command` only); it travels in every run condition."""
+
+    @model_validator(mode="after")
+    def _command_iff_command_host(self) -> "Suite":
+        if (self.host == "command") != bool(self.command):
+            raise ValueError("host `command` needs a command line (-- CMD ...), and only it takes one")
+        return self
+
+    def condition(self, seed: int) -> RunCondition:
+        """The run condition of every run of this suite with this agent seed."""
+        return RunCondition(host=self.host, seed=seed, model=self.model, command=self.command)
 
     def instances(self, pool_seeds: Sequence[int], agent_seeds: Sequence[int]) -> list[Instance]:
         """Every (task, condition) of the suite on these pools and agent seeds, env-major."""
-        return [(TaskSpec(env=env, profile=self.profile, budget=self.budget, pool_seed=p),
-                 RunCondition(host=self.host, seed=s, model=self.model))
+        return [(TaskSpec(env=env, profile=self.profile, budget=self.budget, pool_seed=p), self.condition(s))
                 for p in pool_seeds for env in self.envs for s in agent_seeds]
 
 
@@ -218,7 +230,7 @@ def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: 
     budget = cfg.suite.budget or profile(cfg.suite.profile).budget
     meter = CostMeter(cfg.caps, budget=budget, workers=cfg.workers)
     paired = PairedEvaluation(executor, store, evaluate, traces_root=str(traces_root), runs_root=str(workdir / "runs"),
-                              registry_root=str(registry.root), isolation=isolation,
+                              isolation=isolation,
                               before_batch=lambda jobs: meter.reserve([j.task.env for j in jobs]),
                               on_result=on_result_counter(meter, progress))
     return Engine(registry, store, TraceArchive(traces_root), paired, proposer, gate, meter,

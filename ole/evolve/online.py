@@ -100,7 +100,7 @@ class OnlineEvolution:
         s = self.cfg.suite
         env = s.envs[i % len(s.envs)]
         return (TaskSpec(env=env, profile=s.profile, budget=s.budget, pool_seed=self.online.stream_pool_base + i),
-                RunCondition(host=s.host, seed=self.cfg.agent_seeds[i % len(self.cfg.agent_seeds)], model=s.model))
+                s.condition(self.cfg.agent_seeds[i % len(self.cfg.agent_seeds)]))
 
     def ask(self) -> Assignment:
         """Next task at a task boundary: pending releases and rollbacks take effect here only."""

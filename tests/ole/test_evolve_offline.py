@@ -94,7 +94,7 @@ def test_nondominated_keeps_tradeoffs_and_drops_what_the_champion_dominates():
 
 @pytest.mark.sandbox
 def test_tiny_offline_run_on_the_real_host(tmp_path):
-    from ole.paired import run_job
+    from ole.jobs import run_job
     cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot",), budget=2), search_pools=(101,), gate_pools=(201,),
                        population=1, generations=1, workers=1)
     root = tmp_path / "bundles"

@@ -7,7 +7,7 @@ import pytest
 
 from ole.errors import ValidationError
 from ole.executors import ExecutorUnavailable, LocalExecutor, make_executor
-from ole.paired import EvalJob
+from ole.jobs import EvalJob
 from ole.trace import RunCondition, TaskSpec
 from synthetic import fake_evaluate
 
@@ -19,12 +19,11 @@ def _square(x: int) -> int:
 
 
 def _jobs():
-    from ole.bundle import Bundle, dump_bundle_yaml
+    from ole.bundle import Bundle
     from ole.loop_policy import LoopPolicy
     b = Bundle(name="coder", loop_policy=LoopPolicy())
-    return [EvalJob(bundle_ref="coder@1", bundle_yaml=dump_bundle_yaml(b), bundle_hash=b.content_hash,
-                    task=TaskSpec(env="gym/acrobot", pool_seed=p), condition=RunCondition(host="builtin", seed=s),
-                    traces_root="t", runs_root="r") for p in (1, 2) for s in (0, 1)]
+    return [EvalJob(bundle_ref="coder@1", bundle=b, task=TaskSpec(env="gym/acrobot", pool_seed=p),
+                    condition=RunCondition(host="builtin", seed=s), runs_root="r") for p in (1, 2) for s in (0, 1)]
 
 
 def test_local_serial_and_pool_return_the_same_results_in_job_order():

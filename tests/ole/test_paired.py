@@ -35,7 +35,8 @@ class Counting:
 
 
 def _evaluator(store, evaluate, workers=1):
-    return PairedEvaluation(LocalExecutor(workers), store, evaluate, traces_root="t", runs_root="r")
+    import tempfile
+    return PairedEvaluation(LocalExecutor(workers), store, evaluate, traces_root=tempfile.mkdtemp(), runs_root="r")
 
 
 def test_pairs_share_instances_and_champion_runs_are_cached():

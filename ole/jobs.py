@@ -1,0 +1,62 @@
+"""Evaluation jobs: one bundle works one task under one run condition, wherever a worker runs it.
+
+A job is a picklable value that carries the bundle itself, so a worker (a local process,
+a Ray task on another machine) needs no registry: it runs the task through
+`ole.runner.run_bundle` under exactly the bundle the driver chose and returns the trace.
+Workers write nothing that the driver reads back: the driver stores the result and
+archives the trace (`ole.paired.PairedEvaluation`), so a worker that dies after finishing
+its run, and is retried, cannot leave a second copy behind.
+"""
+from __future__ import annotations
+
+from pydantic import BaseModel, ConfigDict
+
+from ole.bundle import Bundle
+from ole.trace import RunCondition, TaskSpec, Trace
+
+HOST_FAULT_RETRIES = 2
+"""Extra attempts of a run whose host failed (not the agent: that is a recorded result). Under load
+the host can exit between finalization and the runner's last poll (seen once in ~200 runs on 2 cores)."""
+
+
+class EvalJob(BaseModel):
+    """One evaluation run: a bundle works a task under a condition. Picklable, Ray-ready."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    bundle_ref: str
+    """Registered ref of the bundle (`name@version`), recorded in the trace."""
+    bundle: Bundle
+    """The bundle itself: the worker runs this copy and never looks the ref up."""
+    task: TaskSpec
+    """The task to work."""
+    condition: RunCondition
+    """The run condition (agent kind, seed, model, command line)."""
+    runs_root: str
+    """Folder under which the host run directory is created (on the worker's machine)."""
+    isolation: str = "bwrap"
+    """Sandbox isolation of the policy process (`bwrap`, or `none` where namespaces are unavailable)."""
+
+    @property
+    def bundle_hash(self) -> str:
+        """Content hash of the bundle (the store key's first part)."""
+        return self.bundle.content_hash
+
+
+def run_job(job: EvalJob) -> Trace:
+    """The default evaluation: one real benchmark run through `ole.runner` (top-level, picklable).
+
+    A host fault (`RunnerError`, `HostError`) is retried up to HOST_FAULT_RETRIES times with a
+    fresh run directory; the last fault propagates. The trace is returned, not archived.
+    """
+    from ole.agents.client import HostError
+    from ole.runner import RunnerError, run_bundle
+
+    def attempt() -> Trace:
+        return run_bundle(job.task, job.bundle_ref, job.bundle, job.condition, runs_dir=job.runs_root,
+                          isolation=job.isolation)
+    for _ in range(HOST_FAULT_RETRIES):
+        try:
+            return attempt()
+        except (RunnerError, HostError):
+            continue
+    return attempt()
