@@ -97,7 +97,9 @@ def _read_ready_line(proc: subprocess.Popen, timeout_s: float, stderr_path: Path
             code = None
         said = stderr_path.read_text(errors="replace").strip().splitlines() if stderr_path.is_file() else []
         if code is not None and said:
-            raise RunnerError(f"`evogym serve` failed (exit {code}): {said[-1]}", hint=f"full log: {stderr_path}")
+            message, _, hint = said[-1].removeprefix("evogym: error: ").partition(" (hint: ")
+            hint = f"{hint.removesuffix(')')}; full log: {stderr_path}" if hint else f"full log: {stderr_path}"
+            raise RunnerError(f"`evogym serve` failed (exit {code}): {message}", hint=hint)
         raise RunnerError(f"`evogym serve` printed no ready line within {timeout_s:.0f} s",
                           hint=f"see {stderr_path}")
     try:
@@ -148,6 +150,10 @@ def options_for(condition: RunCondition, extra: dict | None = None) -> dict:
     if condition.host == "command" and condition.command:
         options.setdefault("command", list(condition.command))
     return options
+
+
+def _num(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
 
 
 def _work(agent_name: str, options: dict, ctx: AgentContext) -> AgentResult:
@@ -230,7 +236,7 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
                                 budget=budget, history=history, result=result, wall=wall,
                                 extras_dir=base / "agent")
     o = trace.outcome
-    say(f"outcome {o.status}: final score {o.final_score} normalized {o.normalized_score}")
+    say(f"outcome {o.status}: held-out mean return {_num(o.final_score)}, normalized score {_num(o.normalized_score)}")
     return trace
 
 

@@ -23,15 +23,27 @@ NOUNS = [bundle, lineage, champion, registry, run, trace, evolve, agent]
 
 
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and a did-you-mean for a mistyped command."""
+    """argparse with one-line errors and a did-you-mean for a mistyped command or value.
+
+    Prefixes of long options are refused (`allow_abbrev=False`): `--profil` is a typo,
+    not `--profile`.
+    """
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
 
     def error(self, message: str) -> None:
-        match = re.search(r"invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        match = re.search(r"argument ([^:]+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
         if match:
-            choices = re.findall(r"'([^']*)'", match.group(2))
-            close = difflib.get_close_matches(match.group(1), choices, n=1)
-            message = f"unknown command `{match.group(1)}`" + (
+            where, given = match.group(1), match.group(2)
+            choices = re.findall(r"'([^']*)'", match.group(3))
+            close = difflib.get_close_matches(given, choices, n=1)
+            what = "command" if where in ("COMMAND", "VERB") else where.split("/")[-1]
+            message = f"unknown {what} `{given}`" + (
                 f" (hint: did you mean `{close[0]}`?)" if close else f" (hint: one of {', '.join(choices)})")
+        elif "unrecognized arguments" in message:
+            message += " (hint: check the spelling; `ole COMMAND --help` lists the options)"
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 
@@ -40,7 +52,8 @@ def build_parser() -> argparse.ArgumentParser:
     """The full `ole` parser."""
     parser = _Parser(prog="ole", description=__doc__.split("\n\n")[0])
     add_global_options(parser)
-    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+    parser.set_defaults(handler=None, help_parser=parser)
+    subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     for module in NOUNS:
         module.register(subparsers)
     return parser
@@ -52,7 +65,13 @@ def _terminate_as_interrupt(signum, frame) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """Entry point of `ole`; returns the exit status."""
-    args = build_parser().parse_args(argv)
+    try:
+        args = build_parser().parse_args(argv)
+    except SystemExit as exc:  # argparse already printed its one line (or --help); callers get the status
+        return int(exc.code or 0)
+    if args.handler is None:  # a bare `ole` or `ole NOUN`: show what can follow
+        args.help_parser.print_help()
+        return 0
     # SIGTERM takes the Ctrl-C path, so hosts, pools and workers are cleaned up the same way
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:

@@ -7,8 +7,10 @@ by hand.
 from __future__ import annotations
 
 import argparse
+import difflib
 
 from ole.cli.common import Output, leaf, noun, open_registry, parse_time, table
+from ole.errors import NotFound
 from ole.lineage import Lineage
 from ole.registry import DEFAULT_CHANNEL
 
@@ -38,11 +40,21 @@ def _channel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", default=DEFAULT_CHANNEL, help="release channel (default: %(default)s)")
 
 
+def _known_channel(state, channel: str) -> None:
+    """Reading a channel nothing was ever released on is a typo, not an inherited champion."""
+    known = state.channels()
+    if channel not in known:
+        close = difflib.get_close_matches(channel, known, n=2)
+        raise NotFound(f"no channel `{channel}`; channels: {', '.join(known)}", suggestions=close,
+                       hint="" if close else "a channel starts with `ole release REF --channel NAME`")
+
+
 def show(args: argparse.Namespace) -> Output:
     """The active champion and, if different, the version that activates at the next task."""
     with open_registry(args) as registry:
-        active = registry.champion(args.channel)
         state = registry.state()
+        _known_channel(state, args.channel)
+        active = registry.champion(args.channel)
         target = state.target(args.channel)
         pending = registry.get(f"{target[0]}@{target[1]}") if target and target != (active.name, active.version) \
             else None
@@ -58,6 +70,7 @@ def show(args: argparse.Namespace) -> Output:
 def history(args: argparse.Namespace) -> Output:
     """Champion tenures of a channel, plus every release/rollback/activation recorded on it."""
     with open_registry(args) as registry:
+        _known_channel(registry.state(), args.channel)
         lineage = Lineage.from_registry(registry)
         events = [e for e in registry.events(channel=args.channel)]
     if args.at:
@@ -87,6 +100,7 @@ def _why(tenure) -> str:
 def activate(args: argparse.Namespace) -> Output:
     """Task boundary by hand: activate the pending release or rollback, if any (recorded)."""
     with open_registry(args) as registry:
+        _known_channel(registry.state(), args.channel)
         before = registry.champion(args.channel).ref
         active = registry.activate_pending(args.channel)
     changed = active is not None and active.ref != before

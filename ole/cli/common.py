@@ -13,6 +13,7 @@ import sys
 from collections.abc import Callable
 from dataclasses import dataclass
 from datetime import datetime, timezone
+from pathlib import Path
 
 from ole.errors import ValidationError
 
@@ -50,15 +51,45 @@ def leaf(subparsers, name: str, handler: Callable[[argparse.Namespace], Output],
          description: str | None = None) -> argparse.ArgumentParser:
     """Add one verb: a parser with the common options whose handler is `handler`."""
     parser = subparsers.add_parser(name, help=help, description=description or handler.__doc__ or help,
-                                   parents=[COMMON], formatter_class=argparse.RawDescriptionHelpFormatter)
+                                   parents=[COMMON], formatter_class=argparse.RawDescriptionHelpFormatter,
+                                   allow_abbrev=False)
     parser.set_defaults(handler=handler)
     return parser
 
 
 def noun(subparsers, name: str, help: str) -> argparse._SubParsersAction:
-    """Add a noun (`ole bundle ...`) and return the sub-parsers for its verbs."""
-    parser = subparsers.add_parser(name, help=help, description=help)
-    return parser.add_subparsers(dest="verb", metavar="VERB", required=True)
+    """Add a noun (`ole bundle ...`) and return the sub-parsers for its verbs.
+
+    The noun alone (`ole bundle`) prints its help: `help_parser` names the parser to show.
+    """
+    parser = subparsers.add_parser(name, help=help, description=help, allow_abbrev=False)
+    parser.set_defaults(handler=None, help_parser=parser)
+    return parser.add_subparsers(dest="verb", metavar="VERB")
+
+
+def check_task_names(envs, profile: str | None = None) -> None:
+    """Resolve env slugs (and a host profile) before anything runs or is written.
+
+    evogym's own errors carry the did-you-mean; they become `ValidationError`s (exit 2).
+    """
+    from evogym.pools import profile as lookup_profile
+    from evogym.envs import resolve
+    from evogym.errors import EvogymError
+    try:
+        for env in envs:
+            resolve(env)
+        if profile is not None:
+            lookup_profile(profile)
+    except EvogymError as exc:
+        raise ValidationError(exc.message, hint=exc.hint or "see `evogym envs`") from None
+
+
+def check_llm_file(flag: str, spec: str | None) -> None:
+    """A `scripted:FILE` / `replay:FILE` model string must name an existing file."""
+    for prefix in ("scripted:", "replay:"):
+        if spec and spec.startswith(prefix) and not Path(spec[len(prefix):]).expanduser().is_file():
+            raise ValidationError(f"{flag} {spec}: no file {spec[len(prefix):]}",
+                                  hint=f"{prefix.rstrip(':')} mode reads an existing file")
 
 
 def open_registry(args: argparse.Namespace):

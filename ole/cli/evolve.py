@@ -14,7 +14,7 @@ import sys
 import pydantic
 from pathlib import Path
 
-from ole.cli.common import Output, agent_command, leaf, open_registry
+from ole.cli.common import Output, agent_command, check_llm_file, check_task_names, leaf, open_registry
 from ole.cost import CostCaps, estimate
 from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
@@ -23,6 +23,37 @@ from ole.registry import DEFAULT_CHANNEL
 
 SUITE = Suite()
 CFG = EvolveConfig()
+
+
+def check_flags(args: argparse.Namespace, cfg: EvolveConfig) -> None:
+    """Refuse caller mistakes before the estimate is printed or anything is written.
+
+    `--estimate-only` must fail on the same flags a real run would fail on, so every
+    name and file given on the command line is resolved here: env slugs, the profile,
+    the gate config, `scripted:`/`replay:` files, and the online stream settings.
+    """
+    from ole.gate import load_config
+    check_task_names(cfg.suite.envs, cfg.suite.profile)
+    if args.gate_config is not None:
+        load_config(args.gate_config)
+    if cfg.suite.host == "llm" and not cfg.suite.model:
+        raise ValidationError("--host llm needs --model", hint="e.g. --model openai/gpt-4o-mini or replay:FILE")
+    for flag, spec in (("--proposer", args.proposer), ("--model", cfg.suite.model)):
+        check_llm_file(flag, spec)
+    if args.mode == "online":
+        _online_config(args)
+
+
+def _online_config(args: argparse.Namespace):
+    from ole.evolve.online import OnlineConfig
+    try:
+        return OnlineConfig(tasks=args.tasks, every_k=args.every_k, monitor=args.monitor,
+                            rollback_tau=args.rollback_tau)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        flag = "--" + str(first["loc"][0]).replace("_", "-")
+        raise ValidationError(f"bad {flag}: {first['msg']} (got {first.get('input')!r})",
+                              hint="see `ole evolve --help`") from None
 
 
 def _csv(values) -> str:
@@ -128,6 +159,7 @@ def evolve(args: argparse.Namespace) -> Output:
     from ole.gate import load_config
     from ole.jobs import run_job
     cfg = config_from(args)
+    check_flags(args, cfg)
     workdir = Path(args.workdir or f"runs/evolve-{args.mode}")
     runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, args.monitor)
     est = estimate(runs, budget=cfg.suite.budget or 32, workers=cfg.workers, llm_agent=cfg.suite.host == "llm",
@@ -164,9 +196,8 @@ def _offline(engine, cfg, registry, est) -> Output:
 
 
 def _online(engine, cfg, registry, args, est) -> Output:
-    from ole.evolve.online import OnlineConfig, OnlineEvolution, engine_worker, run_stream
-    online = OnlineConfig(tasks=args.tasks, every_k=args.every_k, monitor=args.monitor,
-                          rollback_tau=args.rollback_tau)
+    from ole.evolve.online import OnlineEvolution, engine_worker, run_stream
+    online = _online_config(args)
     evo = OnlineEvolution(engine, cfg, online)
     events = run_stream(evo, engine_worker(engine))
     data = {"mode": "online", "tasks": len(events.worked), "releases": events.releases,

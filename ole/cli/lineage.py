@@ -3,8 +3,10 @@ from __future__ import annotations
 
 import argparse
 import json
+from pathlib import Path
 
 from ole.cli.common import Output, leaf, noun, open_registry
+from ole.errors import ValidationError
 from ole.lineage import FORMATS, Lineage
 
 
@@ -19,6 +21,9 @@ def register(subparsers) -> None:
 
 def show(args: argparse.Namespace) -> Output:
     """Render the lineage; --json is the same as --format json."""
+    if args.png and not Path(args.png).resolve().parent.is_dir():
+        raise ValidationError(f"cannot write {args.png}: folder {Path(args.png).parent} does not exist",
+                              hint="create the folder first, or pass another --png path")
     with open_registry(args) as registry:
         lineage = Lineage.from_registry(registry)
     text = lineage.render("json" if args.json else args.format, args.name)

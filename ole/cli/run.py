@@ -10,7 +10,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ole.cli.common import Output, agent_command, leaf, table
+from ole.cli.common import Output, agent_command, check_llm_file, check_task_names, leaf, table
 from ole.errors import ValidationError
 from ole.registry import DEFAULT_CHANNEL
 from ole.trace import RunCondition, TaskSpec
@@ -54,6 +54,7 @@ def _condition(args: argparse.Namespace) -> RunCondition:
     """The run condition from the flags: agent kind, seed, model (llm), command line (command)."""
     if args.agent == "llm" and not args.model:
         raise ValidationError("--agent llm needs --model", hint="e.g. --model openai/gpt-4o-mini")
+    check_llm_file("--model", args.model)
     command = agent_command(args.agent, args.command, args.agent_command,
                             example="ole run --env gym/acrobot --agent command -- python my_agent.py")
     return RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
@@ -63,9 +64,12 @@ def run(args: argparse.Namespace) -> Output:
     """Run the task(s); each verified run's trace enters the archive."""
     from ole.runner import run_task
     condition = _condition(args)
+    envs = _envs(args)
+    check_task_names(envs, args.profile)  # before a run folder exists: a typo writes nothing
+    if args.budget is not None and args.budget < 1:
+        raise ValidationError(f"--budget must be at least 1, got {args.budget}", hint="omit it for the profile's")
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     rows, data = [["env", "status", "final", "normalized", "trace"]], []
-    envs = _envs(args)
     for n, env in enumerate(envs, 1):
         say(f"== {env} ({n}/{len(envs)})")
         task = TaskSpec(env=env, profile=args.profile, budget=args.budget, pool_seed=args.pool_seed)

@@ -6,6 +6,7 @@ run including finalization takes seconds.
 from __future__ import annotations
 
 import json
+import re
 import pickle
 import shutil
 import subprocess
@@ -47,10 +48,26 @@ def test_builtin_run_is_scored_archived_and_beats_random(tmp_path, registry_root
     assert {i.edit_kind for i in trace.history} >= {"synthesis"}
     assert all(i.observation_digest.startswith("sha256:") for i in trace.history)
     assert any(line.startswith("[synthesis] submit 0") for line in lines)
+    _check_progress_lines(lines)
     run_json = Path(trace.run_dir) / "run.json"
     assert trace.run_json_sha256.startswith("sha256:")
     assert json.loads(run_json.read_text())["outcome"]["final_score"] == trace.outcome.final_score
     assert (tmp_path / "lessons.jsonl").read_text().count("\n") == 1
+
+
+def _check_progress_lines(lines: list[str]) -> None:
+    """The score is labelled, `best` moves with it, and numbers are rounded (issue 13)."""
+    pairs = [re.search(r"score \(mean-stderr\) (\S+), best score so far (\S+);", line) for line in lines]
+    pairs = [(m.group(1), float(m.group(2))) for m in pairs if m and m.group(2) != "-"]
+    best = None
+    for score, shown_best in pairs:
+        if score != "-":
+            best = float(score) if best is None else max(best, float(score))
+        assert shown_best == best
+    assert len({b for _, b in pairs}) >= 1
+    outcome = [line for line in lines if line.startswith("outcome ")]
+    assert outcome and re.fullmatch(r"outcome completed: held-out mean return -?[0-9.e+-]+, normalized score "
+                                    r"[0-9.e+-]+", outcome[0]) and len(outcome[0]) < 90, outcome
 
 
 class Idle(HostAgent):

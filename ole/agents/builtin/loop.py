@@ -71,6 +71,7 @@ class Worker:
         self.mechanisms = found[: self.lp.planning.max_mechanisms]
         self.top: list[Scored] = []
         self.incumbent: Scored | None = None
+        self.best_value: float | None = None  # progress only; the incumbent also needs the margin and a retest
         self.edit_log: list[bool] = []
         self.spent = {"synthesis": 0, "tuning": 0, "confirmation": 0}
         self.prev_source = ""
@@ -163,9 +164,12 @@ class Worker:
             self.prev_source = prog.source
             if digest is not None:
                 self.last_digest = digest.text_sha256
-            best = self.incumbent.score if self.incumbent else None
+            if value is not None:
+                self.best_value = value if self.best_value is None else max(self.best_value, value)
+            label = "mean-stderr" if "returns" in self.lp.observation.summary_fields else "mean"
             self.ctx.progress(f"[{phase}] submit {answer.submit_id} {prog.mechanism} {answer.status} "
-                              f"score={_fmt(value)} best={_fmt(best)} remaining={self.remaining}")
+                              f"mean return {_fmt(summary.get('mean_return'))}, score ({label}) {_fmt(value)}, "
+                              f"best score so far {_fmt(self.best_value)}; {self.remaining} episodes left")
 
     # -- memory -------------------------------------------------------------------------
     def remember(self, scored: Scored) -> None:
