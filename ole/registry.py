@@ -71,6 +71,12 @@ CREATE TABLE IF NOT EXISTS events (
 CREATE TABLE IF NOT EXISTS bundles (
   name TEXT NOT NULL, version INTEGER NOT NULL, content_hash TEXT NOT NULL, blob_hash TEXT NOT NULL,
   registered_seq INTEGER NOT NULL, PRIMARY KEY (name, version), UNIQUE (name, content_hash));
+CREATE TABLE IF NOT EXISTS event_keys (
+  key TEXT PRIMARY KEY, seq INTEGER NOT NULL);
+CREATE TRIGGER IF NOT EXISTS event_keys_no_update BEFORE UPDATE ON event_keys
+  BEGIN SELECT RAISE(ABORT, 'event keys are append-only'); END;
+CREATE TRIGGER IF NOT EXISTS event_keys_no_delete BEFORE DELETE ON event_keys
+  BEGIN SELECT RAISE(ABORT, 'event keys are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
   BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
 CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
@@ -260,7 +266,15 @@ class Registry:
         os.replace(path, target)
         return target
 
-    def _append(self, kind: str, name: str, version: int, payload: dict, channel: str | None = None) -> int:
+    def _replayed(self, key: str | None) -> Event | None:
+        """The event already appended under idempotency `key` (inside the caller's transaction)."""
+        if key is None:
+            return None
+        row = self._db.execute("SELECT seq FROM event_keys WHERE key = ?", (key,)).fetchone()
+        return self.events(since=row[0] - 1)[0] if row else None
+
+    def _append(self, kind: str, name: str, version: int, payload: dict, channel: str | None = None,
+                key: str | None = None) -> int:
         text = json.dumps(payload, sort_keys=True, allow_nan=False)
         if len(text) > MAX_PAYLOAD_BYTES:
             raise ValidationError(f"{kind} payload is {len(text)} bytes (at most {MAX_PAYLOAD_BYTES})",
@@ -268,6 +282,8 @@ class Registry:
         cursor = self._db.execute(
             "INSERT INTO events (ts, kind, name, version, channel, payload) VALUES (?, ?, ?, ?, ?, ?)",
             (_now().isoformat(), kind, name, version, channel, text))
+        if key is not None:
+            self._db.execute("INSERT INTO event_keys VALUES (?, ?)", (key, cursor.lastrowid))
         return int(cursor.lastrowid)
 
     # ----- registration -----------------------------------------------------------------
@@ -439,13 +455,19 @@ class Registry:
             raise ValidationError(f"`{ref}` needs an explicit version", hint=f"e.g. `{format_ref(name, latest)}`")
         return name, self._row(name, version)[0]
 
-    def record_evaluation(self, ref: str, payload: dict) -> int:
-        """Append an evaluation result (any JSON object) for a version; returns the event seq."""
+    def record_evaluation(self, ref: str, payload: dict, *, key: str | None = None) -> int:
+        """Append an evaluation result (any JSON object) for a version; returns the event seq.
+
+        `key` (on every write method) is an idempotency key: an event already appended under it
+        is returned instead of appending another, so a writer that crashed after the commit can
+        simply repeat the call.
+        """
         name, version = self._existing(ref)
         with self._write("evaluation"):
-            return self._append("evaluation", name, version, dict(payload))
+            done = self._replayed(key)
+            return done.seq if done else self._append("evaluation", name, version, dict(payload), key=key)
 
-    def record_gate_decision(self, ref: str, decision: dict) -> int:
+    def record_gate_decision(self, ref: str, decision: dict, *, key: str | None = None) -> int:
         """Append a release-gate decision; returns the event seq.
 
         `decision` must say `accepted: true|false` or `decision: "accept"|"reject"`; a
@@ -457,30 +479,36 @@ class Registry:
                                   hint='pass {"accepted": true, ...} or {"decision": "accept", ...}')
         name, version = self._existing(ref)
         with self._write("gate_decision"):
-            return self._append("gate_decision", name, version, {**decision, "accepted": accepted})
+            done = self._replayed(key)
+            return done.seq if done else self._append("gate_decision", name, version,
+                                                      {**decision, "accepted": accepted}, key=key)
 
     def release(self, ref: str, *, channel: str = DEFAULT_CHANNEL, reason: str,
-                force: bool = False) -> RegisteredBundle:
+                force: bool = False, key: str | None = None) -> RegisteredBundle:
         """Release a version on a channel; it becomes active at the next `activate_pending`."""
         name, version = self._existing(ref)
         _need_reason(reason, "release")
         _check_channel(channel)
         with self._write("release"):
+            if self._replayed(key) is not None:
+                return self.get(format_ref(name, version))
             state = self.state()
-            key = (name, version)
+            this = (name, version)
             if state.status_of(name, version) == "rejected" and not force:
-                raise Conflict(f"{format_ref(*key)} was rejected by the gate",
+                raise Conflict(f"{format_ref(*this)} was rejected by the gate",
                                hint="release another version, or pass --force to override the gate")
             pinned = state.target(channel) or state.active.get(channel)
-            if pinned == key or (pinned is None and channel == DEFAULT_CHANNEL and state.champion(channel) == key):
-                raise Conflict(f"{format_ref(*key)} is already the release of channel `{channel}`",
+            if pinned == this or (pinned is None and channel == DEFAULT_CHANNEL and state.champion(channel) == this):
+                raise Conflict(f"{format_ref(*this)} is already the release of channel `{channel}`",
                                hint="see `ole champion show`")
             current = state.champion(channel)
             self._append("release", name, version, {"reason": reason, "forced": force,
-                                                    "active": format_ref(*current) if current else None}, channel)
+                                                    "active": format_ref(*current) if current else None}, channel,
+                         key=key)
         return self.get(format_ref(name, version))
 
-    def rollback(self, channel: str = DEFAULT_CHANNEL, *, to: str | None = None, reason: str) -> RegisteredBundle:
+    def rollback(self, channel: str = DEFAULT_CHANNEL, *, to: str | None = None, reason: str,
+                 key: str | None = None) -> RegisteredBundle:
         """Roll a channel back to `to` (default: the active version's first parent).
 
         Recorded now; takes effect at the next `activate_pending` (a task boundary).
@@ -488,6 +516,9 @@ class Registry:
         _need_reason(reason, "rollback")
         _check_channel(channel)
         with self._write("rollback"):
+            done = self._replayed(key)
+            if done is not None:
+                return self.get(done.ref)
             state = self.state()
             current = state.champion(channel)
             if current is None:
@@ -498,7 +529,8 @@ class Registry:
                                hint="pass --to an earlier version")
             if state.status_of(*target) == "rejected":
                 raise Conflict(f"{format_ref(*target)} was rejected by the gate", hint="roll back to another version")
-            self._append("rollback", target[0], target[1], {"reason": reason, "from": format_ref(*current)}, channel)
+            self._append("rollback", target[0], target[1], {"reason": reason, "from": format_ref(*current)}, channel,
+                         key=key)
         return self.get(format_ref(*target))
 
     def _rollback_target(self, current: tuple[str, int], to: str | None) -> tuple[str, int]:

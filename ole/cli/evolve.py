@@ -174,10 +174,18 @@ def evolve(args: argparse.Namespace) -> Output:
                                                         address=args.address) as executor:
         engine = open_engine(registry=registry, workdir=workdir, traces_root=Path(args.traces), cfg=cfg,
                              evaluate=run_job, proposer=_proposer(args.proposer, workdir), gate=gate,
-                             executor=executor, progress=_progress)
+                             executor=executor, progress=_progress, driver=_driver(args))
         if args.mode == "offline":
             return _offline(engine, cfg, registry, est)
         return _online(engine, cfg, registry, args, est)
+
+
+def _driver(args: argparse.Namespace) -> dict:
+    """The mode's own settings, part of the workspace fingerprint (a resume must use the same)."""
+    if args.mode == "offline":
+        return {"mode": "offline"}
+    return {"mode": "online", "tasks": args.tasks, "every_k": args.every_k, "monitor": args.monitor,
+            "rollback_tau": args.rollback_tau}
 
 
 def _offline(engine, cfg, registry, est) -> Output:

@@ -18,7 +18,7 @@ from ole import evidence as evidence_mod
 from ole.bundle import Bundle
 from ole.cost import CostCaps, CostMeter
 from ole.evidence import EvidenceItem
-from ole.evolve.store import EvaluationStore
+from ole.evolve.store import EvaluationStore, Fingerprint, fingerprint, package_versions
 from ole.gate import GateConfig, GateDecision, decide
 from ole.jobs import EvalJob
 from ole.paired import Instance, PairedEvaluation, Pair, RunResult, instance_key
@@ -183,7 +183,7 @@ class Engine:
                 payload = {"stage": stage, "champion": champion[0], **summarize(c.pairs),
                            "instances": [instance_key(p.task, p.condition) for p in c.pairs],
                            "trace_ids": [p.challenger.trace_id for p in c.pairs]}
-                self.registry.record_evaluation(c.ref, payload)
+                self.registry.record_evaluation(c.ref, payload, key=self.store.key(step))
                 self.store.mark(step, payload)
 
     def judge(self, champion: str, candidate: Candidate, seen_keys: set[str], stage: str) -> GateDecision:
@@ -195,7 +195,7 @@ class Engine:
         if stored is not None:
             return GateDecision.model_validate(stored)
         payload = {**decision.model_dump(mode="json"), "accepted": decision.verdict == "release"}
-        self.registry.record_gate_decision(candidate.ref, payload)
+        self.registry.record_gate_decision(candidate.ref, payload, key=self.store.key(step))
         self.store.mark(step, decision.model_dump(mode="json"))
         return decision
 
@@ -203,8 +203,24 @@ class Engine:
         """Release on the channel (active from the next task boundary), once."""
         step = f"release|{stage}|{ref}"
         if self.store.step(step) is None:
-            self.registry.release(ref, channel=self.channel, reason=reason)
+            self.registry.release(ref, channel=self.channel, reason=reason, key=self.store.key(step))
             self.store.mark(step, {"ref": ref, "reason": reason})
+
+    # ----- online monitoring -------------------------------------------------------------------
+    def record_monitor(self, active: str, step: str, payload: dict) -> dict:
+        """One monitor pair of an activated bundle against its parent, recorded once."""
+        stored = self.store.step(step)
+        if stored is None:
+            self.registry.record_evaluation(active, {"stage": "monitor", **payload}, key=self.store.key(step))
+            self.store.mark(step, payload)
+            stored = payload
+        return stored
+
+    def rollback(self, to: str, reason: str, step: str) -> None:
+        """Roll the channel back to `to` (effective at the next task boundary), once."""
+        if self.store.step(step) is None:
+            self.registry.rollback(self.channel, to=to, reason=reason, key=self.store.key(step))
+            self.store.mark(step, {"to": to, "reason": reason})
 
 
 def on_result_counter(meter: CostMeter, progress: Callable[[str], None]) -> Callable[[EvalJob, RunResult], None]:
@@ -218,15 +234,33 @@ def on_result_counter(meter: CostMeter, progress: Callable[[str], None]) -> Call
     return on_result
 
 
+def run_fingerprint(*, registry, traces_root, cfg: EvolveConfig, evaluate: Callable, proposer: Proposer,
+                    gate: GateConfig, isolation: str, driver: dict | None = None) -> Fingerprint:
+    """Everything that determines what a workspace's stored steps say (caps and workers do not)."""
+    from pathlib import Path
+    return fingerprint({
+        "evolve": cfg.model_dump(mode="json", exclude={"caps", "workers"}), "gate": gate.model_dump(mode="json"),
+        "proposer": getattr(proposer, "name", type(proposer).__qualname__),
+        "evaluate": f"{evaluate.__module__}.{getattr(evaluate, '__qualname__', type(evaluate).__qualname__)}",
+        "isolation": isolation, "driver": driver or {}, "registry": str(Path(registry.root).resolve()),
+        "traces": str(Path(traces_root).resolve()), "packages": package_versions()})
+
+
 def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: Callable[[EvalJob], Trace],
                 proposer: Proposer, gate: GateConfig, executor, isolation: str = "bwrap",
-                progress: Callable[[str], None] = print) -> Engine:
-    """Assemble the engine over a workspace folder (resume store and host runs live there)."""
+                progress: Callable[[str], None] = print, driver: dict | None = None) -> Engine:
+    """Assemble the engine over a workspace folder (resume store and host runs live there).
+
+    The store is bound to the run's fingerprint (`run_fingerprint`; `driver` adds the mode's
+    own settings): a workspace made under another configuration is refused.
+    """
     from pathlib import Path
 
     from evogym.pools import profile
     workdir = Path(workdir)
-    store = EvaluationStore(workdir / "evaluations.sqlite3")
+    fp = run_fingerprint(registry=registry, traces_root=traces_root, cfg=cfg, evaluate=evaluate, proposer=proposer,
+                         gate=gate, isolation=isolation, driver=driver)
+    store = EvaluationStore(workdir / "evaluations.sqlite3", fingerprint=fp)
     budget = cfg.suite.budget or profile(cfg.suite.profile).budget
     meter = CostMeter(cfg.caps, budget=budget, workers=cfg.workers)
     paired = PairedEvaluation(executor, store, evaluate, traces_root=str(traces_root), runs_root=str(workdir / "runs"),

@@ -146,8 +146,8 @@ class OnlineEvolution:
         pair = make_pair(a.task, a.condition, env_family(a.task.env), res, run_result(trace))
         pairs.append(pair)
         self.events.monitor_pairs.append(pair)
-        self.e.registry.record_evaluation(active, {"stage": "monitor", "parent": parent, "task_index": a.index,
-                                                   "r": pair.r, "trace_id": trace.trace_id})
+        self.e.record_monitor(active, f"monitor|{active}|{trace.trace_id}",
+                              {"parent": parent, "task_index": a.index, "r": pair.r, "trace_id": trace.trace_id})
         if len(pairs) < self.online.monitor:
             return
         mean_r = sum(p.r for p in pairs) / len(pairs)
@@ -155,7 +155,7 @@ class OnlineEvolution:
         if mean_r < -self.online.rollback_tau:
             reason = (f"monitoring after activation: mean r {mean_r:+.3f} over {len(pairs)} tasks "
                       f"< -{self.online.rollback_tau:g} against parent {parent}")
-            self.e.registry.rollback(self.e.channel, to=parent, reason=reason)
+            self.e.rollback(parent, reason, step=f"rollback|{active}|{a.index}")
             self.events.rollbacks.append((a.index, active, mean_r))
             self.e.progress(f"ROLLBACK recorded: {active} -> {parent} ({reason}); effective at the next boundary")
         else:

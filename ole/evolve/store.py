@@ -1,39 +1,128 @@
-"""Resume state of an evolution run: completed evaluations and completed steps.
+"""Resume state of an evolution workspace: completed evaluations, driver steps, the task stream.
 
 One SQLite file per evolution workspace. `evaluations` maps (bundle hash, task,
 condition) to the run's `RunResult`, so the champion cache and resumption are the same
 thing: a run that is stored is never paid for again. `steps` records driver steps that
-wrote to the registry (an evaluation record, a gate decision, a release), so a resumed
-driver does not append them twice. Rows are only inserted, each in its own
-transaction; a crash loses at most the run in flight.
+wrote to the registry (an evaluation record, a gate decision, a release, a monitor
+pair, a rollback), so a resumed driver does not repeat them. `stream` holds the finished
+tasks of an online stream, shared by every process that works the stream.
+
+A stored result is only as good as the configuration that made it, so the store is
+bound to a `Fingerprint` — a hash of everything that determines a step's result (evolve
+and gate config, proposer identity, pools, budget, agent seeds, package versions, ...).
+The first opener records it; an opener with another fingerprint is refused with the
+differences and "use a new --workdir", never answered from stale rows. Every step row
+carries the fingerprint it was made under, and `key(step)` gives the idempotency key the
+registry stores with the event the step appends: a crash between the registry append
+and `mark` cannot duplicate the event on resume.
+
+Rows are only inserted, each in its own transaction; a crash loses at most the run in
+flight.
 """
 from __future__ import annotations
 
+import hashlib
 import json
+import platform
+import re
 import sqlite3
+from importlib import metadata
 from pathlib import Path
 
-from ole.errors import StorageError
+from pydantic import BaseModel, ConfigDict
+
+from ole.errors import Conflict, StorageError
 from ole.paired import RunResult
 from ole.trace import utc_now
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for the database lock."""
+UNBOUND = "unbound"
+"""Fingerprint recorded with steps of a store opened without one (tests, one-off tools)."""
+SHOWN_DIFFERENCES = 4
+"""How many differing settings a refusal names."""
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS evaluations (
   key TEXT PRIMARY KEY, bundle_hash TEXT NOT NULL, instance TEXT NOT NULL, family TEXT NOT NULL,
   result TEXT NOT NULL, created_at TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS steps (
-  step TEXT PRIMARY KEY, payload TEXT NOT NULL, created_at TEXT NOT NULL);
+  step TEXT PRIMARY KEY, payload TEXT NOT NULL, created_at TEXT NOT NULL, fingerprint TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS stream (
+  n INTEGER PRIMARY KEY AUTOINCREMENT, trace_id TEXT NOT NULL UNIQUE, payload TEXT NOT NULL,
+  created_at TEXT NOT NULL);
 """
 
 
-class EvaluationStore:
-    """Completed evaluations and driver steps of one evolution workspace."""
+class ResumeMismatch(Conflict):
+    """The workspace holds results made under another configuration."""
 
-    def __init__(self, path: Path | str) -> None:
+
+class Fingerprint(BaseModel):
+    """What determines the results stored in a workspace, and its hash."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid")
+    digest: str
+    """sha256 of the canonical JSON of `parts`."""
+    parts: dict
+    """The inputs, by name (nested JSON), kept so a refusal can name what changed."""
+
+
+def fingerprint(parts: dict) -> Fingerprint:
+    """Fingerprint of a JSON-able mapping (canonical: sorted keys, no whitespace)."""
+    text = json.dumps(parts, sort_keys=True, separators=(",", ":"), default=str)
+    return Fingerprint(digest=hashlib.sha256(text.encode()).hexdigest(), parts=json.loads(text))
+
+
+def package_versions() -> dict[str, str | None]:
+    """Python, OLE and every pinned runtime dependency (plus litellm): what the runs were made with."""
+    out: dict[str, str | None] = {"python": platform.python_version()}
+    try:
+        requires = metadata.requires("openloopevolve") or []
+        out["openloopevolve"] = metadata.version("openloopevolve")
+    except metadata.PackageNotFoundError:  # running from a source tree that is not installed
+        requires, out["openloopevolve"] = [], None
+    names = [re.match(r"[A-Za-z0-9_.\-]+", r).group(0) for r in requires
+             if "extra ==" not in r or "'llm'" in r or '"llm"' in r]
+    for name in sorted(set(names)):
+        try:
+            out[name.lower()] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            out[name.lower()] = None
+    return out
+
+
+def _flatten(doc, prefix: str = "") -> dict[str, object]:
+    if isinstance(doc, dict):
+        out: dict[str, object] = {}
+        for k, v in doc.items():
+            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
+        return out
+    return {prefix: doc}
+
+
+def differences(stored: dict, now: dict) -> list[str]:
+    """`name: stored X, now Y` for every setting that differs (flattened dotted names).
+
+    Settings changed in place come first, then those only one side has (a newer OLE's field).
+    """
+    a, b = _flatten(stored), _flatten(now)
+    keys = sorted(set(a) | set(b), key=lambda k: (not (k in a and k in b), k))
+    return [f"{k}: stored {a.get(k, '(absent)')!r}, now {b.get(k, '(absent)')!r}"
+            for k in keys if a.get(k, "(absent)") != b.get(k, "(absent)")]
+
+
+class EvaluationStore:
+    """Completed evaluations, driver steps and stream tasks of one evolution workspace.
+
+    With `fingerprint`, the store is bound to that configuration at open (see the module
+    docstring); without, it reads and writes evaluations and steps unchecked.
+    """
+
+    def __init__(self, path: Path | str, fingerprint: Fingerprint | None = None) -> None:
         self.path = Path(path)
+        self.fingerprint = fingerprint
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -43,10 +132,48 @@ class EvaluationStore:
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open evaluation store {self.path}: {exc}",
                                hint="check the --workdir path, its permissions and free space") from None
+        columns = {r[1] for r in self._db.execute("PRAGMA table_info(steps)")}
+        if "fingerprint" not in columns:
+            raise ResumeMismatch(f"the store {self.path} was written by an older OLE that kept no config "
+                                 "fingerprint: its results cannot be checked against this configuration",
+                                 hint="use a new --workdir")
+        if fingerprint is not None:
+            self._bind(fingerprint)
+
+    @property
+    def digest(self) -> str:
+        return self.fingerprint.digest if self.fingerprint is not None else UNBOUND
+
+    def _bind(self, fp: Fingerprint) -> None:
+        """Record the fingerprint on first use; refuse another one (one transaction: openers race)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            row = self._db.execute("SELECT value FROM meta WHERE key = 'fingerprint'").fetchone()
+            if row is None:
+                used = self.count() + int(self._db.execute("SELECT COUNT(*) FROM steps").fetchone()[0])
+                if used:
+                    raise ResumeMismatch(f"the store {self.path} holds {used} results made without a config "
+                                         "fingerprint", hint="use a new --workdir")
+                self._db.execute("INSERT INTO meta VALUES ('fingerprint', ?)", (fp.model_dump_json(),))
+            else:
+                stored = Fingerprint.model_validate_json(row[0])
+                if stored.digest != fp.digest:
+                    diff = differences(stored.parts, fp.parts)
+                    more = f" (+{len(diff) - SHOWN_DIFFERENCES} more)" if len(diff) > SHOWN_DIFFERENCES else ""
+                    raise ResumeMismatch(
+                        f"{self.path.parent} holds results of another configuration: expected fingerprint "
+                        f"{stored.digest[:12]} (stored), actual {fp.digest[:12]} (this run); "
+                        + "; ".join(diff[:SHOWN_DIFFERENCES]) + more,
+                        hint="use a new --workdir, or rerun with the stored settings to resume")
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
 
     def close(self) -> None:
         self._db.close()
 
+    # ----- evaluations ----------------------------------------------------------------------
     def get(self, key: str) -> tuple[RunResult, str] | None:
         """(result, family) of a stored evaluation, or None."""
         row = self._db.execute("SELECT result, family FROM evaluations WHERE key = ?", (key,)).fetchone()
@@ -60,12 +187,39 @@ class EvaluationStore:
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
 
+    # ----- driver steps ---------------------------------------------------------------------
     def step(self, step: str) -> dict | None:
-        """Payload of a completed driver step, or None when it has not run."""
-        row = self._db.execute("SELECT payload FROM steps WHERE step = ?", (step,)).fetchone()
-        return json.loads(row[0]) if row else None
+        """Payload of a completed driver step, or None when it has not run.
+
+        A step stored under another fingerprint is refused (`ResumeMismatch`), never returned.
+        """
+        row = self._db.execute("SELECT payload, fingerprint FROM steps WHERE step = ?", (step,)).fetchone()
+        if row is None:
+            return None
+        if self.fingerprint is not None and row[1] != self.digest:
+            raise ResumeMismatch(f"step {step!r} in {self.path} was made under fingerprint {row[1][:12]}, "
+                                 f"this run is {self.digest[:12]}", hint="use a new --workdir")
+        return json.loads(row[0])
 
     def mark(self, step: str, payload: dict) -> None:
         """Record a completed driver step (first record wins)."""
-        self._db.execute("INSERT OR IGNORE INTO steps VALUES (?, ?, ?)",
-                         (step, json.dumps(payload, sort_keys=True), utc_now()))
+        self._db.execute("INSERT OR IGNORE INTO steps VALUES (?, ?, ?, ?)",
+                         (step, json.dumps(payload, sort_keys=True), utc_now(), self.digest))
+
+    def key(self, step: str) -> str:
+        """Idempotency key of the registry event a step appends (fingerprint + step)."""
+        return f"{self.digest[:16]}|{step}"
+
+    # ----- the task stream (online mode) ------------------------------------------------------
+    def add_task(self, trace_id: str, payload: dict) -> int:
+        """Record a finished stream task once; returns its 1-based finish number n."""
+        self._db.execute("INSERT OR IGNORE INTO stream (trace_id, payload, created_at) VALUES (?, ?, ?)",
+                         (trace_id, json.dumps(payload, sort_keys=True), utc_now()))
+        return int(self._db.execute("SELECT COUNT(*) FROM stream WHERE n <= (SELECT n FROM stream "
+                                    "WHERE trace_id = ?)", (trace_id,)).fetchone()[0])
+
+    def tasks(self, upto: int | None = None) -> list[tuple[int, dict]]:
+        """Finished stream tasks (n, payload) in finish order, n = 1, 2, ...; optionally only n <= upto."""
+        rows = self._db.execute("SELECT payload FROM stream ORDER BY n").fetchall()
+        out = [(i, json.loads(p)) for i, (p,) in enumerate(rows, 1)]
+        return out if upto is None else out[:upto]

@@ -1,0 +1,171 @@
+"""Resume that cannot lie: a workspace is bound to the configuration that made it, and a crash
+between a registry append and the step mark never duplicates the event on resume."""
+from __future__ import annotations
+
+import shutil
+import sqlite3
+import subprocess
+import sys
+import textwrap
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from ole.evolve import EvolveConfig, Suite, open_engine
+from ole.evolve.offline import OfflineEvolution
+from ole.evolve.store import EvaluationStore, ResumeMismatch, fingerprint
+from ole.executors import LocalExecutor
+from ole.gate import GateConfig
+from ole.proposers.builtin import BuiltinProposer
+from ole.registry import CRASH_EXIT, Registry
+from synthetic import fake_evaluate
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+                   search_pools=(101,), gate_pools=(201, 202, 203), population=2, generations=1, seed=1)
+GATE = GateConfig(min_pairs=6, min_families=2)
+
+
+def _engine(tmp_path, cfg=CFG, gate=GATE, proposer=None):
+    root = tmp_path / "bundles"
+    if not root.exists():
+        root.mkdir()
+        shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
+    reg = Registry(root)
+    return reg, open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=cfg,
+                            evaluate=fake_evaluate, proposer=proposer or BuiltinProposer(), gate=gate,
+                            executor=LocalExecutor(1), progress=lambda line: None, driver={"mode": "offline"})
+
+
+def _offline(reg, engine, cfg=CFG):
+    champ = reg.champion()
+    return OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()
+
+
+@pytest.mark.parametrize("change, named", [
+    ({"gate": GATE.model_copy(update={"alpha": 0.05})}, "gate.alpha: stored 0.1, now 0.05"),
+    ({"cfg": CFG.model_copy(update={"seed": 2})}, "evolve.seed: stored 1, now 2"),
+    ({"cfg": CFG.model_copy(update={"population": 3})}, "evolve.population: stored 2, now 3"),
+    ({"cfg": CFG.model_copy(update={"gate_pools": (201, 202, 204)})}, "evolve.gate_pools"),
+    ({"cfg": CFG.model_copy(update={"agent_seeds": (0, 1)})}, "evolve.agent_seeds"),
+    ({"cfg": CFG.model_copy(update={"suite": CFG.suite.model_copy(update={"budget": 16})})}, "evolve.suite.budget"),
+])
+def test_a_rerun_with_another_config_is_refused_not_answered(tmp_path, change, named):
+    reg, engine = _engine(tmp_path)
+    first = _offline(reg, engine)
+    assert first.decision is not None
+    events = len(reg.events())
+    with pytest.raises(ResumeMismatch) as info:
+        _engine(tmp_path, **change)
+    text = str(info.value)
+    assert "expected fingerprint" in text and "actual" in text and named in text
+    assert "use a new --workdir" in info.value.hint
+    assert len(Registry(tmp_path / "bundles").events()) == events  # nothing was answered or appended
+
+
+def test_the_same_config_resumes_and_a_caps_change_is_not_a_new_config(tmp_path):
+    reg, engine = _engine(tmp_path)
+    a = _offline(reg, engine)
+    from ole.cost import CostCaps
+    reg2, engine2 = _engine(tmp_path, cfg=CFG.model_copy(update={"caps": CostCaps(episodes=10_000), "workers": 1}))
+    b = _offline(reg2, engine2)
+    assert b.decision.verdict == a.decision.verdict and len(reg2.events()) == len(reg.events())
+
+
+def test_a_store_without_fingerprints_is_refused(tmp_path):
+    path = tmp_path / "work" / "evaluations.sqlite3"
+    path.parent.mkdir()
+    with sqlite3.connect(path) as db:  # the layout an older OLE wrote
+        db.executescript("CREATE TABLE steps (step TEXT PRIMARY KEY, payload TEXT NOT NULL, created_at TEXT NOT NULL);")
+    with pytest.raises(ResumeMismatch, match="older OLE"):
+        EvaluationStore(path, fingerprint=fingerprint({"a": 1}))
+
+
+def test_steps_made_unbound_are_refused_once_bound(tmp_path):
+    path = tmp_path / "s.sqlite3"
+    EvaluationStore(path).mark("gate|x", {"verdict": "release"})
+    with pytest.raises(ResumeMismatch, match="without a config fingerprint"):
+        EvaluationStore(path, fingerprint=fingerprint({"a": 1}))
+
+
+def test_cli_refuses_a_workdir_of_another_config_before_running_anything(tmp_path, capsys):
+    from ole.cli import main
+    work = tmp_path / "work"
+    EvaluationStore(work / "evaluations.sqlite3", fingerprint=fingerprint({"evolve": {"seed": 99}})).close()
+    root = tmp_path / "bundles"
+    root.mkdir()
+    shutil.copy(ROOT / "bundles" / "coder.yaml", root)
+    code = main(["--root", str(root), "evolve", "--mode", "offline", "--workdir", str(work),
+                 "--traces", str(tmp_path / "traces")])
+    err = capsys.readouterr().err
+    assert code == 2 and "use a new --workdir" in err and "evolve.seed: stored 99" in err
+    assert not (work / "runs").exists()
+
+
+SCRIPT = """
+    import shutil, sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[2])
+    from ole.evolve import EvolveConfig, Suite, open_engine
+    from ole.evolve.offline import OfflineEvolution
+    from ole.executors import LocalExecutor
+    from ole.gate import GateConfig
+    from ole.proposers.builtin import BuiltinProposer
+    from ole.registry import Registry
+    from synthetic import fake_evaluate
+    tmp = Path(sys.argv[1])
+    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+                       search_pools=(101,), gate_pools=(201, 202, 203), population=4, generations=2, seed=1)
+    reg = Registry(tmp / "bundles")
+    engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
+                         evaluate=fake_evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2),
+                         executor=LocalExecutor(1), progress=lambda line: None, driver={"mode": "offline"})
+    champ = reg.champion()
+    print(OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run().decision.verdict)
+"""
+
+
+def _python(tmp_path, env=None):
+    import os
+    return subprocess.run([sys.executable, "-c", textwrap.dedent(SCRIPT), str(tmp_path), str(Path(__file__).parent)],
+                          capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+
+
+@pytest.mark.parametrize("step", ["evaluation_after_commit", "gate_decision_after_commit", "release_after_commit"])
+def test_a_crash_between_append_and_mark_leaves_no_duplicate(tmp_path, step):
+    clean = tmp_path / "clean"
+    (clean / "bundles").mkdir(parents=True)
+    shutil.copy(ROOT / "bundles" / "coder.yaml", clean / "bundles")
+    assert _python(clean).stdout.strip() == "release"
+    expected = Counter(e.kind for e in Registry(clean / "bundles").events())
+    crashed = tmp_path / "crashed"
+    (crashed / "bundles").mkdir(parents=True)
+    shutil.copy(ROOT / "bundles" / "coder.yaml", crashed / "bundles")
+    died = _python(crashed, {"OLE_TEST_MODE": "1", "OLE_CRASH_AT": step})
+    assert died.returncode == CRASH_EXIT, died.stderr[-2000:]
+    resumed = _python(crashed)
+    assert resumed.returncode == 0 and resumed.stdout.strip() == "release", resumed.stderr[-2000:]
+    assert Counter(e.kind for e in Registry(crashed / "bundles").events()) == expected
+
+
+def test_registry_writes_with_a_key_are_idempotent(tmp_path):
+    root = tmp_path / "bundles"
+    root.mkdir()
+    shutil.copy(ROOT / "bundles" / "coder.yaml", root)
+    with Registry(root) as reg:
+        champ = reg.champion()
+        lp = champ.bundle.loop_policy
+        child = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(update={
+            "action": lp.action.model_copy(update={"episodes_per_submit": 2})})}), parents=[1])
+        a = reg.record_evaluation(child.ref, {"stage": "x"}, key="k-eval")
+        assert reg.record_evaluation(child.ref, {"stage": "x"}, key="k-eval") == a
+        assert reg.record_gate_decision(child.ref, {"accepted": True}, key="k-gate") == \
+            reg.record_gate_decision(child.ref, {"accepted": True}, key="k-gate")
+        reg.release(child.ref, reason="r", key="k-rel")
+        assert reg.release(child.ref, reason="r", key="k-rel").ref == child.ref  # no "already released" Conflict
+        reg.activate_pending()
+        assert reg.rollback(reason="bad", key="k-rb").ref == reg.rollback(reason="bad", key="k-rb").ref == "coder@1"
+        kinds = Counter(e.kind for e in reg.events())
+        assert (kinds["evaluation"], kinds["gate_decision"], kinds["release"], kinds["rollback"]) == (1, 1, 1, 1)
+        assert reg.fsck().ok
