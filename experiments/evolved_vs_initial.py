@@ -4,7 +4,8 @@
    gate pools — exactly `ole evolve --mode offline` with the flags below.
 2. The released champion (or, if the gate released nothing, the gate's candidate, and the
    report says so) is paired with the initial bundle `coder@1` on evaluation pools used
-   neither in search nor in the gate: mean r with a bootstrap 90% CI, per-env table.
+   neither in search nor in the gate: mean r with its bootstrap interval (the gate's alpha
+   percentiles, labelled with their two-sided level: 80% at alpha 0.1), per-env table.
 3. The lineage picture and every gate record are written next to the report.
 
     nice -n 10 python experiments/evolved_vs_initial.py --out experiments/results/evolved_vs_initial.md
@@ -25,7 +26,7 @@ sys.path.insert(0, str(ROOT))
 from ole.evolve import EvolveConfig, Suite, open_engine  # noqa: E402
 from ole.evolve.offline import OfflineEvolution  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
-from ole.gate import GateConfig, compute_stats, load_config  # noqa: E402
+from ole.gate import GateConfig, ci_text, compute_stats, load_config  # noqa: E402
 from ole.lineage import Lineage  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
 from ole.proposers.builtin import BuiltinProposer  # noqa: E402
@@ -110,7 +111,7 @@ def write(args, reg, report, evolved, pairs, wall) -> None:
         s = compute_stats(pairs, GateConfig(bootstrap_resamples=4000))
         lines += [f"Compared: `{evolved.ref}` ({'released champion' if released else 'NOT released; the gate candidate'})"
                   f" vs initial `coder@1` on {s.n_pairs} unseen pairs.", "",
-                  f"**mean r = {s.mean_r:+.4f}, bootstrap 90% CI [{s.ci_low:+.4f}, {s.ci_high:+.4f}], "
+                  f"**mean r = {s.mean_r:+.4f}, bootstrap {ci_text(s, 4)}, "
                   f"win rate {s.win_rate:.2f}, worst r {s.worst_r:+.4f}.**", "",
                   "| env | pairs | q initial (mean) | q evolved (mean) | mean r |", "|---|---|---|---|---|"]
         for env in args.envs.split(","):

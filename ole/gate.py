@@ -104,9 +104,12 @@ class GateStats(_Record):
     p_value: float
     """One-sided p-value of the configured test (bootstrap: share of resampled means <= 0)."""
     ci_low: float
-    """Bootstrap lower bound of mean r at level 1 − alpha."""
+    """Lower end of the bootstrap interval of mean r: its alpha percentile (a one-sided 1 − alpha bound)."""
     ci_high: float
-    """Bootstrap upper bound of mean r at level 1 − alpha."""
+    """Upper end of the bootstrap interval of mean r: its 1 − alpha percentile."""
+    ci_level: float | None = None
+    """Two-sided coverage of [ci_low, ci_high]: 1 − 2·alpha (0.8 at alpha 0.1). None only in
+    records made before it was stored, whose interval was computed the same way."""
     worst_r: float
     """Smallest r."""
     cvar: float
@@ -163,6 +166,17 @@ class GateDecision(_Record):
     """Why: the failed checks, or `all criteria hold`."""
 
 
+def interval_level(cfg: GateConfig) -> float:
+    """Two-sided level of the reported interval: the [alpha, 1 − alpha] percentiles cover 1 − 2·alpha."""
+    return 1.0 - 2.0 * cfg.alpha
+
+
+def ci_text(stats: "GateStats", digits: int = 3) -> str:
+    """`80% CI [+0.010, +0.050]`: the interval labelled with its true two-sided level."""
+    level = f"{stats.ci_level:.0%} CI" if stats.ci_level is not None else "CI"
+    return f"{level} [{stats.ci_low:+.{digits}f}, {stats.ci_high:+.{digits}f}]"
+
+
 def _bootstrap(r: np.ndarray, cfg: GateConfig) -> tuple[float, float, float]:
     rng = np.random.default_rng(cfg.seed)
     idx = rng.integers(0, len(r), size=(cfg.bootstrap_resamples, len(r)))
@@ -198,6 +212,7 @@ def compute_stats(pairs: Sequence[Pair], cfg: GateConfig, seen_keys: Iterable[st
     families = tuple(sorted({p.family for p in pairs}))
     if n == 0:
         return GateStats(n_pairs=0, r=(), mean_r=0.0, win_rate=0.0, p_value=1.0, ci_low=0.0, ci_high=0.0,
+                         ci_level=interval_level(cfg),
                          worst_r=0.0, cvar=0.0, n_regressions=0, n_failures=0, families=families,
                          all_verified=verified, contract_breaches=breaches, leaked_keys=leaked,
                          cost_ratio=_cost_ratio(pairs))
@@ -207,7 +222,8 @@ def compute_stats(pairs: Sequence[Pair], cfg: GateConfig, seen_keys: Iterable[st
         n_pairs=n, r=tuple(float(x) for x in r), mean_r=float(r.mean()),
         win_rate=float((np.sum(r > 0) + 0.5 * np.sum(r == 0)) / n),
         p_value=_wilcoxon_p(r) if cfg.test == "wilcoxon" else p_boot,
-        ci_low=low, ci_high=high, worst_r=float(r.min()), cvar=float(np.sort(r)[:k].mean()),
+        ci_low=low, ci_high=high, ci_level=interval_level(cfg), worst_r=float(r.min()),
+        cvar=float(np.sort(r)[:k].mean()),
         n_regressions=int(np.sum(r < -cfg.tail_tau)),
         n_failures=sum(p.failure in ("challenger", "both") for p in pairs),
         families=families, all_verified=verified, contract_breaches=breaches, leaked_keys=leaked,

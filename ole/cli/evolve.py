@@ -18,6 +18,7 @@ from ole.cli.common import Output, agent_command, check_llm_file, check_task_nam
 from ole.cost import CostCaps, estimate
 from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
+from ole.gate import ci_text
 from ole.registry import DEFAULT_CHANNEL
 
 
@@ -229,7 +230,7 @@ def _summary(data: dict, d, channel: str) -> str:
     if d is not None:
         s = d.stats
         lines.append(f"gate on {s.n_pairs} unseen pairs: {data['final']} -> {d.verdict.upper()} "
-                     f"(mean r {s.mean_r:+.3f}, 90% CI [{s.ci_low:+.3f}, {s.ci_high:+.3f}], win rate {s.win_rate:.2f}, "
+                     f"(mean r {s.mean_r:+.3f}, {ci_text(s)}, win rate {s.win_rate:.2f}, "
                      f"p={s.p_value:.3f}, worst r {s.worst_r:+.3f})")
         lines += [f"  {c.name:<8} {'ok' if c.passed else 'FAILED: ' + '; '.join(c.reasons)}" for c in d.criteria]
         if d.verdict == "release":
