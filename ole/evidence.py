@@ -2,10 +2,19 @@
 
 Each item is e = (direction ±, metric change δ, target component, supporting trace ids)
 plus the detector that found it, a sentence, and hints naming the loop-policy fields a
-proposer should move (`path:up`, `path:down` or `path=value`). Detectors are
-deterministic functions of the traces; unverified traces never enter. Direction `-`
-means the behaviour is consistent with failure and supports revising the component;
-`+` means it is consistent with success and supports keeping or reinforcing it.
+proposer should move (`path:up`, `path:down`, `path:xF` for a factor F, or `path=value`).
+An item's hints are one coherent change: a proposer may apply any non-empty subset of them
+together. Detectors are deterministic functions of the traces; unverified traces never enter. Direction `-`
+means the behaviour is consistent with failure and supports revising the component; `+`
+means it is consistent with success and supports keeping or reinforcing it.
+
+The budget-structure detectors (`tuning_rounds`, `verification_overhead`, `phase_yield`,
+`early_selection`) read what each submit was for (`Iteration.role`), the program it was
+built on (`base_submit`) and the tuning round it belonged to (`search_round`); their hints
+carry target values computed from the run's own arithmetic (episodes per phase, per
+candidate, per round), so one proposal can move a field as far as the evidence says
+instead of one ×1.5 step at a time. Traces whose agent does not record roles (older
+traces, some external agents) are skipped by these detectors, never guessed at.
 """
 from __future__ import annotations
 
@@ -35,6 +44,23 @@ MIN_EDITS = 3
 """Fewest edits of each kind before their success rates are compared."""
 MISS_SHARE = 0.5
 """Share of traces whose in-loop best submit was not the validation-selected one."""
+TARGET_ROUNDS = 3
+"""Tuning generations a run should complete: the first round only samples around the start,
+so a search needs a few told rounds before its step size and mean adapt."""
+FEW_ROUNDS_SHARE = 0.5
+"""Share of runs completing fewer than TARGET_ROUNDS rounds that makes the budget structure news."""
+OVERHEAD_SHARE = 0.3
+"""Share of charged episodes spent re-testing and confirming (roles retest, reference,
+confirm) above which verification is costly enough to weigh against what it catches."""
+OVERTURN_SHARE = 0.34
+"""A retest "overturns" when it fails to confirm the apparent improvement; below this share of
+retests overturning, most retest episodes confirmed what the first submit already said."""
+YIELD_EPISODE_SHARE = 0.2
+"""A phase holding at least this share of the episodes..."""
+YIELD_GAIN_SHARE = 0.1
+"""...but producing less than this share of the best-so-far gains is a low-yield phase."""
+EARLY_SELECTION = 0.4
+"""Validation selecting a checkpoint from the first EARLY_SELECTION of the submits is early."""
 
 
 class EvidenceItem(BaseModel):
@@ -77,6 +103,24 @@ def _submits(t: Trace) -> list[Iteration]:
     return [it for it in t.history if it.submit_id is not None]
 
 
+def _has_roles(t: Trace) -> bool:
+    """True when the agent recorded why it made each submit (the budget-structure detectors need it)."""
+    subs = _submits(t)
+    return bool(subs) and all(it.role is not None for it in subs)
+
+
+def _episodes(t: Trace, pred) -> int:
+    return sum(it.episodes_charged for it in _submits(t) if pred(it))
+
+
+def _median(values: Sequence[float]) -> float:
+    v = sorted(values)
+    return v[len(v) // 2] if v else 0.0
+
+
+
+
+
 def _improvements(t: Trace) -> list[tuple[int, Iteration, bool]]:
     """(cumulative episodes after the submit, the submit, improved best-so-far?) per submit."""
     out, best, spent = [], None, 0
@@ -105,18 +149,35 @@ def failed_verdict_waste(traces: Sequence[Trace]) -> list[EvidenceItem]:
                   ("recovery.on_error_verdict=revert", "recovery.max_retries:down", "verification.static_checks=true"))]
 
 
+def _built_on_regressions(t: Trace) -> tuple[int, int]:
+    """(regressing submits that a later edit was built on, submits judged) for one trace.
+
+    With `base_submit` recorded, a regression counts only when a later submit names it as its
+    base — a search sample that scored badly and was dropped is not built on, whatever came
+    next. Without it (agents that do not say), the next submit not being a revert counts.
+    """
+    subs, best, n = _submits(t), None, 0
+    regressed: set[int] = set()
+    with_base = any(it.base_submit is not None for it in subs)
+    for cur, nxt in zip(subs, [*subs[1:], None]):
+        if cur.mean_return is not None and best is not None and cur.role in (None, "candidate"):
+            if (best - cur.mean_return) / max(abs(best), 1e-6) > REGRESSION_DROP:
+                regressed.add(cur.submit_id)
+                if not with_base and nxt is not None and nxt.edit_kind != "revert":
+                    n += 1
+        if cur.mean_return is not None and cur.role in (None, "candidate", "retest"):
+            best = cur.mean_return if best is None else max(best, cur.mean_return)
+    if with_base:
+        n = len({it.base_submit for it in subs if it.base_submit in regressed and it.role in (None, "candidate")})
+    return n, max(0, len(subs) - 1)
+
+
 def unreverted_regressions(traces: Sequence[Trace]) -> list[EvidenceItem]:
-    """A regressing submit followed by another edit from it instead of a revert."""
+    """A regressing submit that later edits were built on instead of reverted."""
     hit, count, judged = [], 0, 0
     for t in traces:
-        subs, best, n = _submits(t), None, 0
-        judged += max(0, len(subs) - 1)
-        for cur, nxt in zip(subs, subs[1:]):
-            if cur.mean_return is not None and best is not None:
-                drop = (best - cur.mean_return) / max(abs(best), 1e-6)
-                n += drop > REGRESSION_DROP and nxt.edit_kind != "revert"
-            if cur.mean_return is not None:
-                best = cur.mean_return if best is None else max(best, cur.mean_return)
+        n, k = _built_on_regressions(t)
+        judged += k
         if n:
             hit.append(t)
             count += n
@@ -236,9 +297,165 @@ def verification_misses(traces: Sequence[Trace]) -> list[EvidenceItem]:
                    "action.episodes_per_submit:up"))]
 
 
+def _completed_rounds(t: Trace) -> int:
+    """Tuning rounds followed by a later round of the same search (so they were scored and told)."""
+    rounds = [it.search_round for it in _submits(t) if it.role == "candidate" and it.search_round is not None]
+    return sum(1 for a, b in zip(rounds, rounds[1:]) if b == a + 1)
+
+
+def tuning_rounds(traces: Sequence[Trace]) -> list[EvidenceItem]:
+    """Budget structure: how many tuning generations the runs completed, and what would fit.
+
+    The hint's targets come from each run's own arithmetic: T episodes went to tuning and E
+    to each candidate, so about T/E candidates fit; a population of that over TARGET_ROUNDS
+    (and half-size submits, and retests no larger than a submit) gives the search its rounds.
+    """
+    hit, done, targets = [], [], []
+    for t in traces:
+        if not _has_roles(t):
+            continue
+        cands = [it for it in _submits(t) if it.phase == "tuning" and it.role == "candidate"]
+        tuning = _episodes(t, lambda it: it.phase == "tuning")
+        if not cands or tuning <= 0:
+            continue
+        completed = _completed_rounds(t)
+        done.append(completed)
+        if completed < TARGET_ROUNDS:
+            hit.append(t)
+            per = max(1, int(_median([it.episodes_charged for it in cands])))
+            targets.append((tuning, per))
+    if not done or len(hit) / len(done) < FEW_ROUNDS_SHARE:
+        return []
+    tuning, per = min(targets)  # the tightest run decides: the change must fit every hit run
+    half = max(1, per // 2)
+    population = max(2, min(8, tuning // (half * (TARGET_ROUNDS + 1))))
+    mean_done = sum(done) / len(done)
+    return [_item("tuning_rounds", "-", "mean completed tuning rounds", mean_done - TARGET_ROUNDS, "action", hit,
+                  f"{len(hit)} of {len(done)} runs completed fewer than {TARGET_ROUNDS} tuning rounds "
+                  f"(mean {mean_done:.1f}); {tuning} tuning episodes at {per} per candidate fit about "
+                  f"{tuning // per} candidates.",
+                  (f"action.population={population}", f"action.episodes_per_submit={half}",
+                   f"verification.retest_episodes={min(half, 2)}", "budget.confirmation_fraction:x0.5"))]
+
+
+def _retest_outcomes(t: Trace) -> tuple[int, int]:
+    """(retests, retests that failed to confirm) — a retest followed by its reference submit."""
+    subs, n, overturned = _submits(t), 0, 0
+    for a, b in zip(subs, subs[1:]):
+        if a.role == "retest":
+            n += 1
+            ref = b.mean_return if b.role == "reference" else None
+            if a.mean_return is None or (ref is not None and a.mean_return <= ref):
+                overturned += 1
+    return n, overturned
+
+
+def verification_overhead(traces: Sequence[Trace]) -> list[EvidenceItem]:
+    """Budget spent re-testing and confirming, weighed against how often a retest overturned."""
+    hit, shares, retests, overturned = [], [], 0, 0
+    for t in traces:
+        if not _has_roles(t):
+            continue
+        total = _episodes(t, lambda it: True)
+        over = _episodes(t, lambda it: it.role in ("retest", "reference", "confirm"))
+        n, o = _retest_outcomes(t)
+        retests, overturned = retests + n, overturned + o
+        if total and over / total > OVERHEAD_SHARE:
+            hit.append(t)
+            shares.append(over / total)
+    if not hit:
+        return []
+    share = sum(shares) / len(shares)
+    rate = overturned / retests if retests else 0.0
+    if retests and rate >= OVERTURN_SHARE:
+        return [_item("verification_overhead", "+", "share of retests that overturned an apparent gain", rate,
+                      "verification", hit,
+                      f"{share:.0%} of the episodes went to retests and confirmation, and {overturned} of "
+                      f"{retests} retests overturned an apparent improvement: verification is catching noise.",
+                      ("verification.retest_episodes:up", "budget.confirmation_fraction:down"))]
+    return [_item("verification_overhead", "-", "share of episodes on retests and confirmation", -share,
+                  "verification", hit,
+                  f"{len(hit)} runs spent {share:.0%} of their episodes re-testing and confirming, while only "
+                  f"{overturned} of {retests} retests overturned a result: those episodes could score new candidates.",
+                  ("verification.retest_episodes=0", "budget.confirmation_fraction=0.0",
+                   "verification.matched_comparison=false"))]
+
+
+PHASE_FIELDS = {"synthesis": "budget.synthesis_fraction", "confirmation": "budget.confirmation_fraction"}
+"""The budget share that sizes each phase (tuning gets the rest)."""
+
+
+def phase_yield(traces: Sequence[Trace]) -> list[EvidenceItem]:
+    """Where in the phase schedule the gains came from, against where the episodes went.
+
+    Gain = the rise of the best-so-far candidate score, credited to the phase of the submit
+    that made it, over the run's total rise. A phase with much budget and little gain should
+    shrink; one whose gains outrun its budget should grow.
+    """
+    episodes: dict[str, int] = {}
+    gains: dict[str, float] = {}
+    used = []
+    for t in traces:
+        if not _has_roles(t):
+            continue
+        subs = [it for it in _submits(t) if it.mean_return is not None]
+        if len(subs) < 2:
+            continue
+        best = None
+        for it in _submits(t):
+            episodes[it.phase] = episodes.get(it.phase, 0) + it.episodes_charged
+            if it.mean_return is None or it.role not in ("candidate", "retest"):
+                continue
+            if best is not None and it.mean_return > best:
+                lo = min(x.mean_return for x in subs)
+                span = max(x.mean_return for x in subs) - lo
+                gains[it.phase] = gains.get(it.phase, 0.0) + (it.mean_return - best) / max(span, 1e-9)
+            best = it.mean_return if best is None else max(best, it.mean_return)
+        used.append(t)
+    total_e, total_g = sum(episodes.values()), sum(gains.values())
+    if not used or not total_e:
+        return []
+    out = []
+    for phase, field in PHASE_FIELDS.items():
+        e_share = episodes.get(phase, 0) / total_e
+        g_share = gains.get(phase, 0.0) / total_g if total_g > 0 else 0.0
+        if e_share >= YIELD_EPISODE_SHARE and g_share < YIELD_GAIN_SHARE:
+            hints = (f"{field}=0.0",) if phase == "confirmation" else (f"{field}:x0.5", "planning.max_mechanisms:down")
+            out.append(_item("phase_yield", "-", f"gain share minus episode share of {phase}", g_share - e_share,
+                             "budget", used, f"{phase.capitalize()} took {e_share:.0%} of the episodes but made "
+                             f"{g_share:.0%} of the best-so-far gains.", hints))
+        elif g_share > max(e_share * 1.5, YIELD_GAIN_SHARE) and phase == "synthesis":
+            out.append(_item("phase_yield", "+", "gain share minus episode share of synthesis", g_share - e_share,
+                             "budget", used, f"Synthesis took {e_share:.0%} of the episodes and made {g_share:.0%} "
+                             "of the gains.", (f"{field}:x1.5", "planning.max_mechanisms:up")))
+    return out
+
+
+def early_selection(traces: Sequence[Trace]) -> list[EvidenceItem]:
+    """Hidden validation kept choosing an early checkpoint: later submits did not generalise."""
+    hit, judged, positions = [], 0, []
+    for t in traces:
+        subs = _submits(t)
+        sel = t.outcome.best_submit_index
+        if len(subs) < 4 or sel is None:
+            continue
+        judged += 1
+        pos = sel / len(subs)
+        if pos < EARLY_SELECTION:
+            hit.append(t)
+            positions.append(pos)
+    if not judged or len(hit) / judged < 0.5:
+        return []
+    return [_item("early_selection", "-", "share of runs whose selected checkpoint came early", -len(hit) / judged,
+                  "planning", hit,
+                  f"In {len(hit)} of {judged} runs hidden validation selected a checkpoint from the first "
+                  f"{EARLY_SELECTION:.0%} of the submits: the later programs did not generalise better.",
+                  ("action.index_selection=mixed", "action.episodes_per_submit:x2", "budget.synthesis_fraction:x1.5"))]
+
+
 DETECTORS: tuple[Callable[[Sequence[Trace]], list[EvidenceItem]], ...] = (
     failed_verdict_waste, unreverted_regressions, plateaus, late_improvements, heldout_gaps,
-    edit_success_rates, verification_misses)
+    edit_success_rates, verification_misses, tuning_rounds, verification_overhead, phase_yield, early_selection)
 
 
 def extract(traces: Iterable[Trace]) -> list[EvidenceItem]:

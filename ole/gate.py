@@ -9,6 +9,13 @@ The configured thresholds cannot relax the task contract: every challenger run m
 verified by the host and stay within the contract's resource budget β whatever the
 config says (those checks have no switch). Statistics are computed first into a
 `GateStats` record that keeps the per-pair values; the verdict only reads it.
+
+**Adaptive sample.** With `max_pairs` set, a driver may judge the same challenger at several
+looks, adding gate pairs between them while the verdict is still open (`should_extend`). Each
+look k tests benefit at its own share of α (`look_alpha`: linear spending, α·(n_k − n_{k−1}) /
+max_pairs), so the shares sum to at most α and, by the union bound, the chance of releasing a
+challenger with no benefit stays ≤ α however the looks fall — optional stopping cannot buy a
+release. Every look is kept in the decision record.
 """
 from __future__ import annotations
 
@@ -69,6 +76,9 @@ class GateConfig(_Record):
     """Per resource: the challenger's total may exceed the champion's by at most this fraction (1+κ)."""
     seed: int = 0
     """Seed of the bootstrap resampling (decisions are reproducible)."""
+    max_pairs: int | None = Field(None, ge=2)
+    """Cap of the adaptive sample: while a verdict is open, the driver adds gate pairs up to this
+    many and α is spent over it (see `look_alpha`). None: one look at the pairs given, at α."""
 
     @model_validator(mode="after")
     def _known_resources(self) -> "GateConfig":
@@ -79,6 +89,8 @@ class GateConfig(_Record):
             raise ValueError("cost_kappa values must be >= 0")
         if self.min_cvar > 0 or self.min_worst_r > 0:
             raise ValueError("min_cvar and min_worst_r are loss bounds: they must be <= 0")
+        if self.max_pairs is not None and self.max_pairs < self.min_pairs:
+            raise ValueError(f"max_pairs {self.max_pairs} is below min_pairs {self.min_pairs}: no look could judge")
         return self
 
 
@@ -141,6 +153,25 @@ class Criterion(_Record):
     """Each failed check as `measured vs required`; empty when passed."""
 
 
+class Look(_Record):
+    """One look of an adaptive gate sample: the pairs so far, this look's α share, its verdict."""
+
+    n_pairs: int
+    """Pairs judged at this look (cumulative)."""
+    alpha: float
+    """The benefit test's level at this look (its share of the config's α)."""
+    p_value: float
+    """The benefit test's one-sided p-value at this look."""
+    mean_r: float
+    """Mean r at this look."""
+    verdict: Verdict
+    """The verdict this look reached."""
+    extend: str | None = None
+    """Why more pairs were added after this look (None: the decision stood)."""
+    added: tuple[str, ...] = ()
+    """Instance keys of the pairs added at this look (empty for the first look's sample)."""
+
+
 class GateDecision(_Record):
     """The full, stored record of one gate decision."""
 
@@ -164,6 +195,45 @@ class GateDecision(_Record):
     """release | reject | indecisive."""
     reasons: tuple[str, ...]
     """Why: the failed checks, or `all criteria hold`."""
+    alpha_applied: float | None = None
+    """The benefit test's level of the deciding look (None: the config's α, one fixed sample)."""
+    looks: tuple[Look, ...] = ()
+    """Every look of an adaptive sample, in order (empty for a fixed sample)."""
+
+
+def look_alpha(cfg: GateConfig, n: int, n_prev: int) -> float:
+    """This look's share of α under linear spending over `max_pairs` (all of α without a cap).
+
+    Shares of successive looks n_1 < n_2 < ... <= max_pairs sum to α·n_last/max_pairs <= α.
+    """
+    if cfg.max_pairs is None:
+        return cfg.alpha
+    n = min(n, cfg.max_pairs)
+    return cfg.alpha * max(0, n - n_prev) / cfg.max_pairs
+
+
+def should_extend(decision: "GateDecision", n_next: int) -> str | None:
+    """Why the sample should grow to `n_next` pairs before deciding, or None when it should not.
+
+    Only an open verdict grows: thin evidence (too few pairs or families), or a benefit that
+    is on the right side (mean r above the minimum, win rate reached) but not yet significant
+    at this look's α. Tail and cost failures, unverified runs, leaked instances and a mean on
+    the wrong side are final (more pairs cannot undo a regressing pair, and stopping for
+    futility never inflates the error rate). Never beyond `max_pairs`.
+    """
+    cfg, s = decision.config, decision.stats
+    if decision.verdict == "release" or cfg.max_pairs is None or n_next > cfg.max_pairs or n_next <= s.n_pairs:
+        return None
+    by = {c.name: c for c in decision.criteria}
+    if not (by["tail"].passed and by["cost"].passed) or not s.all_verified or s.leaked_keys:
+        return None
+    if not by["evidence"].passed:  # verified, nothing leaked: only too few pairs or families remain
+        return f"thin evidence ({s.n_pairs} pairs, {len(s.families)} families): adding pairs up to {n_next}"
+    alpha = decision.alpha_applied if decision.alpha_applied is not None else cfg.alpha
+    if s.mean_r > cfg.min_mean_r and s.win_rate >= cfg.min_win_rate and s.p_value >= alpha:
+        return (f"benefit not yet significant (p {s.p_value:.4f} >= this look's alpha {alpha:.4f}, "
+                f"mean r {s.mean_r:+.4f}): adding pairs up to {n_next}")
+    return None
 
 
 def interval_level(cfg: GateConfig) -> float:
@@ -234,23 +304,23 @@ def _check(name: str, failures: list[str]) -> Criterion:
     return Criterion(name=name, passed=not failures, reasons=tuple(failures))  # type: ignore[arg-type]
 
 
-def _benefit(s: GateStats, c: GateConfig) -> Criterion:
+def _benefit(s: GateStats, c: GateConfig, alpha: float) -> Criterion:
     f = []
     if not s.mean_r > c.min_mean_r:
         f.append(f"mean r {s.mean_r:+.4f} <= required {c.min_mean_r:+.4f}")
     if s.win_rate < c.min_win_rate:
         f.append(f"win rate {s.win_rate:.2f} < required {c.min_win_rate:.2f}")
-    if not s.p_value < c.alpha:
-        f.append(f"{c.test} one-sided p {s.p_value:.4f} >= alpha {c.alpha}")
+    if not s.p_value < alpha:
+        f.append(f"{c.test} one-sided p {s.p_value:.4f} >= alpha {alpha:.4g}")
     return _check("benefit", f)
 
 
-def _evidence(s: GateStats, c: GateConfig) -> Criterion:
+def _evidence(s: GateStats, c: GateConfig, min_families: int) -> Criterion:
     f = []
     if s.n_pairs < c.min_pairs:
         f.append(f"{s.n_pairs} pairs < required {c.min_pairs}")
-    if len(s.families) < c.min_families:
-        f.append(f"{len(s.families)} families {list(s.families)} < required {c.min_families}")
+    if len(s.families) < min_families:
+        f.append(f"{len(s.families)} families {list(s.families)} < required {min_families}")
     if not s.all_verified:
         f.append("some runs were not verified by the host (contract V)")
     if s.leaked_keys:
@@ -279,10 +349,19 @@ def _cost(s: GateStats, c: GateConfig) -> Criterion:
 
 
 def decide(pairs: Sequence[Pair], cfg: GateConfig, *, champion: str, challenger: str,
-           seen_keys: Iterable[str] = ()) -> GateDecision:
-    """Judge a paired evaluation; `seen_keys` are the instance keys of the proposer's traces."""
+           seen_keys: Iterable[str] = (), alpha: float | None = None,
+           scope_families: Sequence[str] | None = None, looks: Sequence[Look] = ()) -> GateDecision:
+    """Judge a paired evaluation; `seen_keys` are the instance keys of the proposer's traces.
+
+    `alpha` is this look's level (`look_alpha`; default the config's α). `scope_families`
+    names the env families inside a specialised challenger's scope: its pairs must cover
+    min(min_families, that many) families — a scope of one family cannot cover two — while
+    every other check (pairs, verification, leaks, benefit, tail, cost) is unchanged.
+    """
     s = compute_stats(pairs, cfg, seen_keys)
-    criteria = (_benefit(s, cfg), _evidence(s, cfg), _tail(s, cfg), _cost(s, cfg))
+    level = cfg.alpha if alpha is None else alpha
+    need = cfg.min_families if scope_families is None else min(cfg.min_families, max(1, len(set(scope_families))))
+    criteria = (_benefit(s, cfg, level), _evidence(s, cfg, need), _tail(s, cfg), _cost(s, cfg))
     by = {c.name: c for c in criteria}
     failed = [f"{c.name}: {r}" for c in criteria for r in c.reasons]
     verdict: Verdict
@@ -294,4 +373,5 @@ def decide(pairs: Sequence[Pair], cfg: GateConfig, *, champion: str, challenger:
         verdict = "release"
     return GateDecision(decided_at=utc_now(), champion=champion, challenger=challenger, config=cfg,
                         pairs=tuple(pairs), stats=s, criteria=criteria, verdict=verdict,
-                        reasons=tuple(failed) or ("all criteria hold",))
+                        reasons=tuple(failed) or ("all criteria hold",),
+                        alpha_applied=None if alpha is None else level, looks=tuple(looks))

@@ -84,8 +84,11 @@ def register(subparsers) -> None:
     s.add_argument("--population", type=int, default=None, help=f"candidates per generation (default: {CFG.population})")
     s.add_argument("--generations", type=int, default=None, help=f"offline generations (default: {CFG.generations})")
     s.add_argument("--seed", type=int, default=None, help=f"proposer seed (default: {CFG.seed})")
+    s.add_argument("--eta", type=int, default=None,
+                   help=f"staged evaluation: keep the best 1/eta of the candidates per rung (default: {CFG.eta})")
     s.add_argument("--proposer", default="builtin",
-                   help="builtin, or an LLM model string (`scripted:FILE`, `replay:FILE` or a litellm model)")
+                   help="builtin (evidence-guided), random or tpe (black-box baselines over the same space), "
+                        "or an LLM model string (`scripted:FILE`, `replay:FILE` or a litellm model)")
     s.add_argument("--gate-config", default=None, help="gate YAML (default: ole/gate.yaml)")
     s.add_argument("--channel", default=None, help=f"release channel (default: {DEFAULT_CHANNEL})")
     o = p.add_argument_group("online")
@@ -123,7 +126,7 @@ def config_from(args: argparse.Namespace) -> EvolveConfig:
         return EvolveConfig(suite=suite, caps=caps, **given(
             search_pools=args.search_pools, gate_pools=args.gate_pools, agent_seeds=args.agent_seeds,
             population=args.population, generations=args.generations, seed=args.seed, channel=args.channel,
-            workers=args.workers))
+            workers=args.workers, eta=args.eta))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
@@ -131,20 +134,34 @@ def config_from(args: argparse.Namespace) -> EvolveConfig:
                               hint="see `ole evolve --help`") from None
 
 
-def planned_envs(cfg: EvolveConfig, mode: str, tasks: int, every_k: int, monitor: int) -> list[str]:
-    """One env slug per planned run (upper bound: no cache hits assumed beyond the champion's)."""
+def planned_envs(cfg: EvolveConfig, mode: str, tasks: int, every_k: int, monitor: int, max_pairs: int | None = None
+                 ) -> list[str]:
+    """One env slug per planned run (upper bound: no cache hits assumed beyond the champion's).
+
+    Offline: the champion on every search instance; per generation, each rung's surviving
+    candidates on that rung's new instances; the gate's champion and challenger on every
+    look the adaptive sample may add (up to `max_pairs`).
+    """
     search = [t.env for t, _ in cfg.suite.instances(cfg.search_pools, cfg.agent_seeds)]
-    gate = [t.env for t, _ in cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)]
+    gate = [t.env for t, _ in cfg.suite.instances(cfg.gate_pools + cfg.gate_extra_pools, cfg.agent_seeds)]
+    gate = gate[: max(max_pairs or 0, len(cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)))]
     if mode == "offline":
-        return search * (1 + cfg.population * cfg.generations) + gate * 2
+        runs, alive, prev = list(search), cfg.population, 0
+        for n in cfg.rungs():
+            runs += search[prev:n] * alive * cfg.generations
+            alive, prev = max(1, -(-alive // cfg.eta)), n
+        return runs + gate * 2
     stream = [cfg.suite.envs[i % len(cfg.suite.envs)] for i in range(tasks)]
     return stream + gate * (1 + tasks // every_k) + stream[:monitor]
 
 
-def _proposer(spec: str, workdir: Path):
+def _proposer(spec: str, workdir: Path, cfg: EvolveConfig):
     from ole.proposers.builtin import BuiltinProposer
     if spec == "builtin":
-        return BuiltinProposer()
+        return BuiltinProposer(host=cfg.suite.host)
+    if spec in ("random", "tpe"):
+        from ole.proposers.baselines import RandomProposer, TPEProposer
+        return (RandomProposer if spec == "random" else TPEProposer)(host=cfg.suite.host, seed=cfg.seed)
     from ole.llm import LLMClient
     from ole.proposers.llm import LLMProposer
     return LLMProposer(LLMClient.from_model_string(spec, log_path=workdir / "proposer-calls.jsonl"))
@@ -162,7 +179,8 @@ def evolve(args: argparse.Namespace) -> Output:
     cfg = config_from(args)
     check_flags(args, cfg)
     workdir = Path(args.workdir or f"runs/evolve-{args.mode}")
-    runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, args.monitor)
+    gate = load_config(args.gate_config)
+    runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, args.monitor, gate.max_pairs)
     est = estimate(runs, budget=cfg.suite.budget or 32, workers=cfg.workers, llm_agent=cfg.suite.host == "llm",
                    proposals=cfg.population * cfg.generations, llm_proposer=args.proposer != "builtin")
     _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (upper bound):")
@@ -170,11 +188,10 @@ def evolve(args: argparse.Namespace) -> Output:
         _progress("  " + line)
     if args.estimate_only:
         return Output({"estimate": est.model_dump()}, "")
-    gate = load_config(args.gate_config)
     with open_registry(args) as registry, make_executor(args.executor, workers=cfg.workers,
                                                         address=args.address) as executor:
         engine = open_engine(registry=registry, workdir=workdir, traces_root=Path(args.traces), cfg=cfg,
-                             evaluate=run_job, proposer=_proposer(args.proposer, workdir), gate=gate,
+                             evaluate=run_job, proposer=_proposer(args.proposer, workdir, cfg), gate=gate,
                              executor=executor, progress=_progress, driver=_driver(args))
         if args.mode == "offline":
             return _offline(engine, cfg, registry, est)

@@ -19,7 +19,7 @@ from ole.bundle import Bundle
 from ole.cost import CostCaps, CostMeter
 from ole.evidence import EvidenceItem
 from ole.evolve.store import EvaluationStore, Fingerprint, fingerprint, package_versions
-from ole.gate import GateConfig, GateDecision, decide
+from ole.gate import GateConfig, GateDecision, Look, decide, look_alpha, should_extend
 from ole.jobs import EvalJob
 from ole.paired import Instance, PairedEvaluation, Pair, RunResult, instance_key
 from ole.proposers import Parent, Proposal, Proposer
@@ -74,11 +74,20 @@ class EvolveConfig(BaseModel):
     search_pools: tuple[int, ...] = (101, 102)
     """Pool seeds of the search instances (the proposer sees their traces)."""
     gate_pools: tuple[int, ...] = (201, 202, 203, 204)
-    """Pool seeds of the gate instances (disjoint from the search pools)."""
+    """Pool seeds of the gate's first look (disjoint from the search pools)."""
+    gate_extra_pools: tuple[int, ...] = (205, 206, 207, 208)
+    """Pool seeds the adaptive gate adds, one pool per look, while its verdict is open and the
+    gate config's `max_pairs` allows (disjoint from the search and first-look pools)."""
     agent_seeds: tuple[int, ...] = (0,)
     """Agent seeds crossed with every pool seed."""
-    population: int = Field(4, ge=1, le=64)
-    """Candidates per offline generation."""
+    population: int = Field(12, ge=1, le=64)
+    """Candidates proposed per offline generation (all screened; see `eta`)."""
+    eta: int = Field(3, ge=1, le=16)
+    """Successive-halving rate of the staged search evaluation: after each rung only the best
+    ⌈n/eta⌉ candidates are evaluated on the next, larger rung (1 = every candidate on every rung)."""
+    screen: int | None = Field(None, ge=1)
+    """Search instances of the first rung (None: one pool of every env); each later rung doubles
+    it, the last rung is every search instance."""
     generations: int = Field(2, ge=1, le=100)
     """Offline generations."""
     recombinations: int = Field(1, ge=0)
@@ -94,10 +103,22 @@ class EvolveConfig(BaseModel):
 
     @model_validator(mode="after")
     def _disjoint(self) -> "EvolveConfig":
-        both = sorted(set(self.search_pools) & set(self.gate_pools))
+        both = sorted(set(self.search_pools) & (set(self.gate_pools) | set(self.gate_extra_pools)))
         if both:
-            raise ValueError(f"search_pools and gate_pools share {both}: the gate must judge unseen instances")
+            raise ValueError(f"search_pools and gate pools share {both}: the gate must judge unseen instances")
+        twice = sorted(set(self.gate_pools) & set(self.gate_extra_pools))
+        if twice:
+            raise ValueError(f"gate_pools and gate_extra_pools share {twice}: an added look must bring new instances")
         return self
+
+    def rungs(self) -> list[int]:
+        """Instance counts of the staged search evaluation's rungs (the last is every search instance)."""
+        total = len(self.suite.envs) * len(self.search_pools) * len(self.agent_seeds)
+        first = min(total, self.screen or len(self.suite.envs) * len(self.agent_seeds))
+        out = [first]
+        while out[-1] < total:
+            out.append(min(total, out[-1] * 2))
+        return out
 
 
 @dataclass
@@ -135,11 +156,23 @@ class Engine:
         self.rejections: list[Proposal] = []
 
     # ----- evidence ------------------------------------------------------------------------
-    def evidence(self, traces: Sequence[Trace]) -> list[EvidenceItem]:
+    def evidence(self, traces: Sequence[Trace], *, quiet: bool = False) -> list[EvidenceItem]:
+        """ε(D) over verified traces (printed unless `quiet`)."""
         items = evidence_mod.extract(traces)
-        self.progress(f"evidence: {len(items)} items from {len(traces)} verified traces"
-                      + "".join(f"\n  {e.direction} {e.component:<12} {e.sentence} [{e.evidence_id}]" for e in items))
+        if not quiet:
+            self.progress(f"evidence: {len(items)} items from {len(traces)} verified traces"
+                          + "".join(f"\n  {e.direction} {e.component:<12} {e.sentence} [{e.evidence_id}]"
+                                    for e in items))
         return items
+
+    def traces_of(self, bundle: Bundle, keys: set[str]) -> list[Trace]:
+        """Verified traces of a bundle's runs made by this engine on the given instance keys."""
+        by_key = {instance_key(t.task, t.condition): t for t in self.paired.traces.values()
+                  if t.bundle_hash == bundle.content_hash and t.verified}
+        if len(by_key) < len(keys):
+            for t in self.archive.select(bundle_hash=bundle.content_hash):
+                by_key.setdefault(instance_key(t.task, t.condition), t)
+        return [by_key[k] for k in sorted(by_key) if k in keys]
 
     def champion_traces(self, champion: Bundle, exclude: set[str], prefer: dict[str, str]) -> list[Trace]:
         """Archived traces of the champion, one per instance, never on excluded (gate) instances.
@@ -185,6 +218,56 @@ class Engine:
                            "trace_ids": [p.challenger.trace_id for p in c.pairs]}
                 self.registry.record_evaluation(c.ref, payload, key=self.store.key(step))
                 self.store.mark(step, payload)
+
+    def observe(self, candidates: Sequence[Candidate], rung: int, final: bool) -> None:
+        """Tell the proposer how its candidates did (search pairs only; never gate pairs)."""
+        for c in candidates:
+            self.proposer.observe(c.ref, c.bundle, summarize(c.pairs), rung=rung, final=final)
+
+    def decide_gate(self, champion: tuple[str, Bundle], candidate: Candidate, looks: Sequence[Sequence[Instance]],
+                    seen_keys: set[str], stage: str, scope_families: Sequence[str] | None = None) -> GateDecision:
+        """The gate with an adaptive sample: judge on the first look's instances, add the next
+        look's while the verdict is open (`gate.should_extend`), each look at its share of α.
+
+        Every added pair is logged; the final decision (with every look) is recorded once in the
+        lineage. A resumed run re-judges from stored evaluations and returns the stored decision.
+        """
+        step = f"gate|{stage}|{candidate.ref}|{champion[0]}"
+        stored = self.store.step(step)
+        if stored is not None:
+            return GateDecision.model_validate(stored)
+        instances: list[Instance] = []
+        record: list[Look] = []
+        decision: GateDecision | None = None
+        n_prev = 0
+        for k, batch in enumerate(looks):
+            if decision is not None:
+                n_next = len(instances) + len(batch)
+                why = should_extend(decision, n_next)
+                if why is None:
+                    break
+                record[-1] = record[-1].model_copy(update={"extend": why})
+                self.progress(f"  gate look {k}: {why}; adding {len(batch)} pairs: "
+                              + ", ".join(instance_key(*i) for i in batch))
+            instances += list(batch)
+            self.evaluate(champion, [candidate], instances, stage=f"{stage}-look{k}")
+            alpha = look_alpha(self.gate, len(candidate.pairs), n_prev)
+            decision = decide(candidate.pairs, self.gate, champion=champion[0], challenger=candidate.ref,
+                              seen_keys=seen_keys, alpha=alpha, scope_families=scope_families)
+            record.append(Look(n_pairs=decision.stats.n_pairs, alpha=alpha, p_value=decision.stats.p_value,
+                               mean_r=decision.stats.mean_r, verdict=decision.verdict,
+                               added=tuple(instance_key(*i) for i in batch) if k else ()))
+            self.progress(f"  gate look {k}: {decision.stats.n_pairs} pairs, mean r {decision.stats.mean_r:+.3f}, "
+                          f"p {decision.stats.p_value:.4f} vs alpha {alpha:.4f} -> {decision.verdict}")
+            n_prev = decision.stats.n_pairs
+            if self.gate.max_pairs is None:
+                break
+        assert decision is not None, "a gate needs at least one look"
+        decision = decision.model_copy(update={"looks": tuple(record)})
+        payload = {**decision.model_dump(mode="json"), "accepted": decision.verdict == "release"}
+        self.registry.record_gate_decision(candidate.ref, payload, key=self.store.key(step))
+        self.store.mark(step, decision.model_dump(mode="json"))
+        return decision
 
     def judge(self, champion: str, candidate: Candidate, seen_keys: set[str], stage: str) -> GateDecision:
         """Gate decision on the candidate's current pairs, recorded once in the lineage."""

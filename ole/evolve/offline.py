@@ -1,24 +1,41 @@
-"""Offline mode: archive → evidence → population → generations → final gate → release or not.
+"""Offline mode: archive → evidence → staged search over generations → adaptive gate → release or not.
 
-Per generation, every new candidate is paired against the fixed champion on the search
-instances in one batch; the retained set is the champion plus the candidates no other
-point dominates on (benefit ↑, tail ↑, cost ↓); the next generation mutates retained
-candidates and recombines pairs of them. The best retained candidate then meets the
-gate on the gate instances, which no proposal has seen. With an empty archive the
-champion is run on the search instances first (and the driver says so); those runs are
-also the champion side of every search pair, so bootstrapping costs nothing extra.
+Per generation, `population` candidates are proposed (mutations of the retained candidates
+aimed at the evidence drawn from *their own* search traces, plus recombinations) and go
+through a successive-halving cascade on the search instances: every candidate is screened
+on the first rung (one pool of every env by default), only the best ⌈n/eta⌉ move on to the
+next rung of twice as many instances, and so on to every search instance. So many more
+candidates are tried for the episodes that evaluating each on every instance would cost;
+the champion's runs are paid once and shared by every rung and generation. The retained set
+is the champion plus the candidates that finished the cascade and no other point dominates
+on (benefit ↑, tail ↑, cost ↓).
+
+The best retained candidate then meets the gate on instances no proposal has seen, with an
+adaptive sample (`Engine.gate`). When its search gains come from one env family while the
+others lose, its **specialisation** to that family (same policy, applicability narrowed,
+a `specialization` edge) is gated instead, on the in-scope gate instances only — released,
+it serves that family and the general champion keeps serving the rest. With an empty
+archive the champion is run on the search instances first; those runs are also the
+champion side of every search pair, so bootstrapping costs nothing extra.
 """
 from __future__ import annotations
 
+import math
 import random
+from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ole.bundle import Bundle
 from ole.evolve import Candidate, Engine, EvolveConfig, summarize
 from ole.gate import GateDecision
-from ole.paired import Instance, eval_key, instance_key
-from ole.proposers import Parent
+from ole.paired import Instance, env_family, eval_key, instance_key
+from ole.proposers import Parent, accepted, child_bundle
+
+SPECIALIZE_GAIN = 0.05
+"""A family whose search pairs average at least this mean r is a specialisation target..."""
+SPECIALIZE_LOSS = -0.02
+"""...when some other family averages below this (the general change would hurt it)."""
 
 
 @dataclass
@@ -32,6 +49,10 @@ class OfflineReport:
     decision: GateDecision | None = None
     bootstrapped: int = 0
     evidence_ids: list[str] = field(default_factory=list)
+    screened: dict[str, int] = field(default_factory=dict)
+    """Candidate ref -> the last rung it was evaluated on (0-based)."""
+    scope: str = "general"
+    """Scope of the gated candidate: `general`, or the env family it was specialised to."""
     stopped: str = ""
     """Why the run stopped early (a cost cap), empty when it ran to the end."""
 
@@ -56,12 +77,35 @@ def nondominated(cands: Sequence[Candidate]) -> list[Candidate]:
     return [c for c in cands if not any(dominates(p, scores[c.ref]) for p in points if p is not scores[c.ref])]
 
 
-def _best(retained: Sequence[Candidate]) -> Candidate | None:
+def _rank_key(c: Candidate) -> tuple:
     """Highest mean r, then highest CVaR, then the oldest version (deterministic)."""
-    def key(c: Candidate) -> tuple:
-        s = summarize(c.pairs)
-        return s["mean_r"], s["cvar"], -int(c.ref.split("@")[1])
-    return max(retained, key=key) if retained else None
+    s = summarize(c.pairs)
+    return s["mean_r"], s["cvar"], -int(c.ref.split("@")[1])
+
+
+def _best(retained: Sequence[Candidate]) -> Candidate | None:
+    return max(retained, key=_rank_key) if retained else None
+
+
+def family_means(pairs) -> dict[str, float]:
+    """Mean r per env family of a candidate's pairs."""
+    by: dict[str, list[float]] = defaultdict(list)
+    for p in pairs:
+        by[p.family].append(p.r)
+    return {f: sum(v) / len(v) for f, v in sorted(by.items())}
+
+
+def specialization_target(pairs) -> str | None:
+    """The family to specialise to: it gains at least SPECIALIZE_GAIN while another loses.
+
+    None when the change helps (or does not hurt) every family — then the general candidate
+    is gated — or when no family gains enough to be worth a scope of its own.
+    """
+    means = family_means(pairs)
+    if len(means) < 2 or min(means.values()) >= SPECIALIZE_LOSS:
+        return None
+    best = max(means, key=means.get)
+    return best if means[best] >= SPECIALIZE_GAIN else None
 
 
 class OfflineEvolution:
@@ -71,8 +115,14 @@ class OfflineEvolution:
         self.e, self.cfg = engine, cfg
         self.champ = (champion_ref, champion)
         self.search: list[Instance] = cfg.suite.instances(cfg.search_pools, cfg.agent_seeds)
-        self.gate_set: list[Instance] = cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)
+        self.gate_looks: list[list[Instance]] = [cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)] + [
+            cfg.suite.instances((p,), cfg.agent_seeds) for p in cfg.gate_extra_pools]
         self.report = OfflineReport(champion=champion_ref)
+        self.traces_by_ref: dict[str, list] = {}
+
+    @property
+    def gate_set(self) -> list[Instance]:
+        return [i for look in self.gate_looks for i in look]
 
     def seen_keys(self, traces) -> set[str]:
         return {instance_key(p[0], p[1]) for p in self.search} | {instance_key(t.task, t.condition) for t in traces}
@@ -97,19 +147,30 @@ class OfflineEvolution:
         self.report.bootstrapped = len(self.search)
         return self._evidence_traces()
 
+    # ----- proposals -------------------------------------------------------------------------
+    def _parent_evidence(self, parent: Parent, champion_evidence):
+        """Evidence for mutating a parent: from its own search traces when it has some."""
+        if parent.ref == self.champ[0]:
+            return champion_evidence
+        traces = self.e.traces_of(parent.bundle, {instance_key(*i) for i in self.search})
+        return self.e.evidence(traces, quiet=True) if traces else champion_evidence
+
     def _next_generation(self, g: int, retained: list[Candidate], ev) -> list[Candidate]:
         rng = random.Random(f"{self.cfg.seed}|gen{g}")
-        parents = [c.parent for c in retained] or [Parent(*self.champ)]
-        n_rec = min(self.cfg.recombinations, self.cfg.population) if len(parents) >= 2 and g > 1 else 0
+        parents = [Parent(*self.champ)] + [c.parent for c in retained]
+        n_rec = min(self.cfg.recombinations, self.cfg.population) if len(parents) >= 3 and g > 1 else 0
+        evidence = {p.ref: self._parent_evidence(p, ev) for p in parents}
         out: list[Candidate] = []
         for j in range(self.cfg.population):
             for attempt in range(DUPLICATE_RETRIES):
                 seed = self.cfg.seed * 100_000 + g * 1000 + j * 10 + attempt
                 if j < n_rec:
-                    a, b = rng.sample(parents, 2)
+                    a, b = rng.sample(parents[1:], 2)
                     prop = self.e.proposer.recombine(a, b, ev, generation=g, seed=seed)
                 else:
-                    prop = self.e.proposer.mutate(rng.choice(parents), ev, edge="offline_mutation",
+                    # later generations mutate retained candidates more often than the champion
+                    parent = parents[0] if len(parents) == 1 or rng.random() < 0.25 else rng.choice(parents[1:])
+                    prop = self.e.proposer.mutate(parent, evidence[parent.ref], edge="offline_mutation",
                                                   generation=g, seed=seed)
                 cand = self.e.register(prop, self.champ[1])
                 if cand is not None and all(cand.ref != c.ref for c in out + retained):
@@ -117,17 +178,39 @@ class OfflineEvolution:
                     break
         return out
 
+    # ----- staged evaluation ----------------------------------------------------------------------
+    def cascade(self, cands: list[Candidate], g: int) -> list[Candidate]:
+        """Successive halving over the search rungs; returns the candidates that finished it."""
+        rungs = self.cfg.rungs()
+        alive = list(cands)
+        for k, n in enumerate(rungs):
+            last = k == len(rungs) - 1
+            insts = self.search[:n]
+            self.e.progress(f"generation {g} rung {k}: {len(alive)} candidates on {n} search instances")
+            self.e.evaluate(self.champ, alive, insts, stage=f"search-g{g}-r{k}")
+            self.e.observe(alive, rung=k, final=last)
+            for c in alive:
+                self.report.screened[c.ref] = k
+            if last:
+                break
+            keep = max(1, math.ceil(len(alive) / self.cfg.eta))
+            ranked = sorted(alive, key=_rank_key, reverse=True)
+            cut = ranked[keep:]
+            if cut:
+                self.e.progress(f"  rung {k}: promoted " + ", ".join(f"{c.ref} ({summarize(c.pairs)['mean_r']:+.3f})"
+                                                                      for c in ranked[:keep])
+                                + f"; stopped {len(cut)} (best stopped {summarize(cut[0].pairs)['mean_r']:+.3f})")
+            alive = ranked[:keep]
+        return alive
+
     def search_generations(self, ev) -> list[Candidate]:
         retained: list[Candidate] = []
         for g in range(1, self.cfg.generations + 1):
             self.e.progress(f"generation {g}/{self.cfg.generations}: proposing {self.cfg.population} candidates")
             new = self._next_generation(g, retained, ev)
             self.report.candidates.extend(new)
-            if new:
-                self.e.progress(f"generation {g}: paired evaluation of {len(new)} candidates on "
-                                f"{len(self.search)} search instances")
-                self.e.evaluate(self.champ, new, self.search, stage=f"search-g{g}")
-            retained = nondominated([*retained, *new])
+            finished = self.cascade(new, g) if new else []
+            retained = nondominated([*retained, *finished])
             self.e.progress(f"generation {g}: retained {self.champ[0]} + "
                             + (", ".join(f"{c.ref} (mean r {summarize(c.pairs)['mean_r']:+.3f})" for c in retained)
                                or "no candidate"))
@@ -147,15 +230,50 @@ class OfflineEvolution:
             self.e.progress(f"stopped before crossing a cost cap: {exc}")
         return self.report
 
+    # ----- gate -------------------------------------------------------------------------
+    def specialize(self, best: Candidate, family: str) -> Candidate | None:
+        """The best candidate's policy, scoped to one env family (a `specialization` child)."""
+        data = best.bundle.model_dump(mode="json")
+        data["applicability"]["env_families"] = [family]
+        data["applicability"]["env_ids"] = []
+        note = (f"specialised to env family {family}: search mean r per family "
+                + ", ".join(f"{f} {m:+.3f}" for f, m in family_means(best.pairs).items()))
+        try:
+            bundle = child_bundle([best.parent], data["loop_policy"], edge="specialization",
+                                  evidence_ids=best.bundle.provenance.evidence_ids,
+                                  generation=best.bundle.provenance.generation, proposer=self.e.proposer.name,
+                                  note=note, applicability=data["applicability"])
+        except Exception as exc:  # a registry without specialisation support: gate the general candidate
+            self.e.progress(f"  cannot specialise {best.ref} to {family}: {exc}")
+            return None
+        prop = accepted(self.e.proposer.name, "specialization", [best.parent], bundle)
+        cand = self.e.register(prop, self.champ[1])
+        if cand is not None:
+            cand.pairs = [p for p in best.pairs if p.family == family]
+        return cand
+
     def final_gate(self, best: Candidate | None, seen: set[str]) -> None:
         if best is None:
             self.e.progress("no candidate survived the search: nothing to gate, the champion stays")
             return
+        looks, scope_families = self.gate_looks, None
+        family = specialization_target(best.pairs)
+        if family is not None:
+            spec = self.specialize(best, family)
+            if spec is not None:
+                self.e.progress(f"{best.ref} gains on {family} only (search mean r per family "
+                                + ", ".join(f"{f} {m:+.3f}" for f, m in family_means(best.pairs).items())
+                                + f"): gating its specialisation {spec.ref} on the in-scope gate instances")
+                best, scope_families = spec, [family]
+                looks = [[i for i in look if env_family(i[0].env) == family] for look in self.gate_looks]
+                looks = [look for look in looks if look]
+                self.report.scope = family
         self.report.final = best.ref
-        self.e.progress(f"final gate: {best.ref} vs {self.champ[0]} on {len(self.gate_set)} unseen gate instances")
-        self.e.evaluate(self.champ, [best], self.gate_set, stage="gate")
-        decision = self.e.judge(self.champ[0], best, seen, stage="offline")
+        self.e.progress(f"final gate: {best.ref} vs {self.champ[0]} on {len(looks[0])} unseen gate instances "
+                        f"(up to {sum(len(x) for x in looks)} with the adaptive sample)")
+        decision = self.e.decide_gate(self.champ, best, looks, seen, stage="offline", scope_families=scope_families)
         self.report.decision = decision
         if decision.verdict == "release":
             self.e.release(best.ref, f"offline gate: mean r {decision.stats.mean_r:+.3f}, "
-                                     f"p={decision.stats.p_value:.3f}", stage="offline")
+                                     f"p={decision.stats.p_value:.3f} at alpha {decision.alpha_applied}",
+                           stage="offline")

@@ -19,7 +19,7 @@ from ole.errors import ValidationError
 from ole.evidence import EvidenceItem
 
 SCHEMA_VERSION = "1"
-Edge = Literal["online", "offline_mutation", "recombination"]
+Edge = Literal["online", "offline_mutation", "recombination", "specialization"]
 
 
 class Proposal(BaseModel):
@@ -70,13 +70,16 @@ class Parent:
 
 
 def child_bundle(parents: Sequence[Parent], policy: dict, *, edge: Edge, evidence_ids: Sequence[str],
-                 generation: int, proposer: str, note: str) -> Bundle:
+                 generation: int, proposer: str, note: str, applicability: dict | None = None) -> Bundle:
     """A candidate bundle: the first parent's name and applicability, a new policy and provenance.
 
-    Raises `ValidationError` when the policy breaks the schema (the caller records it).
+    `applicability` replaces the parent's scope (a `specialization` narrows it). Raises
+    `ValidationError` when the policy breaks the schema (the caller records it).
     """
     base = parents[0].bundle.model_dump(mode="json")
     base["loop_policy"] = policy
+    if applicability is not None:
+        base["applicability"] = applicability
     base["provenance"] = {
         "parents": [p.version for p in parents], "edge": edge,
         "mode": "online" if edge == "online" else "offline", "evidence_ids": list(evidence_ids),
@@ -111,3 +114,11 @@ class Proposer(abc.ABC):
         """One candidate mixing two parents; by default section-wise (see builtin)."""
         from ole.proposers.builtin import section_recombination
         return section_recombination(self.name, a, b, evidence, generation=generation, seed=seed)
+
+    def observe(self, ref: str, bundle: Bundle, summary: dict, *, rung: int, final: bool) -> None:
+        """How a candidate did on the search instances so far (`summary`: n, mean_r, cvar, cost, r).
+
+        Called after every rung of the staged evaluation, `final` on the last one. Model-based
+        proposers (TPE) learn from it; the evidence-guided and random proposers ignore it. Gate
+        pairs are never passed here, so no proposer ever learns from gate instances.
+        """

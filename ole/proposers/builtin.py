@@ -1,27 +1,35 @@
-"""The built-in proposer: evidence-aimed mutation, section-wise recombination, seeded exploration.
+"""The built-in proposer: evidence-aimed multi-field mutation, section-wise recombination, seeded exploration.
 
-Mutations read the loop-policy schema itself (types, `Literal` choices, `ge`/`le`
-bounds), so every field can be moved and a new field needs no change here. A move
-that leaves the schema (e.g. fractions summing above 1) is a recorded rejection.
-Everything is a function of (parents, evidence, seed): the same inputs give the same
-candidate.
+A mutation picks one to `MAX_ITEMS` evidence items and applies a non-empty subset of each
+item's hints (an item's hints are one coherent change, so a single proposal can move several
+fields together); hints carry target values computed by the detectors, so a move goes as far
+as the evidence says. With probability `EXPLORE_PROB` — always when no hint applies — it
+also makes one or two exploratory moves drawn from the schema's own search space
+(`ole.proposers.space`: log-scale steps on scale-like numbers, any other choice on a
+categorical), with larger steps in later generations. Moves read the schema itself (types,
+`Literal` choices, `ge`/`le` bounds), so every field can be moved and a new field needs no
+change here. A move that leaves the schema is repaired where a rule says how (fractions
+summing above 1 are scaled down) and otherwise a recorded rejection. Everything is a
+function of (parents, evidence, seed): the same inputs give the same candidate.
 """
 from __future__ import annotations
 
 import functools
 import random
-import typing
 from collections.abc import Sequence
 
 from ole.errors import ValidationError
 from ole.evidence import EvidenceItem
 from ole.loop_policy import COMPONENTS, LoopPolicy
 from ole.proposers import Edge, Parent, Proposal, Proposer, accepted, child_bundle, rejected
+from ole.proposers import space
 
 STEP_FACTOR = 1.5
-"""Multiplicative step of an `up`/`down` move on a numeric field (ints move by at least 1)."""
-EXPLORE_PROB = 0.3
-"""Chance that an evidence-aimed mutation also makes one random exploratory move."""
+"""Multiplicative step of an `up`/`down` hint on a numeric field (ints move by at least 1)."""
+EXPLORE_PROB = 0.35
+"""Chance that an evidence-aimed mutation also makes exploratory moves."""
+MAX_ITEMS = 3
+"""Most evidence items one mutation acts on."""
 MAX_TRIES = 8
 """Attempts to find a move that changes the policy and passes validation."""
 NAME = "builtin"
@@ -42,10 +50,6 @@ def _bounds(component: str, field: str) -> tuple[float | None, float | None, boo
     return low, high, strict
 
 
-def _annotation(component: str, field: str):
-    return getattr(LoopPolicy.model_fields[component].annotation, "model_fields")[field].annotation
-
-
 @functools.cache
 def fields() -> tuple[str, ...]:
     """Every movable `component.field` path."""
@@ -53,38 +57,25 @@ def fields() -> tuple[str, ...]:
                  for f in getattr(LoopPolicy.model_fields[c].annotation, "model_fields"))
 
 
-def _numeric(value, direction: str, component: str, field: str):
+def _numeric(value, direction: str, component: str, field: str, factor: float | None = None):
+    """`up`/`down` by STEP_FACTOR, or times `factor`; bools flip; clipped to the schema bounds."""
     low, high, strict = _bounds(component, field)
-    factor = STEP_FACTOR if direction == "up" else 1 / STEP_FACTOR
     if isinstance(value, bool):
         return not value
+    if factor is None:
+        factor = STEP_FACTOR if direction == "up" else 1 / STEP_FACTOR
     if isinstance(value, int):
-        new = max(value + (1 if direction == "up" else -1), round(value * factor)) if direction == "up" \
-            else min(value - 1, round(value * factor))
+        new = round(value * factor)
+        if new == value:
+            new = value + (1 if factor > 1 else -1)
     else:
-        new = value * factor if value != 0 else (0.05 if direction == "up" else 0.0)
+        new = value * factor if value != 0 else (0.05 if factor > 1 else 0.0)
         new = round(new, 4)
     if low is not None:
         new = max(new, low + (1e-3 if strict else 0))
     if high is not None:
         new = min(new, high)
     return new
-
-
-def _random_move(value, component: str, field: str, rng: random.Random):
-    ann = _annotation(component, field)
-    origin, args = typing.get_origin(ann), typing.get_args(ann)
-    if origin is typing.Literal:
-        return rng.choice([a for a in args if a != value] or list(args))
-    if origin is tuple:
-        inner = typing.get_args(args[0]) if typing.get_origin(args[0]) is typing.Literal else ()
-        from ole.loop_policy import SUMMARY_FIELDS
-        pool = inner or SUMMARY_FIELDS
-        item = rng.choice(pool)
-        return [v for v in value if v != item] if item in value else [*value, item]
-    if isinstance(value, bool):
-        return not value
-    return _numeric(value, rng.choice(["up", "down"]), component, field)
 
 
 def _parse_value(text: str):
@@ -101,65 +92,92 @@ def _parse_value(text: str):
         return text
 
 
+def _coerce(value, current):
+    """A hint's value in the field's type (`=0` on a float field is 0.0; ints stay ints)."""
+    if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    return value
+
+
 def apply_hint(policy: dict, hint: str) -> str:
-    """Apply `component.field:up|down` or `component.field=value` in place; returns a note line.
+    """Apply `component.field:up|down|xF` or `component.field=value` in place; returns a note line.
 
     Raises `ValidationError` for a hint outside that grammar or naming an unknown field.
     """
     path, op, raw = (hint.partition("=") if "=" in hint else hint.rpartition(":"))
-    if path not in fields() or (op == ":" and raw not in ("up", "down")):
-        raise ValidationError(f"bad hint {hint!r}: expected component.field:up|down or component.field=value",
+    factor = None
+    if op == ":" and raw.startswith("x"):
+        try:
+            factor = float(raw[1:])
+        except ValueError:
+            factor = None
+        if factor is None or factor <= 0:
+            raise ValidationError(f"bad hint {hint!r}: a factor must be a positive number, as in `:x0.5`")
+    if path not in fields() or (op == ":" and factor is None and raw not in ("up", "down")):
+        raise ValidationError(f"bad hint {hint!r}: expected component.field:up|down|xF or component.field=value",
                               hint=f"fields: {', '.join(fields()[:4])}, ...")
     component, field = path.split(".", 1)
-    if op == "=":
-        new = _parse_value(raw)
-    else:
-        new = _numeric(policy[component][field], raw, component, field)
     old = policy[component][field]
+    if op == "=":
+        new = _coerce(_parse_value(raw), old)
+    else:
+        new = _numeric(old, raw, component, field, factor)
     policy[component][field] = new
     return f"{path}: {old!r} -> {new!r}"
 
 
-def explore(policy: dict, rng: random.Random) -> str:
-    """One random move of a random field (seeded exploration)."""
-    path = rng.choice(fields())
-    component, field = path.split(".", 1)
-    old = policy[component][field]
-    new = _random_move(old, component, field, rng)
-    policy[component][field] = new
-    return f"{path}: {old!r} -> {new!r} (exploration)"
+def explore(policy: dict, rng: random.Random, host: str | None = None, scale: float = 1.0) -> str:
+    """One random move of a random dimension of the search space (seeded exploration)."""
+    by_field: dict[str, list[space.Dim]] = {}
+    for dim in space.dims(host or "llm"):
+        by_field.setdefault(dim.field, []).append(dim)
+    d = rng.choice(by_field[rng.choice(sorted(by_field))])  # fields equally likely, whatever their width
+    old = space.get(policy, d)
+    new = space.perturb_value(d, old, rng, scale)
+    space.put(policy, d, new)
+    return f"{d.path}: {old!r} -> {new!r} (exploration)"
 
 
-def _pick(evidence: Sequence[EvidenceItem], rng: random.Random) -> EvidenceItem | None:
-    usable = [e for e in evidence if e.hints]
-    return rng.choice(usable) if usable else None  # uniform: detectors' δ are in different units
+def _usable(evidence: Sequence[EvidenceItem], host: str | None) -> list[EvidenceItem]:
+    reads = space.READ_BY[host] if host else (lambda path: True)
+    return [e for e in evidence if any(reads(h.split("=")[0].split(":")[0]) for h in e.hints)]
 
 
-def _attempt(parent: Parent, evidence: Sequence[EvidenceItem], rng: random.Random) -> tuple[dict, list[str], list[str]]:
+def _attempt(parent: Parent, evidence: Sequence[EvidenceItem], rng: random.Random, host: str | None,
+             scale: float) -> tuple[dict, list[str], list[str]]:
     policy = parent.bundle.loop_policy.model_dump(mode="json")
-    item = _pick(evidence, rng)
+    usable = _usable(evidence, host)
     notes, cited = [], []
-    if item is not None:
-        for hint in rng.sample(item.hints, len(item.hints)):  # the first hint that changes something
-            before = {k: dict(v) for k, v in policy.items() if isinstance(v, dict)}
-            note = apply_hint(policy, hint)
-            if policy != {**policy, **before}:
-                notes.append(note + f" [{item.evidence_id}: {item.sentence}]")
+    if usable:
+        k = min(len(usable), 1 + (rng.random() < 0.5) + (rng.random() < 0.25), MAX_ITEMS)
+        for item in rng.sample(usable, k):
+            hints = list(item.hints)
+            chosen = rng.sample(hints, rng.randint(1, len(hints)))
+            moved = []
+            for hint in chosen:
+                before = repr(policy)
+                note = apply_hint(policy, hint)
+                if repr(policy) != before:
+                    moved.append(note)
+            if moved:
+                notes.append("; ".join(moved) + f" [{item.evidence_id}: {item.sentence}]")
                 cited.append(item.evidence_id)
-                break
     if not cited or rng.random() < EXPLORE_PROB:
-        notes.append(explore(policy, rng))
+        for _ in range(1 + (rng.random() < 0.4)):
+            notes.append(explore(policy, rng, host, scale))
+    space.repair(policy)
     return policy, notes, cited
 
 
 def evidence_mutation(proposer: str, parent: Parent, evidence: Sequence[EvidenceItem], *,
-                      edge: Edge, generation: int, seed: int) -> Proposal:
+                      edge: Edge, generation: int, seed: int, host: str | None = None) -> Proposal:
     """A mutation aimed at the evidence (or pure exploration without any); never raises on bad moves."""
     rng = random.Random(f"{seed}|{parent.ref}|{generation}")
+    scale = 1.0 + 0.5 * max(0, generation - 1)  # later generations step further from the retained points
     last = "no move changed the policy"
     for _ in range(MAX_TRIES):
         try:
-            policy, notes, cited = _attempt(parent, evidence, rng)
+            policy, notes, cited = _attempt(parent, evidence, rng, host, scale)
         except ValidationError as exc:
             last = exc.message
             continue
@@ -197,10 +215,18 @@ def section_recombination(proposer: str, a: Parent, b: Parent, evidence: Sequenc
 
 
 class BuiltinProposer(Proposer):
-    """Deterministic, dependency-free proposer (the embedded default)."""
+    """Deterministic, dependency-free proposer (the embedded default).
+
+    `host` restricts moves to the fields that host agent reads (`space.READ_BY`); None moves
+    every field.
+    """
 
     name = NAME
 
+    def __init__(self, host: str | None = None) -> None:
+        self.host = host
+
     def mutate(self, parent: Parent, evidence: Sequence[EvidenceItem], *, edge: Edge,
                generation: int, seed: int) -> Proposal:
-        return evidence_mutation(self.name, parent, evidence, edge=edge, generation=generation, seed=seed)
+        return evidence_mutation(self.name, parent, evidence, edge=edge, generation=generation, seed=seed,
+                                 host=self.host)

@@ -115,9 +115,19 @@ def test_tiny_offline_run_on_the_real_host(tmp_path):
 
 def test_cli_prints_the_estimate_first_and_rejects_overlapping_pools(capsys):
     from ole.cli import main
+    import json
+
+    from ole.cli.evolve import planned_envs
+    from ole.evolve import EvolveConfig
+    from ole.gate import load_config
     assert main(["evolve", "--mode", "offline", "--estimate-only", "--json"]) == 0
     captured = capsys.readouterr()
-    assert "estimate" in captured.err and '"runs": 78' in captured.out
+    cfg = EvolveConfig()
+    planned = planned_envs(cfg, "offline", 0, 1, 1, load_config().max_pairs)
+    assert "estimate" in captured.err and json.loads(captured.out)["estimate"]["runs"] == len(planned)
+    # champion on the search instances, then every rung's survivors on that rung's new instances
+    search = len(cfg.suite.instances(cfg.search_pools, cfg.agent_seeds))
+    assert len(planned) > search + cfg.population * cfg.rungs()[0] * cfg.generations
     assert main(["evolve", "--mode", "offline", "--gate-pools", "101", "--estimate-only"]) == 2
     assert "share [101]" in capsys.readouterr().err
 
