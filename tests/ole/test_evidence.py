@@ -69,3 +69,66 @@ def test_unverified_traces_never_enter_and_ids_are_deterministic():
     traces = [make_trace("a", [10.0, None, None, 12.0]), make_trace("b", [10.0, 20.0, 12.0, 11.0])]
     first, second = evidence.extract(traces), evidence.extract(list(reversed(traces)))
     assert first == second and len({e.evidence_id for e in first}) == len(first)
+
+
+# ----- budget structure (roles, base programs, search rounds) ----------------------------------------
+from ole.trace import Iteration  # noqa: E402
+
+
+def _with_roles(tid, rows, *, best_submit=None, final=None):
+    """rows: (phase, role, mean, episodes, base_submit, search_round) per submit."""
+    t = make_trace(tid, [r[2] for r in rows], best_submit=best_submit, final=final)
+    history = tuple(Iteration(index=i, phase=ph, observation_digest="0" * 64, edit_kind="tuning", submit_id=i,
+                              verdict="ok", mean_return=m, episodes_charged=e, role=role, base_submit=base,
+                              search_round=rnd)
+                    for i, (ph, role, m, e, base, rnd) in enumerate(rows))
+    return t.model_copy(update={"history": history})
+
+
+SEED_LIKE = [("synthesis", "candidate", -135.0, 4, None, None), ("synthesis", "candidate", -500.0, 4, None, None),
+             ("tuning", "candidate", -112.0, 4, 0, 0), ("tuning", "retest", -131.0, 4, 2, None),
+             ("tuning", "reference", -217.0, 4, 0, None), ("tuning", "candidate", -165.0, 4, 0, 0),
+             ("confirmation", "confirm", -159.0, 4, 5, None), ("confirmation", "confirm", -239.0, 4, 3, None)]
+"""The seed bundle's submit sequence at 32 episodes on acrobot: tuning never completes a round."""
+
+
+def test_tuning_rounds_reports_the_budget_structure_with_targets():
+    items = [e for e in evidence.extract([_with_roles("a", SEED_LIKE)]) if e.detector == "tuning_rounds"]
+    assert len(items) == 1 and items[0].component == "action"
+    hints = dict(h.split("=") for h in items[0].hints if "=" in h)
+    assert int(hints["action.episodes_per_submit"]) == 2 and 2 <= int(hints["action.population"]) <= 8
+    rounds = [("synthesis", "candidate", 1.0, 1, None, None)] + [
+        ("tuning", "candidate", 1.0 + i, 1, 0, i // 2) for i in range(10)]
+    assert "tuning_rounds" not in _detectors([_with_roles("b", rounds)])  # 4 rounds completed
+    assert "tuning_rounds" not in _detectors([make_trace("c", STEADY)])  # no roles recorded: not guessed
+
+
+def test_verification_overhead_weighs_cost_against_overturned_retests():
+    items = [e for e in evidence.extract([_with_roles("a", SEED_LIKE)]) if e.detector == "verification_overhead"]
+    assert len(items) == 1 and items[0].direction == "-"  # 16 of 32 episodes; the one retest confirmed
+    assert "verification.retest_episodes=0" in items[0].hints
+    overturning = [("synthesis", "candidate", 1.0, 4, None, None)] + [
+        row for i in range(3) for row in (("tuning", "candidate", 5.0 + i, 4, 0, 0),
+                                          ("tuning", "retest", 1.0, 4, 1, None), ("tuning", "reference", 2.0, 4, 0, None))]
+    items = [e for e in evidence.extract([_with_roles("b", overturning)]) if e.detector == "verification_overhead"]
+    assert items and items[0].direction == "+"
+
+
+def test_phase_yield_finds_phases_with_budget_but_no_gains():
+    items = [e for e in evidence.extract([_with_roles("a", SEED_LIKE)]) if e.detector == "phase_yield"]
+    assert any("Confirmation" in e.sentence and "budget.confirmation_fraction=0.0" in e.hints for e in items)
+
+
+def test_early_selection():
+    assert "early_selection" in _detectors([_with_roles("a", SEED_LIKE, best_submit=0)])
+    assert "early_selection" not in _detectors([_with_roles("b", SEED_LIKE, best_submit=6)])
+
+
+def test_a_dropped_search_sample_is_not_a_regression_built_on():
+    # submit 5 regresses but the next candidates still derive from submit 0 (the search centre)
+    rows = [("synthesis", "candidate", 10.0, 4, None, None), ("tuning", "candidate", 12.0, 4, 0, 0),
+            ("tuning", "candidate", 5.0, 4, 0, 0), ("tuning", "candidate", 11.0, 4, 0, 0),
+            ("tuning", "candidate", 4.0, 4, 0, 1)]
+    assert "unreverted_regression" not in _detectors([_with_roles("a", rows)])
+    kept = rows[:3] + [("tuning", "candidate", 6.0, 4, 2, 0)]  # on_regression=keep: built on submit 2
+    assert "unreverted_regression" in _detectors([_with_roles("b", kept)])

@@ -144,3 +144,106 @@ def test_evolved_vs_initial_experiment_smoke(tmp_path):
                     "--workdir", str(tmp_path / "work"), "--out", str(out)], check=True, cwd=ROOT, timeout=600)
     text = out.read_text()
     assert "Gate records" in text and out.with_suffix(".lineage.png").is_file()
+
+
+# ----- staged evaluation, adaptive gate, specialisation ----------------------------------------------
+from ole.proposers import Proposer, accepted, child_bundle  # noqa: E402
+from synthetic import fake_evaluate  # noqa: E402
+
+
+class Scripted(Proposer):
+    """Proposes the given policy edits in turn (then repeats the last)."""
+
+    name = "scripted"
+
+    def __init__(self, edits):
+        self.edits, self.i = edits, 0
+        self.observed = []
+
+    def mutate(self, parent, evidence, *, edge, generation, seed):
+        comp, field, value = self.edits[min(self.i, len(self.edits) - 1)]
+        self.i += 1
+        policy = parent.bundle.loop_policy.model_dump(mode="json")
+        policy[comp][field] = value
+        return accepted(self.name, edge, [parent], child_bundle([parent], policy, edge=edge, evidence_ids=(),
+                                                                generation=generation, proposer=self.name, note=""))
+
+    def observe(self, ref, bundle, summary, *, rung, final):
+        self.observed.append((ref, rung, final))
+
+
+def _engine(tmp_path, cfg, proposer, gate, evaluate=archive_fake):
+    root = tmp_path / "bundles"
+    root.mkdir(exist_ok=True)
+    shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
+    reg = Registry(root)
+    lines: list[str] = []
+    engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=cfg,
+                         evaluate=evaluate, proposer=proposer, gate=gate, executor=LocalExecutor(1),
+                         progress=lines.append)
+    champ = reg.champion()
+    return reg, OfflineEvolution(engine, cfg, champ.ref, champ.bundle), lines
+
+
+def test_staged_evaluation_screens_many_and_promotes_the_best(tmp_path):
+    edits = [("verification", "retest_episodes", v) for v in (0, 1, 2, 3, 5, 6, 7, 8, 9)]  # >4 helps (+15 %)
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102, 103, 104), gate_pools=(201, 202, 203),
+                       gate_extra_pools=(), population=9, generations=1, eta=3, seed=1)
+    assert cfg.rungs() == [2, 4, 8]
+    counting = Counting()
+    proposer = Scripted(edits)
+    reg, evo, lines = _engine(tmp_path, cfg, proposer, GATE, counting)
+    report = evo.run()
+    rungs = report.screened
+    assert sorted(rungs.values()).count(0) == 6 and sorted(rungs.values()).count(1) == 2  # 9 -> 3 -> 1
+    finished = [ref for ref, k in rungs.items() if k == 2]
+    assert len(finished) == 1 and reg.get(finished[0]).bundle.loop_policy.verification.retest_episodes > 4
+    # runs: champion 8 + 9 candidates x 2 + 3 x 2 + 1 x 4 + gate 2 x 6
+    assert counting.calls == 8 + 18 + 6 + 4 + 12
+    assert [o for o in proposer.observed if o[2]] == [(finished[0], 2, True)]
+
+
+def test_adaptive_gate_adds_looks_while_open_and_records_them(tmp_path):
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202), gate_extra_pools=(203, 204, 205),
+                       population=1, generations=1, seed=1)
+    gate = GateConfig(min_pairs=6, min_families=2, max_pairs=10)
+    reg, evo, lines = _engine(tmp_path, cfg, Scripted([("verification", "retest_episodes", 8)]), gate)
+    report = evo.run()
+    d = report.decision
+    assert len(d.looks) >= 2 and d.looks[0].n_pairs == 4 and d.looks[0].extend.startswith("thin evidence")
+    assert d.looks[1].added and all("pool203" in k for k in d.looks[1].added)
+    assert sum(look.alpha for look in d.looks) <= gate.alpha + 1e-12
+    assert d.verdict == "release" and d.stats.n_pairs <= 10
+    event = [e for e in reg.events() if e.kind == "gate_decision"][-1]
+    assert len(event.payload["looks"]) == len(d.looks)
+    assert any("adding 2 pairs" in line for line in lines)
+
+
+def family_fake(job):
+    """Like the archive fake, but `planning.max_mechanisms == 1` helps minigrid (+30 %) and hurts curated (-10 %)."""
+    from ole.bundle import load_bundle_yaml
+    trace = archive_fake(job)
+    policy = load_bundle_yaml(job.bundle_yaml).loop_policy
+    if policy.planning.max_mechanisms != 1 or trace.outcome.normalized_score is None:
+        return trace
+    factor = 1.3 if "MiniGrid" in job.task.env else 0.9
+    out = trace.outcome.model_copy(update={"normalized_score": trace.outcome.normalized_score * factor,
+                                           "final_score": None})
+    from evogym.anchors import anchors
+    a = anchors(job.task.env)
+    raw = a.random_baseline + out.normalized_score / 100.0 * (a.expert_baseline - a.random_baseline)
+    return trace.model_copy(update={"outcome": out.model_copy(update={"final_score": raw})})
+
+
+def test_a_family_only_gain_is_released_as_a_specialisation(tmp_path):
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203, 204, 205, 206),
+                       gate_extra_pools=(), population=1, generations=1, seed=1)
+    gate = GateConfig(min_pairs=6, min_families=2)
+    reg, evo, lines = _engine(tmp_path, cfg, Scripted([("planning", "max_mechanisms", 1)]), gate, family_fake)
+    report = evo.run()
+    assert report.scope == "minigrid"
+    spec = reg.get(report.final)
+    assert spec.bundle.provenance.edge == "specialization"
+    assert spec.bundle.applicability.env_families == ("minigrid",)
+    d = report.decision
+    assert {p.family for p in d.pairs} == {"minigrid"} and d.verdict == "release", d.reasons

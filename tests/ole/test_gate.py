@@ -165,3 +165,79 @@ def test_the_interval_covers_its_labelled_two_sided_level(alpha):
     level = 1 - 2 * alpha
     assert s.ci_level == pytest.approx(level) and ci_text(s).startswith(f"{level:.0%} CI [")
     assert abs(covered / trials - level) < 0.06  # the percentile bootstrap slightly under-covers at n=30
+
+
+# ----- adaptive sample: looks, alpha spending, when to extend ------------------------------------
+from ole.gate import look_alpha, should_extend  # noqa: E402
+
+ADAPTIVE = LOOSE.model_copy(update={"max_pairs": 24, "min_pairs": 6, "bootstrap_resamples": 400})
+
+
+def _sequential(r_all, cfg, looks=(12, 18, 24)):
+    """Judge at each look like `Engine.decide_gate`: extend only while `should_extend` says so."""
+    n_prev, d = 0, None
+    for n in looks:
+        if d is not None and should_extend(d, n) is None:
+            break
+        pairs = pairs_from(r_all[:n])
+        d = decide(pairs, cfg, champion="a@1", challenger="a@2", alpha=look_alpha(cfg, n, n_prev))
+        n_prev = n
+    return d
+
+
+def test_alpha_spending_shares_sum_to_at_most_alpha():
+    looks = (12, 18, 24)
+    shares = [look_alpha(ADAPTIVE, n, p) for n, p in zip(looks, (0, *looks[:-1]))]
+    assert shares == pytest.approx([0.05, 0.025, 0.025]) and sum(shares) <= ADAPTIVE.alpha + 1e-12
+    assert look_alpha(LOOSE, 12, 0) == LOOSE.alpha  # no cap: one look at the full alpha
+    with pytest.raises(Exception, match="max_pairs"):
+        GateConfig(min_pairs=6, max_pairs=4)
+
+
+@pytest.mark.parametrize("test", ["wilcoxon", "bootstrap"])
+def test_adaptive_sample_keeps_the_false_positive_rate_under_the_null(test):
+    cfg = ADAPTIVE.model_copy(update={"test": test})
+    rng = np.random.default_rng(11)
+    released = sum(_sequential(rng.normal(0.0, 0.2, 24), cfg).verdict == "release" for _ in range(300))
+    assert released / 300 <= cfg.alpha + 0.05
+
+
+def test_adaptive_sample_extends_an_open_verdict_and_releases_a_real_gain():
+    rng = np.random.default_rng(3)
+    extended = released = 0
+    for _ in range(100):
+        r = rng.normal(0.08, 0.2, 24)
+        first = decide(pairs_from(r[:12]), ADAPTIVE, champion="a@1", challenger="a@2",
+                       alpha=look_alpha(ADAPTIVE, 12, 0))
+        extended += first.verdict != "release" and should_extend(first, 18) is not None
+        released += _sequential(r, ADAPTIVE).verdict == "release"
+    assert extended > 10  # thin evidence of a modest gain is looked at again, not rejected
+    fixed = sum(decide(pairs_from(np.random.default_rng(3 + i).normal(0.08, 0.2, 12)), ADAPTIVE,
+                       champion="a@1", challenger="a@2", alpha=look_alpha(ADAPTIVE, 12, 0)).verdict == "release"
+                for i in range(100))
+    assert released > fixed  # the added pairs buy power
+
+
+def test_should_extend_only_open_verdicts():
+    cfg = ADAPTIVE.model_copy(update={"min_worst_r": -0.5})
+    thin = decide(pairs_from([0.1] * 4), cfg, champion="a@1", challenger="a@2", alpha=0.05)
+    assert thin.verdict == "indecisive" and "thin evidence" in should_extend(thin, 12)
+    wrong_side = decide(pairs_from([-0.05] * 12), cfg, champion="a@1", challenger="a@2", alpha=0.05)
+    assert should_extend(wrong_side, 18) is None  # futility: a mean on the wrong side stops
+    tail = decide(pairs_from([0.2] * 11 + [-0.9]), cfg, champion="a@1", challenger="a@2", alpha=0.05)
+    assert should_extend(tail, 18) is None  # a regressing pair cannot be undone by more pairs
+    noisy = decide(pairs_from([0.3, -0.2] * 6), cfg, champion="a@1", challenger="a@2", alpha=0.05)
+    assert noisy.verdict == "reject" and "not yet significant" in should_extend(noisy, 18)
+    assert should_extend(noisy, 30) is None  # never beyond max_pairs
+    fixed = decide(pairs_from([0.3, -0.2] * 6), LOOSE, champion="a@1", challenger="a@2")
+    assert should_extend(fixed, 18) is None  # no cap: a fixed sample
+
+
+def test_a_specialisation_needs_only_the_families_in_its_scope():
+    cfg = GateConfig(min_pairs=6, min_families=2, max_regressions=100, min_cvar=-1e9, min_worst_r=-1e9,
+                     cost_kappa={}, min_win_rate=0.0)
+    one_family = [p.model_copy(update={"family": "curated"}) for p in pairs_from([0.2] * 8)]
+    general = decide(one_family, cfg, champion="a@1", challenger="a@2")
+    assert general.verdict == "indecisive"
+    scoped = decide(one_family, cfg, champion="a@1", challenger="a@2", scope_families=["curated"])
+    assert scoped.verdict == "release"

@@ -141,3 +141,72 @@ def test_llm_proposals_replay_from_the_recorded_log(tmp_path):
     replay = LLMClient(model="scripted", mode="replay", store_path=log)
     again = LLMProposer(replay).mutate(CHAMP, ev, edge="online", generation=1, seed=0)
     assert again.bundle == first.bundle and again.llm_request == first.llm_request
+
+
+# ----- hints with targets, multi-field moves, the shared search space, baselines -------------------
+import json  # noqa: E402
+
+from ole.proposers import space  # noqa: E402
+from ole.proposers.builtin import apply_hint  # noqa: E402
+
+
+def test_hint_grammar_has_factors_and_typed_targets():
+    p = LoopPolicy().model_dump(mode="json")
+    assert "4 -> 2" in apply_hint(p, "action.episodes_per_submit:x0.5")
+    apply_hint(p, "budget.confirmation_fraction=0")
+    assert p["budget"]["confirmation_fraction"] == 0.0 and isinstance(p["budget"]["confirmation_fraction"], float)
+    for bad in ("action.population:x-1", "action.population:xfoo", "action.population:sideways"):
+        with pytest.raises(Exception, match="bad hint"):
+            apply_hint(p, bad)
+
+
+def test_mutations_move_several_fields_together_where_evidence_says_so():
+    item = _evidence()[0].model_copy(update={"hints": ("action.population=3", "action.episodes_per_submit=2",
+                                                       "budget.confirmation_fraction=0.0")})
+    moved = set()
+    for seed in range(40):
+        p = BuiltinProposer(host="builtin").mutate(CHAMP, [item], edge="offline_mutation", generation=1, seed=seed)
+        diff = {c + "." + f for c in ("action", "budget") for f, v in getattr(p.bundle.loop_policy, c)
+                if v != getattr(getattr(SEED_BUNDLE.loop_policy, c), f)}
+        moved.add(len(diff & {"action.population", "action.episodes_per_submit", "budget.confirmation_fraction"}))
+    assert max(moved) == 3 and 1 in moved  # whole packages and parts of them
+
+
+def test_the_builtin_host_never_moves_fields_it_does_not_read():
+    for seed in range(200):
+        p = BuiltinProposer(host="builtin").mutate(CHAMP, [], edge="offline_mutation", generation=2, seed=seed)
+        b = p.bundle.loop_policy.budget
+        assert (b.max_llm_calls, b.max_tokens, b.max_usd) == (64, 400000, 5.0)
+
+
+def test_space_samples_are_valid_and_cover_every_dimension():
+    rng = random.Random(0)
+    seen: dict[str, set] = {}
+    for _ in range(600):
+        p = space.sample_policy(rng, "builtin")
+        LoopPolicy.model_validate_json(json.dumps(p))
+        for d in space.dims("builtin"):
+            seen.setdefault(d.path, set()).add(repr(space.get(p, d)))
+    assert all(len(v) >= 2 for v in seen.values())
+    assert "0" in seen["verification.retest_episodes"]  # zero is reachable on a log scale starting at 0
+
+
+@pytest.mark.parametrize("kind", ["random", "tpe"])
+def test_baselines_propose_valid_bundles_and_tpe_learns_from_observations(kind):
+    from ole.proposers.baselines import RandomProposer, TPEProposer
+    cls = RandomProposer if kind == "random" else TPEProposer
+    a, b = cls(seed=3), cls(seed=3)
+    for i in range(30):
+        pa = a.mutate(CHAMP, [], edge="offline_mutation", generation=1, seed=i)
+        pb = b.mutate(CHAMP, [], edge="offline_mutation", generation=1, seed=i)
+        assert pa.valid and pa.bundle.content_hash == pb.bundle.content_hash  # seeded: reproducible
+        for prop, obj in ((pa, a), (pb, b)):
+            score = -abs(prop.bundle.loop_policy.action.episodes_per_submit - 2) / 10
+            obj.observe("x@2", prop.bundle, {"mean_r": score}, rung=0, final=True)
+    if kind == "tpe":
+        told = [t for t in a.study.trials if t.value is not None]
+        assert len(told) == 30
+        late = [abs(a.mutate(CHAMP, [], edge="offline_mutation", generation=2, seed=100 + i).bundle
+                    .loop_policy.action.episodes_per_submit - 2) for i in range(10)]
+        early = [abs(t.params["action.episodes_per_submit"] - 2) for t in a.study.trials[:10]]
+        assert sum(late) < sum(early)  # TPE concentrates where the observed values were high
