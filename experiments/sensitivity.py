@@ -37,7 +37,8 @@ from ole.bundle import bundle_from_data  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.loop_policy import COMPONENTS, LoopPolicy  # noqa: E402
-from ole.paired import PairedEvaluation, env_family, eval_key, make_pair, run_job  # noqa: E402
+from ole.jobs import run_job  # noqa: E402
+from ole.paired import PairedEvaluation, eval_key, make_pair  # noqa: E402
 from ole.registry import Registry  # noqa: E402
 from ole.trace import RunCondition, TaskSpec  # noqa: E402
 
@@ -192,7 +193,7 @@ def run(args) -> dict:
                   f" seed {job.condition.seed}: {q} ({(time.time() - t0) / 60:.1f} min)", flush=True)
 
         paired = PairedEvaluation(ex, store, run_job, traces_root=str(work / "traces"), runs_root=str(work / "runs"),
-                                  registry_root=str(reg.root), on_result=on_result)
+                                  on_result=on_result)
         for budget in _ints(args.budgets):
             profile = "quick" if budget <= 32 else "bench"
             chosen = [f for f in fields if f not in LLM_ONLY and (budget not in per_budget or f in per_budget[budget])]
