@@ -6,8 +6,9 @@ where. Results come back as they complete, so the caller can store each one at o
 (an interrupted batch loses at most the runs in flight). Only the driver writes to
 the registry; executors never do.
 
-Measured on the project machine (reference feasibility §4): plain processes scale 2×
-on 2 cores while Ray reaches 1.2–1.5× after a 5–6 s start, so `local` is the default.
+Measured on the project machine (`experiments/results/paired_scaling.md`): plain processes
+scale ~1.9× on 2 cores; Ray runs the same jobs after a start of several seconds, so `local`
+is the default and Ray is for spreading a batch over machines.
 """
 from __future__ import annotations
 
@@ -121,8 +122,22 @@ def _ray() -> Any:
     return ray
 
 
+RAY_TASK_RETRIES = 3
+"""Attempts Ray makes after a worker process died mid-job (killed, OOM, lost node). A job is a pure
+value and its worker writes nothing the driver reads, so a retry cannot double-count: the driver
+receives exactly one result per job. An exception raised by the job itself is not retried."""
+RAY_OBJECT_STORE_BYTES = 256 << 20
+"""Object store of a local Ray started here: jobs and traces are small, and the default (30% of RAM)
+would take memory the hosts and sandboxes need."""
+
+
 class RayExecutor(Executor):
-    """Jobs as Ray tasks, on a local Ray started here or a cluster at `address`."""
+    """Jobs as Ray tasks, on a local Ray started here, an already initialized Ray, or a cluster at `address`.
+
+    One CPU per job (each job runs one host and its sandboxed policy processes). Interrupting
+    a batch cancels its tasks; inside a task that is a KeyboardInterrupt, so its runner stops
+    its host as on Ctrl-C.
+    """
 
     kind = "ray"
 
@@ -131,17 +146,22 @@ class RayExecutor(Executor):
         self.workers = workers
         self._started = False
         if not self.ray.is_initialized():
-            kwargs: dict[str, Any] = {"address": address} if address else {"num_cpus": workers}
+            kwargs: dict[str, Any] = ({"address": address} if address else
+                                      {"num_cpus": workers, "object_store_memory": RAY_OBJECT_STORE_BYTES})
             self.ray.init(include_dashboard=False, log_to_driver=False, **kwargs)
             self._started = True
 
     def run(self, fn: Callable[[J], R], jobs: Sequence[J]) -> Iterator[tuple[int, R]]:
-        remote = self.ray.remote(num_cpus=1)(fn)
+        remote = self.ray.remote(num_cpus=1, max_retries=RAY_TASK_RETRIES, retry_exceptions=False)(fn)
         pending = {remote.remote(job): i for i, job in enumerate(jobs)}
-        while pending:
-            done, _ = self.ray.wait(list(pending), num_returns=1)
-            for ref in done:
-                yield pending.pop(ref), self.ray.get(ref)
+        try:
+            while pending:
+                done, _ = self.ray.wait(list(pending), num_returns=1)
+                for ref in done:
+                    yield pending.pop(ref), self.ray.get(ref)
+        finally:  # interrupted or abandoned: stop the runs in flight, not only the queue
+            for ref in pending:
+                self.ray.cancel(ref)
 
     def close(self) -> None:
         if self._started:

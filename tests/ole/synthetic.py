@@ -74,3 +74,34 @@ def fake_evaluate(job) -> Trace:
 
 archive_fake = fake_evaluate
 """The driver archives verified traces itself (`PairedEvaluation`); kept under its old name."""
+
+
+def _marker(job, suffix: str):
+    from pathlib import Path
+    name = f"{job.bundle_hash[:8]}-{job.task.env.replace('/', '_')}-p{job.task.pool_seed}-s{job.condition.seed}"
+    return Path(job.runs_root) / f"{name}.{suffix}"
+
+
+def die_once_evaluate(job) -> Trace:
+    """fake_evaluate, but the first attempt at an odd pool seed kills its own worker process (kill -9)."""
+    import os
+    import signal
+    marker = _marker(job, "died")
+    if job.task.pool_seed % 2 and not marker.exists():
+        marker.parent.mkdir(parents=True, exist_ok=True)
+        marker.touch()
+        os.kill(os.getpid(), signal.SIGKILL)
+    return fake_evaluate(job)
+
+
+def slow_logged_evaluate(job) -> Trace:
+    """fake_evaluate after 1 s, logging each call (store key) to runs_root/calls.log."""
+    import time
+    from pathlib import Path
+
+    from ole.paired import eval_key
+    Path(job.runs_root).mkdir(parents=True, exist_ok=True)
+    with open(Path(job.runs_root) / "calls.log", "a") as f:
+        f.write(eval_key(job.bundle_hash, job.task, job.condition) + "\n")
+    time.sleep(1.0)
+    return fake_evaluate(job)
