@@ -93,7 +93,7 @@ class EvidenceItem(BaseModel):
 def _item(detector: str, direction: str, metric: str, delta: float, component: str,
           traces: Sequence[Trace], sentence: str, hints: Iterable[str]) -> EvidenceItem:
     ids = tuple(sorted(t.trace_id for t in traces))
-    digest = hashlib.sha256(f"{detector}|{direction}|{component}|{','.join(ids)}".encode()).hexdigest()[:10]
+    digest = hashlib.sha256(f"{detector}|{direction}|{component}|{metric}|{','.join(ids)}".encode()).hexdigest()[:10]
     return EvidenceItem(evidence_id=f"ev-{detector}-{digest}", detector=detector, direction=direction,
                         metric=metric, delta=round(float(delta), 6), component=component, trace_ids=ids,
                         sentence=sentence, hints=tuple(hints))  # type: ignore[arg-type]
@@ -375,8 +375,10 @@ def verification_overhead(traces: Sequence[Trace]) -> list[EvidenceItem]:
                       ("verification.retest_episodes:up", "budget.confirmation_fraction:down"))]
     return [_item("verification_overhead", "-", "share of episodes on retests and confirmation", -share,
                   "verification", hit,
-                  f"{len(hit)} runs spent {share:.0%} of their episodes re-testing and confirming, while only "
-                  f"{overturned} of {retests} retests overturned a result: those episodes could score new candidates.",
+                  f"{len(hit)} runs spent {share:.0%} of their episodes re-testing and confirming, "
+                  + (f"while only {overturned} of {retests} retests overturned a result" if retests
+                     else "and no retest ever ran to overturn a result")
+                  + ": those episodes could score new candidates.",
                   ("verification.retest_episodes=0", "budget.confirmation_fraction=0.0",
                    "verification.matched_comparison=false"))]
 

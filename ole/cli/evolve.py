@@ -213,12 +213,25 @@ def _offline(engine, cfg, registry, est) -> Output:
     if report.decision is not None and report.decision.verdict == "release":
         registry.activate_pending(cfg.channel)  # no task is in flight offline: this is a task boundary
     d = report.decision
+    changes = []
+    if report.final is not None:
+        from ole.bundle import diff_bundles
+        changes = [f"{c.component}.{c.field}: {c.old!r} -> {c.new!r}"
+                   for c in diff_bundles(champ.bundle, registry.get(report.final).bundle)]
     data = {"mode": "offline", "champion": report.champion, "candidates": [c.ref for c in report.candidates],
-            "retained": report.retained, "final": report.final, "verdict": d.verdict if d else None,
-            "reasons": list(d.reasons) if d else [], "stopped": report.stopped,
+            "retained": report.retained, "final": report.final, "scope": report.scope, "changes": changes,
+            "verdict": d.verdict if d else None, "reasons": list(d.reasons) if d else [],
+            "gain": _gain(d) if d else None, "screened": report.screened, "stopped": report.stopped,
             "rejected_proposals": len(engine.rejections), "spent": engine.meter.summary(),
             "estimate": est.model_dump()}
     return Output(data, _summary(data, d, cfg.channel))
+
+
+def _gain(d) -> dict:
+    """The gate's measured gain: mean r, its interval with the true level, pairs and looks."""
+    s = d.stats
+    return {"mean_r": s.mean_r, "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_level": s.ci_level,
+            "n_pairs": s.n_pairs, "p_value": s.p_value, "alpha": d.alpha_applied, "looks": len(d.looks)}
 
 
 def _online(engine, cfg, registry, args, est) -> Output:
@@ -240,18 +253,28 @@ def _online(engine, cfg, registry, args, est) -> Output:
 
 
 def _summary(data: dict, d, channel: str) -> str:
+    screened = data.get("screened") or {}
+    deepest = max(screened.values(), default=0)
     lines = [f"offline: champion {data['champion']}; {len(data['candidates'])} candidates registered "
-             f"({data['rejected_proposals']} proposals rejected); retained {', '.join(data['retained']) or 'none'}"]
+             f"({data['rejected_proposals']} proposals rejected), "
+             f"{sum(v == deepest for v in screened.values())} evaluated on every search instance; "
+             f"retained {', '.join(data['retained']) or 'none'}"]
     if data["stopped"]:
         lines.append(f"stopped early: {data['stopped']}")
     if d is not None:
         s = d.stats
-        lines.append(f"gate on {s.n_pairs} unseen pairs: {data['final']} -> {d.verdict.upper()} "
+        scope = "every task" if data["scope"] == "general" else f"env family {data['scope']} only (a specialisation)"
+        looks = f", {len(d.looks)} looks" if len(d.looks) > 1 else ""
+        lines.append(f"gate on {s.n_pairs} unseen pairs{looks}: {data['final']} -> {d.verdict.upper()} "
                      f"(mean r {s.mean_r:+.3f}, {ci_text(s)}, win rate {s.win_rate:.2f}, "
-                     f"p={s.p_value:.3f}, worst r {s.worst_r:+.3f})")
+                     f"p={s.p_value:.4f} at alpha {d.alpha_applied if d.alpha_applied is not None else d.config.alpha:.4g}, "
+                     f"worst r {s.worst_r:+.3f})")
         lines += [f"  {c.name:<8} {'ok' if c.passed else 'FAILED: ' + '; '.join(c.reasons)}" for c in d.criteria]
+        lines.append(f"  scope: {scope}")
+        lines += ["  changed: " + "; ".join(data["changes"])] if data["changes"] else []
         if d.verdict == "release":
-            lines.append(f"released and activated {data['final']} on channel `{channel}`")
+            lines.append(f"released and activated {data['final']} on channel `{channel}` for {scope}: "
+                         f"gain mean r {s.mean_r:+.3f} ({ci_text(s)})")
         else:
             lines.append(f"not released: the champion {data['champion']} stays")
     sp = data["spent"]
