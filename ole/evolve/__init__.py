@@ -18,7 +18,7 @@ from ole import evidence as evidence_mod
 from ole.bundle import Bundle
 from ole.cost import CostCaps, CostMeter
 from ole.evidence import EvidenceItem
-from ole.evolve.store import EvaluationStore, Fingerprint, fingerprint, package_versions
+from ole.evolve.store import EvaluationStore, Fingerprint, fingerprint, package_versions, source_digest
 from ole.gate import GateConfig, GateDecision, Look, decide, look_alpha, should_extend
 from ole.jobs import EvalJob
 from ole.paired import Instance, PairedEvaluation, Pair, RunResult, instance_key
@@ -326,7 +326,7 @@ def run_fingerprint(*, registry, traces_root, cfg: EvolveConfig, evaluate: Calla
         "proposer": getattr(proposer, "name", type(proposer).__qualname__),
         "evaluate": f"{evaluate.__module__}.{getattr(evaluate, '__qualname__', type(evaluate).__qualname__)}",
         "isolation": isolation, "driver": driver or {}, "registry": str(Path(registry.root).resolve()),
-        "traces": str(Path(traces_root).resolve()), "packages": package_versions()})
+        "traces": str(Path(traces_root).resolve()), "packages": package_versions(), "source": source_digest()})
 
 
 def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: Callable[[EvalJob], Trace],

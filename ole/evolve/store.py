@@ -93,6 +93,23 @@ def package_versions() -> dict[str, str | None]:
     return out
 
 
+def source_digest() -> str:
+    """sha256 over the source of the `ole` and `evogym` packages (every `.py` file, path + bytes).
+
+    The pinned package versions do not change when the agent, host or engine code does (the
+    project's own version string stays), yet a run's result depends on that code: a store made
+    by other code must not answer for this one.
+    """
+    import evogym
+    import ole
+    h = hashlib.sha256()
+    for pkg in (ole, evogym):
+        root = Path(pkg.__file__).parent
+        for path in sorted(root.rglob("*.py")):
+            h.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
 def _flatten(doc, prefix: str = "") -> dict[str, object]:
     if isinstance(doc, dict):
         out: dict[str, object] = {}
