@@ -1,7 +1,13 @@
 """Bundle = Loop Policy + applicability conditions + provenance (OLE §III-D, Eq. 7).
 
 A bundle has a `name` ("coder"); registration assigns its `version` (1, 2, ... per
-name), so a version is never written in the YAML. References have one grammar,
+name), so a version is never written in the YAML. Its applicability is its **scope**:
+`TaskContext` describes one task, `Applicability.matches_task` says whether the bundle
+may work it, `Applicability.scope_key` names the scope in one canonical string (parsed
+back only by `parse_scope`), `Applicability.specificity` orders scopes (the registry
+routes a task to the most specific matching champion) and `Applicability.within` says
+whether one scope is a subset of another (a `specialization` child must be strictly
+narrower than its parent). References have one grammar,
 `NAME[@VERSION]`, parsed only by `parse_ref`. The content hash covers the loop policy and
 the applicability conditions, never the provenance, so re-registering the same policy
 under the same name dedupes to the existing version (reliability.md B6).
@@ -14,7 +20,9 @@ from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
+from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
 from typing import Literal
@@ -29,11 +37,19 @@ from ole.yamlio import dump_yaml, load_yaml, read_yaml_file
 SCHEMA_VERSION = "1"
 HOSTS = ("builtin", "llm", "command")
 Host = Literal["builtin", "llm", "command"]
-Edge = Literal["online", "offline_mutation", "recombination", "manual"]
+Edge = Literal["online", "offline_mutation", "recombination", "manual", "specialization"]
+EDGES: tuple[str, ...] = ("online", "offline_mutation", "recombination", "manual", "specialization")
 Mode = Literal["online", "offline", "manual"]
-EDGE_MODE: dict[str, str] = {"online": "online", "offline_mutation": "offline",
-                             "recombination": "offline", "manual": "manual"}
-"""The evolution mode each lineage edge kind belongs to."""
+EDGE_MODES: dict[str, tuple[str, ...]] = {
+    "online": ("online",), "offline_mutation": ("offline",), "recombination": ("offline",),
+    "manual": ("manual",), "specialization": ("offline", "online", "manual")}
+"""The evolution modes each lineage edge kind may belong to: a specialisation (a child whose
+applicability is strictly narrower than its parent's) can come from either engine or a person."""
+EDGE_MODE: dict[str, str] = {edge: modes[0] for edge, modes in EDGE_MODES.items()}
+"""The default mode of each edge kind (stamped when a file's own mode does not fit the edge)."""
+GENERAL_SCOPE = "general"
+"""Scope key of the applicability that admits every task (all hosts, envs, budgets, models)."""
+_SCOPE_VALUE = re.compile(r"[A-Za-z0-9_./:+-]+")
 NAME_PATTERN = r"[a-z][a-z0-9_-]{0,63}"
 _NAME = re.compile(NAME_PATTERN)
 _REF = re.compile(rf"(?P<name>{NAME_PATTERN})(@(?P<version>[1-9][0-9]{{0,8}}))?")
@@ -43,13 +59,34 @@ class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
 
+class TaskContext(_Record):
+    """The facts about one task that applicability is judged on, fixed at its task boundary."""
+
+    host: Host
+    """Host agent that will work the task: `builtin`, `llm` or `command`."""
+    env: str = Field(min_length=1)
+    """Env slug, e.g. `gym/acrobot` (`evogym.envs` grammar)."""
+    family: str = Field(min_length=1)
+    """Env family as the host defines it (`evogym.envs.resolve(env).family`, e.g. `minigrid`)."""
+    budget: int = Field(ge=1)
+    """Episode budget of the task."""
+    model: str | None = None
+    """Model string of an LLM host agent (`openai/gpt-4o-mini`); null for agents without one."""
+
+    def describe(self) -> str:
+        """`gym/acrobot (host builtin, family curated, budget 32, no model)` — for reasons and errors."""
+        return (f"{self.env} (host {self.host}, family {self.family}, budget {self.budget}, "
+                f"{'model ' + self.model if self.model else 'no model'})")
+
+
 class Applicability(_Record):
-    """Where a bundle may be used (OLE's applicability conditions Z_v)."""
+    """Where a bundle may be used (OLE's applicability conditions Z_v): its scope."""
 
     hosts: tuple[Host, ...] = HOSTS
     """Host agents that may run this policy: `builtin`, `llm`, `command`."""
     env_families: tuple[str, ...] = ()
-    """Env families (e.g. `classic_control`) it applies to; with `env_ids` empty too, every env."""
+    """Env families (`curated`, `generic`, `minigrid`, `highway`, `robotics`: `evogym.envs`) it
+    applies to; with `env_ids` empty too, every env."""
     env_ids: tuple[str, ...] = ()
     """Env slugs (e.g. `gym/acrobot`) it applies to in addition to `env_families`."""
     min_budget: int = Field(1, ge=1)
@@ -69,6 +106,10 @@ class Applicability(_Record):
             values = getattr(self, field)
             if len(set(values)) != len(values):
                 raise ValueError(f"{field} lists a value twice: {list(values)}")
+            bad = [v for v in values if not _SCOPE_VALUE.fullmatch(v)]
+            if bad:  # the scope key joins values with , ; = — they must never occur inside one
+                raise ValueError(f"{field} value {bad[0]!r} is not a plain name "
+                                 "(letters, digits and _ . / : + - only)")
         return self
 
     def matches(self, host: str, env: str, family: str, budget: int, model: str | None) -> bool:
@@ -91,6 +132,153 @@ class Applicability(_Record):
         base = model.lower().rsplit("/", 1)[-1]
         return any(base.startswith(f.lower()) for f in self.model_families)
 
+    def matches_task(self, ctx: TaskContext) -> bool:
+        """True when the task `ctx` is in scope (`matches` on its five facts)."""
+        return self.matches(ctx.host, ctx.env, ctx.family, ctx.budget, ctx.model)
+
+    def mismatch(self, ctx: TaskContext) -> str | None:
+        """Why `ctx` is out of scope (the first failing condition), or None when it matches."""
+        if self.matches_task(ctx):
+            return None
+        if ctx.host not in self.hosts:
+            return f"host {ctx.host} is not in hosts [{', '.join(self.hosts)}]"
+        if (self.env_families or self.env_ids) and ctx.family not in self.env_families \
+                and ctx.env not in self.env_ids:
+            listed = [f"families [{', '.join(self.env_families)}]"] if self.env_families else []
+            listed += [f"envs [{', '.join(self.env_ids)}]"] if self.env_ids else []
+            return f"env {ctx.env} (family {ctx.family}) is not in {' or '.join(listed)}"
+        if ctx.budget < self.min_budget or (self.max_budget is not None and ctx.budget > self.max_budget):
+            return f"budget {ctx.budget} is outside {_budget_text(self.min_budget, self.max_budget)}"
+        return (f"model {ctx.model or '(none)'} does not start with any of "
+                f"[{', '.join(self.model_families)}]")
+
+    @property
+    def scope_key(self) -> str:
+        """Canonical name of this scope; equal keys admit exactly the same tasks.
+
+        `general` for the scope that admits every task; otherwise the narrowed conditions
+        joined by `;` in the fixed order hosts, families, envs, budget, models, each as
+        `field=v1,v2` with sorted values (models lower-cased, since model matching ignores
+        case); budget as `MIN-MAX` or `MIN-` (no upper bound). Example:
+        `hosts=builtin;families=minigrid;budget=1-64`. `parse_scope` reads it back.
+        """
+        parts = []
+        if set(self.hosts) != set(HOSTS):
+            parts.append("hosts=" + ",".join(sorted(self.hosts)))
+        if self.env_families:
+            parts.append("families=" + ",".join(sorted(self.env_families)))
+        if self.env_ids:
+            parts.append("envs=" + ",".join(sorted(self.env_ids)))
+        if self.min_budget != 1 or self.max_budget is not None:
+            parts.append(f"budget={self.min_budget}-{'' if self.max_budget is None else self.max_budget}")
+        if self.model_families:
+            parts.append("models=" + ",".join(sorted({m.lower() for m in self.model_families})))
+        return ";".join(parts) or GENERAL_SCOPE
+
+    @property
+    def is_general(self) -> bool:
+        """True for the scope that admits every task."""
+        return self.scope_key == GENERAL_SCOPE
+
+    def specificity(self) -> tuple:
+        """Sort key of the specificity order: a smaller key is a more specific scope.
+
+        Compared in this order, each step only breaking ties of the one before:
+        1. env breadth: env ids only (0) < families listed, with or without ids (1) <
+           every env (2); then fewer families, then fewer env ids;
+        2. fewer hosts;
+        3. a narrower budget range (max - min + 1, unbounded = infinite), then a higher minimum;
+        4. fewer model families (none listed = any model = infinite), then longer prefixes
+           (`gpt-4o` is narrower than `gpt`);
+        5. the scope key, alphabetically — so the order is total and never depends on
+           release order.
+        The general scope is the unique least specific one: every narrowing lowers a key.
+        A scope strictly `within` another usually ranks before it; where listing redundant
+        or many values breaks that, a `specialization` is refused at registration.
+        """
+        ids, families = len(self.env_ids), len(self.env_families)
+        tier = 2 if not (ids or families) else (1 if families else 0)
+        width = math.inf if self.max_budget is None else self.max_budget - self.min_budget + 1
+        models = {m.lower() for m in self.model_families}
+        return (tier, families, ids, len(self.hosts), width, -self.min_budget, len(models) or math.inf,
+                -sum(map(len, models)), self.scope_key)
+
+    def within(self, other: "Applicability", *, family_of: Callable[[str], str | None] | None = None) -> bool:
+        """True when every task in this scope is also in `other`'s (subset, not necessarily strict).
+
+        Families are treated as opaque sets: a family is within `other` only if `other` lists
+        it (or admits every env). An env id is within `other` if `other` lists it, or lists its
+        family — which needs `family_of` (env slug -> family, None when unknown); without it
+        only a listed id counts. Model families nest by prefix (`gpt-4o-mini` is within `gpt-4o`).
+        """
+        if not set(self.hosts) <= set(other.hosts):
+            return False
+        if self.min_budget < other.min_budget or (
+                other.max_budget is not None and (self.max_budget is None or self.max_budget > other.max_budget)):
+            return False
+        if other.model_families:
+            if not self.model_families:
+                return False
+            if not all(any(m.lower().startswith(o.lower()) for o in other.model_families)
+                       for m in self.model_families):
+                return False
+        if not (other.env_families or other.env_ids):
+            return True
+        if not (self.env_families or self.env_ids):
+            return False
+        if not set(self.env_families) <= set(other.env_families):
+            return False
+        return all(env in other.env_ids or (family_of is not None and family_of(env) in other.env_families)
+                   for env in self.env_ids)
+
+    def narrower_than(self, other: "Applicability", *,
+                      family_of: Callable[[str], str | None] | None = None) -> bool:
+        """True when this scope is a strict subset of `other`'s (what a specialisation must be)."""
+        return self.within(other, family_of=family_of) and not other.within(self, family_of=family_of)
+
+
+def _budget_text(low: int, high: int | None) -> str:
+    return f"{low}–{'∞' if high is None else high}"
+
+
+_SCOPE_FIELDS = {"hosts": "hosts", "families": "env_families", "envs": "env_ids", "models": "model_families"}
+_SCOPE_ORDER = ("hosts", "families", "envs", "budget", "models")
+
+
+def parse_scope(text: str) -> Applicability:
+    """The applicability a scope key names (`general`, or e.g. `families=minigrid;budget=1-64`).
+
+    The one parser of scope keys; `parse_scope(a.scope_key).scope_key == a.scope_key`.
+    """
+    hint = ("`general`, or fields hosts=, families=, envs=, budget=MIN-[MAX], models= joined by `;`, "
+            "e.g. `families=minigrid` — see `ole champion show`")
+    if not isinstance(text, str) or not text.strip():
+        raise ValidationError("empty scope", hint=hint)
+    text = text.strip()
+    if text == GENERAL_SCOPE:
+        return Applicability()
+    data: dict[str, object] = {}
+    seen: list[str] = []
+    for part in text.split(";"):
+        field, sep, value = part.partition("=")
+        if not sep or field not in _SCOPE_ORDER or not value:
+            raise ValidationError(f"bad scope `{text}`: `{part}` is not FIELD=VALUE", hint=hint)
+        if field in seen:
+            raise ValidationError(f"bad scope `{text}`: `{field}` given twice", hint=hint)
+        seen.append(field)
+        if field == "budget":
+            match = re.fullmatch(r"([1-9][0-9]*)-([1-9][0-9]*)?", value)
+            if match is None:
+                raise ValidationError(f"bad scope `{text}`: budget `{value}` is not MIN-MAX or MIN-", hint=hint)
+            data["min_budget"] = int(match.group(1))
+            data["max_budget"] = int(match.group(2)) if match.group(2) else None
+        else:
+            data[_SCOPE_FIELDS[field]] = value.split(",")
+    if seen != sorted(seen, key=_SCOPE_ORDER.index):
+        raise ValidationError(f"bad scope `{text}`: fields must come in the order {', '.join(_SCOPE_ORDER)}",
+                              hint=hint)
+    return validate_data(Applicability, data, source=f"scope `{text}`")
+
 
 class Provenance(_Record):
     """Where a version came from: its parents, the evidence behind it, and who proposed it."""
@@ -98,9 +286,10 @@ class Provenance(_Record):
     parents: tuple[int, ...] = ()
     """Versions (of the same name) it was derived from: none for a seed, two for recombination."""
     edge: Edge | None = None
-    """How it was derived: online, offline_mutation, recombination, manual; null for a seed."""
+    """How it was derived: online, offline_mutation, recombination, manual, specialization (a
+    strictly narrower applicability than the parent's, checked at registration); null for a seed."""
     mode: Mode = "manual"
-    """Evolution mode that produced it; must agree with `edge` (online; offline; manual)."""
+    """Evolution mode that produced it; must agree with `edge` (online; offline; manual; any for specialization)."""
     evidence_ids: tuple[str, ...] = ()
     """Ids of the evolution evidence (OLE §III-B) that motivated the change."""
     generation: int = Field(0, ge=0)
@@ -126,8 +315,9 @@ class Provenance(_Record):
             raise ValueError(f"edge {self.edge!r} needs {wanted} parent(s), got {list(self.parents)}")
         if len(set(self.parents)) != len(self.parents) or any(p < 1 for p in self.parents):
             raise ValueError(f"parents must be distinct versions >= 1, got {list(self.parents)}")
-        if self.edge is not None and EDGE_MODE[self.edge] != self.mode:
-            raise ValueError(f"edge {self.edge!r} belongs to mode {EDGE_MODE[self.edge]!r}, not {self.mode!r}")
+        if self.edge is not None and self.mode not in EDGE_MODES[self.edge]:
+            modes = " or ".join(repr(m) for m in EDGE_MODES[self.edge])
+            raise ValueError(f"edge {self.edge!r} belongs to mode {modes}, not {self.mode!r}")
         return self
 
 

@@ -44,6 +44,10 @@ class Conflict(OleError):
     """The request contradicts recorded state (an immutable version, a rejected release)."""
 
 
+class OutOfScope(Conflict):
+    """An explicitly named bundle's applicability does not admit the task (run it with --force)."""
+
+
 class IntegrityError(OleError):
     """Stored registry state is damaged (hash mismatch, missing blob); run `ole fsck`."""
 

@@ -1,4 +1,4 @@
-"""Registry check and repair (`ole fsck`): hashes, lineage DAG, pointers, orphans.
+"""Registry check and repair (`ole fsck`): hashes, lineage DAG, pointers, scopes, orphans.
 
 Runs inside the registry's write lock, so every temp file or unreferenced blob it sees
 belongs to a writer that died before its commit (reliability.md C1) and is swept. A
@@ -13,7 +13,7 @@ import json
 import networkx as nx
 from pydantic import BaseModel, ConfigDict
 
-from ole.bundle import format_ref, load_bundle_yaml
+from ole.bundle import GENERAL_SCOPE, format_ref, load_bundle_yaml, parse_scope
 from ole.errors import OleError
 
 EVENT_KINDS = ("registration", "evaluation", "gate_decision", "release", "activation", "rollback")
@@ -37,6 +37,8 @@ class FsckReport(BaseModel):
     """Events checked."""
     channels: dict[str, str]
     """Champion `NAME@VERSION` per channel after the check."""
+    scopes: dict[str, dict[str, str]] = {}
+    """Scope champions (scope key -> `NAME@VERSION`) per channel that has any, `general` left out."""
 
 
 def check(registry, *, repair: bool) -> FsckReport:
@@ -62,10 +64,75 @@ def check(registry, *, repair: bool) -> FsckReport:
             channels[channel] = format_ref(*key)
             if key not in known:
                 problems.append(f"channel `{channel}` points at unregistered {format_ref(*key)}")
+    scoped, scope_problems = _check_scopes(registry, events, state, known)
+    problems.extend(scope_problems)
     referenced = {r[3] for r in rows}
     swept = _sweep(registry, referenced, repair)
     return FsckReport(ok=not problems, problems=tuple(problems), swept=tuple(swept),
-                      quarantined=tuple(quarantined), bundles=len(rows), events=len(events), channels=channels)
+                      quarantined=tuple(quarantined), bundles=len(rows), events=len(events), channels=channels,
+                      scopes=scoped)
+
+
+def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, dict[str, str]], list[str]]:
+    """Scope keys of events are canonical; every specialisation is strictly narrower than its parent;
+    every scope pointer and pending target names a registered version whose applicability is that scope.
+    Returns the scope champions per channel and the problems."""
+    scope_of: dict[tuple[str, int], str | None] = {}
+
+    def bundle(key: tuple[str, int]):
+        try:
+            return registry.get(format_ref(*key), state=state).bundle
+        except OleError:  # a missing or corrupt blob is reported by the blob check
+            return None
+
+    def version_scope(key: tuple[str, int]) -> str | None:
+        if key not in scope_of:
+            found = bundle(key)
+            scope_of[key] = found.applicability.scope_key if found else None
+        return scope_of[key]
+
+    problems = [p for e in events for p in _check_scope_event(e, known, bundle, version_scope)]
+    scoped: dict[str, dict[str, str]] = {}
+    for channel, scope in sorted({*state.pointers, *state.pending}):
+        if scope == GENERAL_SCOPE:
+            continue  # checked above; releases written before scopes may hold a narrow bundle there
+        for what, key in (("points at", state.pointers.get((channel, scope))),
+                          ("has a pending release of", state.target(channel, scope))):
+            where = f"channel `{channel}` scope `{scope}`"
+            if key is not None and key not in known:
+                problems.append(f"{where} {what} unregistered {format_ref(*key)}")
+            elif key is not None and version_scope(key) not in (None, scope):
+                problems.append(f"{where} {what} {format_ref(*key)}, whose scope is `{version_scope(key)}`")
+        active = state.champion(channel, scope)
+        if active is not None:
+            scoped.setdefault(channel, {})[scope] = format_ref(*active)
+    return scoped, problems
+
+
+def _check_scope_event(event, known: set, bundle, version_scope) -> list[str]:
+    from ole.scopes import check_specialization
+    if event.kind in ("release", "rollback", "activation") and "scope" in event.payload:
+        scope = event.payload["scope"]
+        try:
+            canonical = parse_scope(scope).scope_key if isinstance(scope, str) else None
+        except OleError:
+            canonical = None
+        return [] if canonical == scope else [f"event {event.seq} ({event.kind}) names a malformed scope {scope!r}"]
+    key = (event.name, event.version)
+    if event.kind != "registration" or key not in known:
+        return []
+    recorded, problems = event.payload.get("scope"), []
+    if recorded is not None and version_scope(key) not in (None, recorded):
+        problems.append(f"{event.ref}: registration records scope {recorded!r} but the blob's is "
+                        f"`{version_scope(key)}`")
+    if event.payload.get("edge") == "specialization" and event.payload.get("parents"):
+        child, parent = bundle(key), bundle((event.name, event.payload["parents"][0]))
+        if child is not None and parent is not None:
+            try:
+                check_specialization(child, parent)
+            except OleError as exc:
+                problems.append(f"{event.ref}: specialization edge, but {exc.message}")
+    return problems
 
 
 def _check_blob(registry, row: tuple, quarantined: list[str], repair: bool) -> list[str]:

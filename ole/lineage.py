@@ -1,11 +1,13 @@
 """The policy lineage: a networkx view derived from registry events (OLE §III-D).
 
-Nodes are versions (`NAME@VERSION`); an edge runs parent -> child and is typed by how
-the child was derived: `online` (online proposal), `offline_mutation`,
-`recombination` (a child with two parents: two edges, `position` 0 and 1) or `manual`.
-Champion history comes from activation events, each carrying the release or rollback
-that caused it, so "who was active on date X, and why" is answered from the record
-alone. Nothing here writes; build a fresh `Lineage` to see new events.
+Nodes are versions (`NAME@VERSION`), each with its scope (the applicability's scope key);
+an edge runs parent -> child and is typed by how the child was derived: `online` (online
+proposal), `offline_mutation`, `recombination` (a child with two parents: two edges,
+`position` 0 and 1), `manual` or `specialization` (a strictly narrower scope than the
+parent's). Champion history comes from activation events, each carrying the release or
+rollback that caused it and its scope, so "who was champion of scope S on channel C at
+time X, and why" is answered from the record alone. Nothing here writes; build a fresh
+`Lineage` to see new events.
 """
 from __future__ import annotations
 
@@ -19,9 +21,9 @@ from typing import Literal
 import networkx as nx
 from pydantic import BaseModel, ConfigDict
 
-from ole.bundle import Bundle, Change, diff_bundles, format_ref, parse_ref
-from ole.errors import NotFound, ValidationError
-from ole.registry_state import derive_state
+from ole.bundle import GENERAL_SCOPE, Bundle, Change, diff_bundles, format_ref, parse_ref, parse_scope
+from ole.errors import NotFound, OleError, ValidationError
+from ole.registry_state import derive_state, event_scope
 
 DEFAULT_CHANNEL = "default"
 FORMATS = ("tree", "json", "dot", "mermaid")
@@ -29,11 +31,13 @@ Cause = Literal["default", "inherited", "release", "rollback"]
 
 
 class Tenure(BaseModel):
-    """One period during which a version was the active champion of a channel."""
+    """One period during which a version was the active champion of a channel's scope."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     channel: str
     """Channel the champion served."""
+    scope: str = GENERAL_SCOPE
+    """Scope key it was champion of (`general`: the channel's fallback for every task)."""
     ref: str
     """`NAME@VERSION` of the champion."""
     since: datetime
@@ -69,10 +73,21 @@ class Lineage:
             self.graph.add_node(event.ref, name=event.name, version=event.version,
                                 registered_at=event.ts.isoformat(), note=event.payload.get("note", ""),
                                 edge=event.payload.get("edge"), seed=bool(event.payload.get("seed")),
-                                status=state.status_of(event.name, event.version))
+                                status=state.status_of(event.name, event.version), scope=self._scope(event))
             for position, parent in enumerate(event.payload.get("parents", [])):
                 self.graph.add_edge(format_ref(event.name, parent), event.ref,
                                     kind=event.payload.get("edge"), position=position)
+
+    def _scope(self, event) -> str | None:
+        """Scope key of a registered version: recorded since scopes exist, else read from its bundle."""
+        if event.payload.get("scope"):
+            return event.payload["scope"]
+        if self._bundle_of is None:
+            return None
+        try:
+            return self._bundle_of(event.ref).applicability.scope_key
+        except OleError:  # a damaged blob: `ole fsck` reports it; the lineage still renders
+            return None
 
     @classmethod
     def from_registry(cls, registry) -> "Lineage":
@@ -120,34 +135,48 @@ class Lineage:
 
     # ----- champion history ----------------------------------------------------------------
 
-    def champion_history(self, channel: str = DEFAULT_CHANNEL) -> list[Tenure]:
-        """Tenures of `channel`, oldest first (the last one has `until=None`)."""
-        own = [e for e in self.events if e.kind == "activation" and e.channel == channel]
+    def champion_history(self, channel: str = DEFAULT_CHANNEL, scope: str = GENERAL_SCOPE) -> list[Tenure]:
+        """Tenures of (`channel`, `scope`), oldest first (the last one has `until=None` unless the
+        scope's pointer was removed, which ends the last tenure with no successor)."""
+        scope = parse_scope(scope).scope_key
+        own = [e for e in self.events if e.kind == "activation" and e.channel == channel and event_scope(e) == scope]
         if channel == self.default_channel:
             first = next((e for e in self.events if e.kind == "registration"), None)
-            prefix = [Tenure(channel=channel, ref=first.ref, since=first.ts, until=None, cause="default",
-                             reason="", cause_seq=None)] if first else []
+            prefix = [Tenure(channel=channel, scope=scope, ref=first.ref, since=first.ts, until=None, cause="default",
+                             reason="", cause_seq=None)] if first and scope == GENERAL_SCOPE else []
         else:
             cut = own[0].ts if own else None
-            prefix = [t.model_copy(update={"channel": channel, "cause": "inherited", "reason": "", "cause_seq": None})
-                      for t in self.champion_history(self.default_channel) if cut is None or t.since < cut]
+            prefix = [t.model_copy(update={"channel": channel, "cause": "inherited", "reason": "", "cause_seq": None,
+                                           "until": t.until if cut is None or t.until is None or t.until < cut
+                                           else cut})
+                      for t in self.champion_history(self.default_channel, scope) if cut is None or t.since < cut]
         tenures = prefix
         for event in own:
-            if tenures:
+            if tenures and tenures[-1].until is None:
                 tenures[-1] = tenures[-1].model_copy(update={"until": event.ts})
-            tenures.append(Tenure(channel=channel, ref=event.ref, since=event.ts, until=None,
+            if event.payload.get("clear"):
+                continue
+            tenures.append(Tenure(channel=channel, scope=scope, ref=event.ref, since=event.ts, until=None,
                                   cause=event.payload.get("cause", "release"),
                                   reason=event.payload.get("reason", ""), cause_seq=event.payload.get("cause_seq")))
         return tenures
 
-    def champion_at(self, when: datetime, channel: str = DEFAULT_CHANNEL) -> Tenure | None:
-        """The tenure covering `when` (timezone-aware), or None before the first registration."""
+    def champion_at(self, when: datetime, channel: str = DEFAULT_CHANNEL,
+                    scope: str = GENERAL_SCOPE) -> Tenure | None:
+        """The tenure of (`channel`, `scope`) covering `when` (timezone-aware), or None when the scope
+        had no champion then (before the first registration, or while its pointer was removed)."""
         if when.utcoffset() is None:
             raise ValidationError(f"time {when.isoformat()} has no time zone", hint="append Z, e.g. 2026-01-01T00:00Z")
-        for tenure in self.champion_history(channel):
+        for tenure in self.champion_history(channel, scope):
             if tenure.since <= when and (tenure.until is None or when < tenure.until):
                 return tenure
         return None
+
+    def scopes(self, channel: str = DEFAULT_CHANNEL) -> list[str]:
+        """Every scope key that ever had a champion on `channel` (or on `default`, which it inherits)."""
+        owners = {channel, self.default_channel}
+        found = {event_scope(e) for e in self.events if e.kind == "activation" and e.channel in owners}
+        return [GENERAL_SCOPE] + sorted(found - {GENERAL_SCOPE})
 
     # ----- rendering -------------------------------------------------------------------------
 
@@ -178,7 +207,9 @@ class Lineage:
         fig, ax = plt.subplots(figsize=(max(4, 1.6 * len(graph)), 3 + max((-y for _, y in positions.values()),
                                                                           default=0)))
         colors = ["#4caf50" if graph.nodes[n]["status"] == "active" else "#90caf9" for n in graph]
-        nx.draw_networkx(graph, positions, ax=ax, node_color=colors, node_size=1800, font_size=8)
+        labels = {n: n if graph.nodes[n].get("scope") in (None, GENERAL_SCOPE) else f"{n}\n{graph.nodes[n]['scope']}"
+                  for n in graph}
+        nx.draw_networkx(graph, positions, ax=ax, node_color=colors, node_size=1800, font_size=8, labels=labels)
         nx.draw_networkx_edge_labels(graph, positions, ax=ax, font_size=7,
                                      edge_labels={(u, v): d["kind"] for u, v, d in graph.edges(data=True)})
         ax.set_axis_off()
@@ -200,10 +231,14 @@ def _layers(graph: nx.DiGraph) -> dict[str, tuple[float, float]]:
     return positions
 
 
+def _scope_text(data: dict) -> str:
+    return f"scope {data['scope']}" if data.get("scope") else "scope unknown"
+
+
 def _label(graph: nx.DiGraph, node: str) -> str:
     data = graph.nodes[node]
     extra = f" {data['edge']}" if data["edge"] else " seed"
-    return f"{node} [{data['status']}]{extra}" + (f" — {data['note']}" if data["note"] else "")
+    return f"{node} [{data['status']}]{extra} ({_scope_text(data)})" + (f" — {data['note']}" if data["note"] else "")
 
 
 def _tree(graph: nx.DiGraph) -> str:
@@ -233,7 +268,8 @@ def _json(graph: nx.DiGraph) -> str:
 def _dot(graph: nx.DiGraph) -> str:
     lines = ["digraph lineage {", "  rankdir=TB;"]
     for node in sorted(graph, key=_version_key):
-        lines.append(f'  "{node}" [label="{node}\\n{graph.nodes[node]["status"]}"];')
+        data = graph.nodes[node]
+        lines.append(f'  "{node}" [label="{node}\\n{data["status"]}\\n{_scope_text(data)}"];')
     for u, v, d in graph.edges(data=True):
         lines.append(f'  "{u}" -> "{v}" [label="{d["kind"]}"];')
     lines.append("}")
@@ -247,7 +283,9 @@ def _mermaid(graph: nx.DiGraph) -> str:
 
     lines = ["graph TD"]
     for node in sorted(graph, key=_version_key):
-        lines.append(f'  {ident(node)}["{node} ({graph.nodes[node]["status"]})"]')
+        data = graph.nodes[node]
+        scope = _scope_text(data).replace(";", "#59;")  # `;` ends a Mermaid statement even inside quotes
+        lines.append(f'  {ident(node)}["{node} ({data["status"]}, {scope})"]')
     for u, v, d in graph.edges(data=True):
         lines.append(f"  {ident(u)} -->|{d['kind']}| {ident(v)}")
     return "\n".join(lines)

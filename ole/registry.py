@@ -9,8 +9,11 @@ Layout under the root (`--root`, else `$OLE_ROOT`, else the project's `bundles/`
 
 Registration assigns the stable version and is not release (OLE §III-D). Statuses,
 champions and lineage are views derived from the events (STYLE pattern 7); no row is
-ever updated or deleted (SQLite triggers enforce it). Every write is one `BEGIN
-IMMEDIATE` transaction with `synchronous=FULL` (reliability.md S2, S3); a blob is
+ever updated or deleted (SQLite triggers enforce it). A channel holds one champion per
+scope (a bundle's applicability; `ole.scopes`): releases, rollbacks and activations
+carry the scope key in their payload (absent = `general`, so registries written before
+scopes load unchanged), and `select` routes a task to the most specific matching
+champion. Every write is one `BEGIN IMMEDIATE` transaction with `synchronous=FULL` (reliability.md S2, S3); a blob is
 written temp + fsync + rename + directory fsync *inside* that transaction, so an
 unreferenced blob or temp file seen by `fsck` (which holds the same lock) is always the
 residue of a dead writer and is swept (C1). Concurrent writers serialize on the lock (C3,
@@ -34,11 +37,13 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ole.bundle import (EDGE_MODE, NAME_PATTERN, Bundle, Provenance, dump_bundle_yaml, format_ref, load_bundle_yaml,
-                        parse_ref, validate_data)
+from ole import scopes
+from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bundle, Provenance, TaskContext,
+                        dump_bundle_yaml, format_ref, load_bundle_yaml, parse_ref, parse_scope, validate_data)
 from ole.errors import Conflict, IntegrityError, NotFound, StorageError, ValidationError
 from ole.fsck import FsckReport, check
 from ole.registry_state import State, derive_state
+from ole.scopes import ScopeChampion, Selection
 
 REGISTRY_DIR = ".registry"
 DB_FILE = "registry.sqlite3"
@@ -172,7 +177,7 @@ class RegisteredBundle(BaseModel):
 
 
 class Registry:
-    """Versioned bundles, their events, and one champion pointer per channel.
+    """Versioned bundles, their events, and champion pointers per channel and scope.
 
     One instance holds one SQLite connection: share a Registry between processes by
     opening it in each, not between threads.
@@ -317,7 +322,8 @@ class Registry:
                                    hint="drop the flag or fix the file's provenance")
             if not prov["parents"]:  # derived here, so the file's timestamp is the parent's
                 prov["created_at"] = None
-            prov.update(parents=parents, edge=edge, mode=EDGE_MODE.get(edge, prov["mode"]))
+            mode = prov["mode"] if prov["mode"] in EDGE_MODES.get(edge, ()) else EDGE_MODE.get(edge, prov["mode"])
+            prov.update(parents=parents, edge=edge, mode=mode)
         prov["evidence_ids"] = list(dict.fromkeys([*prov["evidence_ids"], *evidence_ids]))
         if prov["created_at"] is None:
             prov["created_at"] = _now().isoformat()
@@ -334,12 +340,16 @@ class Registry:
                                       (bundle.name,)).fetchone()[0] or 0
             if row is None and not (seed and latest):
                 self._check_parents(bundle, latest)
+                if bundle.provenance.edge == "specialization":
+                    parent = format_ref(bundle.name, bundle.provenance.parents[0])
+                    scopes.check_specialization(bundle, self.get(parent).bundle)
                 self._write_blob(data, blob_hash)
                 version = latest + 1
                 seq = self._append("registration", bundle.name, version, {
                     "content_hash": bundle.content_hash, "blob_hash": blob_hash,
                     "parents": list(bundle.provenance.parents), "edge": bundle.provenance.edge,
-                    "evidence_ids": list(bundle.provenance.evidence_ids), "note": note, "seed": seed})
+                    "evidence_ids": list(bundle.provenance.evidence_ids), "note": note, "seed": seed,
+                    "scope": bundle.applicability.scope_key})
                 self._db.execute("INSERT INTO bundles VALUES (?, ?, ?, ?, ?)",
                                  (bundle.name, version, bundle.content_hash, blob_hash, seq))
             else:
@@ -485,10 +495,12 @@ class Registry:
 
     def release(self, ref: str, *, channel: str = DEFAULT_CHANNEL, reason: str,
                 force: bool = False, key: str | None = None) -> RegisteredBundle:
-        """Release a version on a channel; it becomes active at the next `activate_pending`."""
+        """Release a version on a channel, in the scope its applicability names (general when it
+        admits every task); it becomes active at the next `activate_pending` / `select`."""
         name, version = self._existing(ref)
         _need_reason(reason, "release")
         _check_channel(channel)
+        scope = self.get(format_ref(name, version)).bundle.applicability.scope_key
         with self._write("release"):
             if self._replayed(key) is not None:
                 return self.get(format_ref(name, version))
@@ -497,67 +509,153 @@ class Registry:
             if state.status_of(name, version) == "rejected" and not force:
                 raise Conflict(f"{format_ref(*this)} was rejected by the gate",
                                hint="release another version, or pass --force to override the gate")
-            pinned = state.target(channel) or state.active.get(channel)
-            if pinned == this or (pinned is None and channel == DEFAULT_CHANNEL and state.champion(channel) == this):
-                raise Conflict(f"{format_ref(*this)} is already the release of channel `{channel}`",
+            pinned = state.pinned(channel, scope)
+            untouched = state.target_event(channel, scope) is None and (channel, scope) not in state.pointers
+            seed_champion = untouched and channel == DEFAULT_CHANNEL and state.champion(channel, scope) == this
+            if pinned == this or seed_champion:
+                raise Conflict(f"{format_ref(*this)} is already the release of {_where(channel, scope)}",
                                hint="see `ole champion show`")
-            current = state.champion(channel)
-            self._append("release", name, version, {"reason": reason, "forced": force,
+            current = state.champion(channel, scope)
+            self._append("release", name, version, {"reason": reason, "forced": force, "scope": scope,
                                                     "active": format_ref(*current) if current else None}, channel,
                          key=key)
         return self.get(format_ref(name, version))
 
-    def rollback(self, channel: str = DEFAULT_CHANNEL, *, to: str | None = None, reason: str,
-                 key: str | None = None) -> RegisteredBundle:
-        """Roll a channel back to `to` (default: the active version's first parent).
+    def rollback(self, channel: str = DEFAULT_CHANNEL, *, scope: str = GENERAL_SCOPE, to: str | None = None,
+                 reason: str, key: str | None = None) -> RegisteredBundle:
+        """Roll one scope of a channel back to `to` (default: the active version's first parent).
 
-        Recorded now; takes effect at the next `activate_pending` (a task boundary).
+        Other scopes are untouched. For a scope other than `general`, a target outside the
+        scope (the default when the champion's parent is the general one, or it has no parent)
+        *removes* the scope's pointer: its tasks fall back to the next matching champion. An
+        explicit `to` must then belong to the scope. Recorded now; takes effect at the next
+        `activate_pending` (a task boundary). Returns the target, or the removed champion.
         """
         _need_reason(reason, "rollback")
         _check_channel(channel)
+        scope = parse_scope(scope).scope_key
         with self._write("rollback"):
             done = self._replayed(key)
             if done is not None:
                 return self.get(done.ref)
             state = self.state()
-            current = state.champion(channel)
+            current = state.champion(channel, scope)
             if current is None:
-                raise NotFound("nothing to roll back: the registry is empty", hint="register a bundle first")
-            target = self._rollback_target(current, to)
+                if scope == GENERAL_SCOPE:
+                    raise NotFound("nothing to roll back: the registry is empty", hint="register a bundle first")
+                known = [s for s in state.champions(channel) if s != GENERAL_SCOPE]
+                raise NotFound(f"scope `{scope}` has no champion on channel `{channel}`",
+                               suggestions=difflib.get_close_matches(scope, known, n=2),
+                               hint="" if known else "see `ole champion show`")
+            target = self._rollback_target(current, scope, to)
             if target == current:
-                raise Conflict(f"{format_ref(*target)} is already active on `{channel}`",
+                raise Conflict(f"{format_ref(*target)} is already active in {_where(channel, scope)}",
                                hint="pass --to an earlier version")
+            if target is None:
+                self._append("rollback", current[0], current[1], {
+                    "reason": reason, "from": format_ref(*current), "scope": scope, "clear": True}, channel, key=key)
+                return self.get(format_ref(*current))
             if state.status_of(*target) == "rejected":
                 raise Conflict(f"{format_ref(*target)} was rejected by the gate", hint="roll back to another version")
-            self._append("rollback", target[0], target[1], {"reason": reason, "from": format_ref(*current)}, channel,
-                         key=key)
+            self._append("rollback", target[0], target[1], {"reason": reason, "from": format_ref(*current),
+                                                            "scope": scope}, channel, key=key)
         return self.get(format_ref(*target))
 
-    def _rollback_target(self, current: tuple[str, int], to: str | None) -> tuple[str, int]:
+    def _rollback_target(self, current: tuple[str, int], scope: str, to: str | None) -> tuple[str, int] | None:
+        """The version to roll back to; None = remove the (non-general) scope's pointer."""
         if to is not None:
-            return self._existing(to)
+            target = self._existing(to)
+            found = self._scope_of(target)
+            if scope != GENERAL_SCOPE and found != scope:
+                raise Conflict(f"{format_ref(*target)} has scope `{found}`, not `{scope}`",
+                               hint="roll back to a version of this scope, or omit --to to remove the scope's "
+                                    "champion (its tasks then fall back to the general one)")
+            return target
         parents = self.get(format_ref(*current)).bundle.provenance.parents
-        if not parents:
+        if scope != GENERAL_SCOPE:
+            if not parents or self._scope_of((current[0], parents[0])) != scope:
+                return None
+        elif not parents:
             raise Conflict(f"{format_ref(*current)} has no parent to roll back to",
                            hint="pass --to NAME@VERSION")
         return current[0], parents[0]
 
-    def activate_pending(self, channel: str = DEFAULT_CHANNEL) -> RegisteredBundle | None:
-        """Task boundary: make the latest released-or-rolled-back-to version active (recorded).
+    def _scope_of(self, key: tuple[str, int]) -> str:
+        return self.get(format_ref(*key)).bundle.applicability.scope_key
 
-        Returns the active bundle of the channel, or None when nothing is registered.
+    def activate_pending(self, channel: str = DEFAULT_CHANNEL) -> RegisteredBundle | None:
+        """Task boundary: in every scope of `channel`, make the latest released-or-rolled-back-to
+        version active, or remove the pointer a scope rollback removed (each one event).
+
+        Returns the general champion of the channel, or None when nothing is registered.
         """
         _check_channel(channel)
         with self._write("activation"):
             state = self.state()
-            current, target = state.champion(channel), state.target(channel)
-            if target is not None and target != state.active.get(channel):  # an inherited champion may be pinned
-                cause = state.target_event(channel)
-                self._append("activation", target[0], target[1], {
-                    "from": format_ref(*current) if current else None, "cause_seq": cause.seq,
-                    "cause": cause.kind, "reason": cause.payload.get("reason", "")}, channel)
-                current = target
+            for scope in state.scopes(channel):
+                if state.is_pending(channel, scope):  # an inherited champion may be pinned
+                    self._activate(state, channel, scope)
+            current = self.state().champion(channel)
         return self.get(format_ref(*current)) if current else None
+
+    def _activate(self, state: State, channel: str, scope: str) -> None:
+        current, cause = state.champion(channel, scope), state.target_event(channel, scope)
+        payload = {"from": format_ref(*current) if current else None, "cause_seq": cause.seq, "cause": cause.kind,
+                   "reason": cause.payload.get("reason", ""), "scope": scope}
+        if cause.payload.get("clear"):
+            payload["clear"] = True  # the scope's pointer goes; the event names the removed champion
+        self._append("activation", cause.name, cause.version, payload, channel)
+
+    # ----- scoped routing (ole.scopes) ------------------------------------------------------
+
+    def select(self, channel: str, ctx: TaskContext, *, activate: bool = True) -> Selection:
+        """Task boundary: the bundle a task `ctx` gets on `channel`, and why.
+
+        With `activate` (the runner's call), first activates the pending changes of every scope
+        of the channel (recorded), then returns the most specific active scope champion whose
+        applicability matches the task, else the channel's general champion. With
+        `activate=False` nothing is written: the answer is what the next task boundary *would*
+        give (pending changes of this channel applied in memory), for `ole champion show`.
+        An unknown channel is a `NotFound` with close names.
+        """
+        self.require_channel(channel)
+        if activate:
+            self.activate_pending(channel)
+        state = self.state()
+        found = scopes.route(channel, ctx, state.champions(channel, pending=not activate))
+        pending = state.target_event(channel, found.scope) \
+            if not activate and state.is_pending(channel, found.scope) else None
+        return scopes.selection(channel, ctx, found, self.get(format_ref(*found.key), state=state),
+                                pending_event=pending)
+
+    def scope_champions(self, channel: str = DEFAULT_CHANNEL) -> list[ScopeChampion]:
+        """Every scope of `channel` (general first, then most specific first) with its champion
+        and any pending change."""
+        _check_channel(channel)
+        state = self.state()
+        out = []
+        ordered = [GENERAL_SCOPE] + scopes.rank(s for s in state.scopes(channel) if s != GENERAL_SCOPE)
+        for scope in ordered:
+            active = state.champion(channel, scope)
+            pending = state.is_pending(channel, scope)
+            target = state.target(channel, scope) if pending else None
+            if active is None and not pending:
+                continue
+            out.append(ScopeChampion(channel=channel, scope=scope, active=format_ref(*active) if active else None,
+                                     inherited=channel != state.default_channel
+                                     and (channel, scope) not in state.pointers,
+                                     pending=format_ref(*target) if target else None,
+                                     pending_removal=pending and target is None))
+        return out
+
+    def require_channel(self, channel: str) -> None:
+        """Raise `NotFound` (with close names) unless `channel` is `default` or named by an event."""
+        _check_channel(channel)
+        known = self.state().channels()
+        if channel not in known:
+            close = difflib.get_close_matches(channel, known, n=2)
+            raise NotFound(f"no channel `{channel}`; channels: {', '.join(known)}", suggestions=close,
+                           hint="" if close else "a channel starts with `ole release REF --channel NAME`")
 
     def fsck(self, *, repair: bool = True) -> FsckReport:
         """Check hashes, lineage DAG and pointers; sweep orphans and quarantine corrupt blobs."""
@@ -568,6 +666,10 @@ class Registry:
 def _need_reason(reason: str, what: str) -> None:
     if not isinstance(reason, str) or not reason.strip():
         raise ValidationError(f"a {what} needs a reason", hint='pass --reason "why"')
+
+
+def _where(channel: str, scope: str) -> str:
+    return f"channel `{channel}`" + ("" if scope == GENERAL_SCOPE else f" scope `{scope}`")
 
 
 def _check_channel(channel: str) -> None:

@@ -6,56 +6,130 @@ Status rules, applied in event order per version:
 * gate decision -> `evaluated` when accepted, `rejected` when not;
 * release -> `released`; rollback -> the version rolled back from becomes `rolled_back`
   and the target `released`;
-* activation -> the previously active version of that channel becomes `retired`
-  (unless it was rolled back);
-* a version that is the champion of any channel reads `active`, whatever came before.
+* activation -> the previously active version of that channel and scope becomes
+  `retired` (unless it was rolled back);
+* a version that is the champion of any channel and scope reads `active`, whatever came before.
 
-Champion of a channel: the version of its last activation event; a channel never
-activated inherits the champion of `default`; `default` never activated is led by the
-first registered bundle (the seed `coder`, registered first on purpose).
+Pointers are kept per (channel, scope). A scope is a bundle's applicability, named by its
+scope key (`Applicability.scope_key`); `general` is the scope that admits every task. The
+scope of a release, rollback or activation is its payload's `scope`, absent in events
+written before scopes existed, which therefore all read as `general` (no migration).
+
+Champion of (channel, scope): the version of its last activation there (a scope rollback
+to a version outside the scope *removes* the pointer: the scope is then owned but empty);
+a channel never activated in that scope inherits `default`'s pointer of the same scope;
+`default`'s general scope never activated is led by the first registered bundle (the seed
+`coder`, registered first on purpose); other scopes of `default` start empty.
 """
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 
+from ole.bundle import GENERAL_SCOPE
+
 Key = tuple[str, int]
+Slot = tuple[str, str]
+"""(channel, scope key)."""
+_ABSENT = object()
+
+
+def event_scope(event) -> str:
+    """Scope key of a release, rollback or activation event (`general` for pre-scope events)."""
+    return event.payload.get("scope") or GENERAL_SCOPE
+
+
+def event_outcome(event) -> Key | None:
+    """The pointer a release or rollback asks for: its version, or None for a scope removal."""
+    return None if event.payload.get("clear") else (event.name, event.version)
 
 
 @dataclass
 class State:
-    """Derived view: base statuses, active pointers and pending targets per channel."""
+    """Derived view: base statuses, active pointers and pending targets per (channel, scope)."""
 
     default_channel: str
     base: dict[Key, str] = field(default_factory=dict)
     first: Key | None = None
-    active: dict[str, Key] = field(default_factory=dict)
-    targets: dict[str, object] = field(default_factory=dict)
+    pointers: dict[Slot, Key | None] = field(default_factory=dict)
+    """Own pointer of a (channel, scope) after its last activation; None = removed."""
+    pending: dict[Slot, object] = field(default_factory=dict)
+    """Last release or rollback event of a (channel, scope), whether activated yet or not."""
 
-    def champion(self, channel: str) -> Key | None:
-        """Active version of `channel`, with the inheritance rules of the module docstring."""
-        if channel in self.active:
-            return self.active[channel]
+    # ----- general scope (the pre-scope API, unchanged for its callers) --------------------
+
+    @property
+    def active(self) -> dict[str, Key]:
+        """Own general-scope pointer per channel (channels that activated something general)."""
+        return {c: k for (c, s), k in self.pointers.items() if s == GENERAL_SCOPE and k is not None}
+
+    @property
+    def targets(self) -> dict[str, object]:
+        """Last general-scope release or rollback event per channel."""
+        return {c: e for (c, s), e in self.pending.items() if s == GENERAL_SCOPE}
+
+    def champion(self, channel: str, scope: str = GENERAL_SCOPE) -> Key | None:
+        """Active version of (`channel`, `scope`), with the inheritance rules of the module docstring."""
+        own = self.pointers.get((channel, scope), _ABSENT)
+        if own is not _ABSENT:
+            return own  # type: ignore[return-value]
         if channel != self.default_channel:
-            return self.champion(self.default_channel)
-        return self.first
+            return self.champion(self.default_channel, scope)
+        return self.first if scope == GENERAL_SCOPE else None
 
-    def target(self, channel: str) -> Key | None:
-        """Version named by the channel's last release or rollback (pending or already active)."""
-        event = self.targets.get(channel)
-        return (event.name, event.version) if event is not None else None
+    def target(self, channel: str, scope: str = GENERAL_SCOPE) -> Key | None:
+        """Version named by the last release or rollback of (channel, scope) (pending or already
+        active); None when there is none or it removed the scope."""
+        event = self.pending.get((channel, scope))
+        return event_outcome(event) if event is not None else None
 
-    def target_event(self, channel: str):
-        """The last release or rollback event of `channel`, or None."""
-        return self.targets.get(channel)
+    def target_event(self, channel: str, scope: str = GENERAL_SCOPE):
+        """The last release or rollback event of (channel, scope), or None."""
+        return self.pending.get((channel, scope))
+
+    def pinned(self, channel: str, scope: str = GENERAL_SCOPE) -> Key | None:
+        """What the channel itself asks for in `scope`: its last release/rollback, else its own pointer."""
+        event = self.pending.get((channel, scope))
+        if event is not None:
+            return event_outcome(event)
+        own = self.pointers.get((channel, scope))
+        return own
+
+    def is_pending(self, channel: str, scope: str = GENERAL_SCOPE) -> bool:
+        """True when the next task boundary of `channel` would change the pointer of `scope`."""
+        event = self.pending.get((channel, scope))
+        return event is not None and self.pointers.get((channel, scope), _ABSENT) != event_outcome(event)
+
+    # ----- scopes ------------------------------------------------------------------------
+
+    def scopes(self, channel: str) -> list[str]:
+        """Scope keys with an own or inherited pointer or a pending change on `channel`, general first."""
+        owners = {channel, self.default_channel}
+        found = {s for (c, s) in (*self.pointers, *self.pending) if c in owners}
+        return [GENERAL_SCOPE] + sorted(found - {GENERAL_SCOPE})
+
+    def champions(self, channel: str, *, pending: bool = False) -> dict[str, Key]:
+        """Active version per scope of `channel` (scopes without a champion left out).
+
+        With `pending`, as they would be right after this channel's next task boundary
+        (its own pending releases and rollbacks applied; `default`'s stay `default`'s).
+        """
+        out = {}
+        for scope in self.scopes(channel):
+            key = self.champion(channel, scope)
+            if pending and self.is_pending(channel, scope):
+                key = self.target(channel, scope)
+            if key is not None:
+                out[scope] = key
+        return out
 
     def channels(self) -> list[str]:
         """`default` plus every channel named by an event."""
-        return sorted({self.default_channel, *self.active, *self.targets})
+        return sorted({self.default_channel, *(c for c, _ in self.pointers), *(c for c, _ in self.pending)})
 
     def status_of(self, name: str, version: int) -> str:
         """Current status of one version."""
         key = (name, version)
-        if any(self.champion(c) == key for c in self.channels()):
+        if any(key in self.champions(c).values() for c in self.channels()):
             return "active"
         return self.base.get(key, "registered")
 
@@ -80,16 +154,19 @@ def _apply(state: State, event) -> None:
         base[key] = "evaluated" if event.payload.get("accepted") else "rejected"
     elif event.kind == "release":
         base[key] = "released"
-        state.targets[event.channel] = event
+        state.pending[(event.channel, event_scope(event))] = event
     elif event.kind == "rollback":
         source = event.payload.get("from")
         if source and "@" in source:
             name, version = source.rsplit("@", 1)
             base[(name, int(version))] = "rolled_back"
-        base[key] = "released"
-        state.targets[event.channel] = event
+        if not event.payload.get("clear"):
+            base[key] = "released"
+        state.pending[(event.channel, event_scope(event))] = event
     elif event.kind == "activation":
-        previous = state.champion(event.channel)
-        if previous is not None and previous != key and base.get(previous) != "rolled_back":
+        slot = (event.channel, event_scope(event))
+        new = None if event.payload.get("clear") else key
+        previous = state.champion(*slot)
+        if previous is not None and previous != new and base.get(previous) != "rolled_back":
             base[previous] = "retired"
-        state.active[event.channel] = key
+        state.pointers[slot] = new

@@ -1,8 +1,10 @@
 """Run one task: start `evogym serve`, let an agent work it, read the verified outcome.
 
 `run_task` is the only way OLE runs a task. It reads the bundle once, at the task
-boundary (an explicit `NAME[@VERSION]`, or the channel's champion after
-`Registry.activate_pending` — a release never switches a running task), starts the
+boundary (`resolve_bundle`: an explicit `NAME[@VERSION]`, refused when its scope does not
+admit the task unless forced, or `Registry.select` — the most specific champion whose
+scope matches, after pending releases are activated; a release never switches a running
+task), records that choice and its reason with the trace, starts the
 host as a subprocess, hands the agent only the protocol URL and the workspace, and
 after finalization copies the outcome from the host's `run.json`. Only a scored
 run enters the trace archive. Arguments are plain picklable values and the function
@@ -26,11 +28,12 @@ from typing import Callable
 from ole.agents import get_agent
 from ole.agents.base import AgentContext, AgentResult
 from ole.agents.client import HostClient, HostError
-from ole.bundle import Bundle, parse_ref
+from ole.bundle import Bundle, TaskContext, parse_ref
 from ole.errors import OleError
 from ole.registry import DEFAULT_CHANNEL, Registry
-from ole.trace import (Iteration, Outcome, RunCondition, TaskContract, TaskSpec, Trace, TraceArchive,
-                       run_json_digest, utc_now)
+from ole.scopes import Selection, context_for, explicit
+from ole.trace import (Iteration, Outcome, RunCondition, SelectionRecord, TaskContract, TaskSpec, Trace,
+                       TraceArchive, run_json_digest, utc_now)
 
 HOST_START_TIMEOUT_S = 300.0
 """Longest wait for `evogym serve` to print its ready line (env import, pool files)."""
@@ -46,14 +49,18 @@ class RunnerError(OleError):
     exit_code = 1
 
 
-def resolve_bundle(registry: Registry, bundle_ref: str | None, channel: str):
-    """The registered bundle for this task: explicit ref, or the channel's champion now."""
+def resolve_bundle(registry: Registry, bundle_ref: str | None, channel: str, ctx: TaskContext, *,
+                   force: bool = False) -> Selection:
+    """The bundle for the task `ctx`, chosen at its boundary, with the reason.
+
+    An explicit `bundle_ref` whose applicability does not admit the task raises `OutOfScope`
+    unless `force` (then `Selection.forced` is set and the runner records it); without a ref,
+    `Registry.select(channel, ctx)` activates pending releases and routes to the most
+    specific matching champion.
+    """
     if bundle_ref:
-        return registry.get(bundle_ref)
-    active = registry.activate_pending(channel)
-    if active is None:
-        raise RunnerError("no bundle is registered", hint="register one with `ole bundle register FILE`")
-    return active
+        return explicit(registry.get(bundle_ref), ctx, force=force)
+    return registry.select(channel, ctx)
 
 
 def contract(task: TaskSpec, bundle, episodes: int) -> TaskContract:
@@ -168,21 +175,26 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
              root: str | Path | None = None, runs_dir: str | Path = "runs", traces_dir: str | Path = "traces",
              agent_options: dict | None = None, channel: str = DEFAULT_CHANNEL,
              lessons_path: str | Path | None = None, isolation: str = "bwrap",
-             serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> Trace:
+             serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
+             force: bool = False) -> Trace:
     """Work one task with one agent under one bundle; returns the trace (archived when scored).
 
-    The bundle is read from the registry once, here, at the task boundary. `agent` must be
-    the condition's host kind. `trace.verified` says whether it entered `traces_dir`;
-    `trace.run_dir` is the host run.
+    The bundle is read from the registry once, here, at the task boundary (`resolve_bundle`;
+    `force` runs an explicit bundle outside its scope). `agent` must be the condition's host
+    kind. `trace.verified` says whether it entered `traces_dir`; `trace.run_dir` is the host
+    run; `trace.selection` says which bundle was chosen and why.
     """
     if agent != condition.host:
         raise RunnerError(f"agent {agent!r} differs from the run condition's host {condition.host!r}",
                           hint="the run condition names the agent kind; pass the same")
+    task_ctx = context_for(task, condition)
     with Registry(root) as registry:
-        registered = resolve_bundle(registry, bundle_ref, channel)
-    trace = run_bundle(task, registered.ref, registered.bundle, condition, runs_dir=runs_dir,
+        chosen = resolve_bundle(registry, bundle_ref, channel, task_ctx, force=force)
+    if progress is not None:
+        progress(f"bundle {chosen.ref}{' (FORCED outside its scope)' if chosen.forced else ''}: {chosen.reason}")
+    trace = run_bundle(task, chosen.ref, chosen.bundle.bundle, condition, runs_dir=runs_dir,
                        agent_options=agent_options, lessons_path=lessons_path, isolation=isolation,
-                       serve_args=serve_args, progress=progress)
+                       serve_args=serve_args, progress=progress, selection=chosen.record())
     if trace.verified:
         TraceArchive(traces_dir).append(trace)
     return trace
@@ -191,11 +203,13 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
 def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition, *,
                runs_dir: str | Path = "runs", agent_options: dict | None = None,
                lessons_path: str | Path | None = None, isolation: str = "bwrap",
-               serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None) -> Trace:
+               serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
+               selection: SelectionRecord | None = None) -> Trace:
     """Work one task under a bundle the caller already holds (no registry access); archives nothing.
 
-    `ref` (`NAME@VERSION`) names the bundle in the trace. Used by `run_task` and by
-    evaluation workers (`ole.jobs.run_job`), which get the bundle with their job.
+    `ref` (`NAME@VERSION`) names the bundle in the trace; `selection`, how it was chosen, is
+    recorded with it. Used by `run_task` and by evaluation workers (`ole.jobs.run_job`), which
+    get the bundle with their job (and judge scopes themselves: nothing is refused here).
     """
     name, version = parse_ref(ref)
     if version is None:
@@ -234,7 +248,7 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
         raise RunnerError(f"the host wrote no run.json in {run_json.parent}", hint="see host.stderr")
     trace = trace_from_run_json(run_json, run_id=run_id, task=task, condition=condition, ref=ref, bundle=bundle,
                                 budget=budget, history=history, result=result, wall=wall,
-                                extras_dir=base / "agent")
+                                extras_dir=base / "agent", selection=selection)
     o = trace.outcome
     say(f"outcome {o.status}: held-out mean return {_num(o.final_score)}, normalized score {_num(o.normalized_score)}")
     return trace
@@ -242,7 +256,7 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
 
 def trace_from_run_json(run_json: Path, *, run_id: str, task: TaskSpec, condition: RunCondition, ref: str,
                         bundle: Bundle, budget: int, history: list[Iteration], result: AgentResult, wall: float,
-                        extras_dir: Path) -> Trace:
+                        extras_dir: Path, selection: SelectionRecord | None = None) -> Trace:
     """The trace of a finalized run: the outcome from the host's run.json, the history from the agent.
 
     Only a `completed` run with a final score is `verified` (and may enter the archive); the
@@ -256,4 +270,4 @@ def trace_from_run_json(run_json: Path, *, run_id: str, task: TaskSpec, conditio
                  bundle_hash=bundle.content_hash, history=tuple(history), outcome=outcome,
                  run_dir=str(Path(run_json).parent), run_json_sha256=run_json_digest(run_json),
                  verified=outcome.status == "completed" and outcome.final_score is not None,
-                 extras={k: str(Path(extras_dir) / v) for k, v in result.extras.items()})
+                 extras={k: str(Path(extras_dir) / v) for k, v in result.extras.items()}, selection=selection)

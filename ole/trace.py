@@ -77,6 +77,22 @@ improvement on other episodes; `reference` re-scores the incumbent on those same
 `retry` resubmits after a failure verdict; `confirm` re-runs a kept program (confirmation)."""
 
 
+class SelectionRecord(_Record):
+    """Which bundle the task got at its boundary, and why (`ole.scopes.Selection.record`)."""
+
+    ref: str
+    """`NAME@VERSION` of the bundle the task ran under."""
+    scope: str
+    """Scope key it was chosen for (`general`, or e.g. `families=minigrid`); for an explicit
+    bundle, that bundle's own scope."""
+    reason: str
+    """One sentence: why this bundle (routing) or that it was named explicitly."""
+    forced: bool = False
+    """True when an explicit bundle whose scope excludes the task was run with `--force`."""
+    channel: str | None = None
+    """Channel routed on; null for an explicitly named bundle."""
+
+
 class Iteration(_Record):
     """One agent iteration: what it observed, what it did, what the host answered."""
 
@@ -189,6 +205,8 @@ class Trace(_Record):
     """True when the outcome was read from a scored host run.json (only these enter the archive)."""
     extras: dict[str, str] = Field(default_factory=dict)
     """Host-agent specific pointers (LLM call log, command agent stdout/stderr files)."""
+    selection: SelectionRecord | None = None
+    """How the bundle was chosen at the task boundary; null in traces written before scoped routing."""
 
 
 def utc_now() -> str:

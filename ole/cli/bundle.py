@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ole.bundle import diff_bundles, dump_bundle_yaml, load_bundle_yaml
+from ole.bundle import EDGES, GENERAL_SCOPE, diff_bundles, dump_bundle_yaml, load_bundle_yaml
 from ole.cli.common import Output, leaf, noun, open_registry, table
 from ole.errors import OleError
 
@@ -18,8 +18,9 @@ def register(subparsers) -> None:
     p.add_argument("file", metavar="FILE")
     p.add_argument("--parent", type=int, action="append", default=[], metavar="VERSION",
                    help="parent version (same name); twice for a recombination")
-    p.add_argument("--edge", choices=["online", "offline_mutation", "recombination", "manual"],
-                   help="how it was derived (default: manual, or recombination with two parents)")
+    p.add_argument("--edge", choices=EDGES,
+                   help="how it was derived (default: manual, or recombination with two parents); "
+                        "specialization: its applicability is strictly narrower than the parent's")
     p.add_argument("--evidence", action="append", default=[], metavar="ID", help="supporting evidence id")
     p.add_argument("--note", default="", help="why it was registered (recorded in the event)")
     p.add_argument("--expect-hash", metavar="SHA256", help="fail unless the content hash is this")
@@ -79,13 +80,19 @@ def show(args: argparse.Namespace) -> Output:
     lines = [f"{entry.ref}  [{entry.status}]  content {entry.content_hash[:12]}",
              f"registered {entry.registered_at:%Y-%m-%d %H:%M:%S}Z  parents {parents}  edge {prov.edge or '-'}"
              f"  mode {prov.mode}  proposer {prov.proposer}",
-             f"evidence {', '.join(prov.evidence_ids) or '-'}",
+             f"scope {entry.bundle.applicability.scope_key}  evidence {', '.join(prov.evidence_ids) or '-'}",
              "events:", *(f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind}"
                           f"{' ' + e.ref if e.version != entry.version else ''}"
-                          f"{' on ' + e.channel if e.channel else ''}"
+                                          f"{' on ' + e.channel if e.channel else ''}"
+                          f"{_scope_note(e)}"
                           f"{': ' + e.payload['reason'] if e.payload.get('reason') else ''}" for e in events),
              "---", dump_bundle_yaml(entry.bundle).rstrip()]
     return Output(data, "\n".join(lines))
+
+
+def _scope_note(event) -> str:
+    scope = event.payload.get("scope") if event.kind != "registration" else None
+    return f" scope {scope}" if scope and scope != GENERAL_SCOPE else ""
 
 
 def diff(args: argparse.Namespace) -> Output:
@@ -106,10 +113,10 @@ def list_bundles(args: argparse.Namespace) -> Output:
         names = [args.name] if args.name else registry.names()
         entries = [e for name in names for e in registry.versions(name)]
     data = [{"ref": e.ref, "status": e.status, "parents": list(e.bundle.provenance.parents),
-             "edge": e.bundle.provenance.edge, "content_hash": e.content_hash,
-             "registered_at": e.registered_at.isoformat()} for e in entries]
-    rows = [["version", "status", "edge", "parents", "registered (UTC)", "content"]]
+             "edge": e.bundle.provenance.edge, "scope": e.bundle.applicability.scope_key,
+             "content_hash": e.content_hash, "registered_at": e.registered_at.isoformat()} for e in entries]
+    rows = [["version", "status", "edge", "parents", "scope", "registered (UTC)", "content"]]
     rows += [[e.ref, e.status, e.bundle.provenance.edge or "seed",
-              ",".join(map(str, e.bundle.provenance.parents)) or "-",
+              ",".join(map(str, e.bundle.provenance.parents)) or "-", e.bundle.applicability.scope_key,
               f"{e.registered_at:%Y-%m-%d %H:%M:%S}", e.content_hash[:12]] for e in entries]
     return Output(data, table(rows))

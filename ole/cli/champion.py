@@ -1,94 +1,141 @@
 """`ole champion show|history|activate`, and the top-level `ole release` / `ole rollback`.
 
-Release and rollback are recorded at once and take effect at the next task boundary,
-when a runner calls `Registry.activate_pending`; `ole champion activate` does the same
-by hand.
+A channel holds a general champion plus scope champions (one per applicability; see
+docs/registry.md). Release and rollback are recorded at once and take effect at the next
+task boundary, when a runner calls `Registry.select` (or `activate_pending`); `ole
+champion activate` does the same by hand. `ole release` acts on the scope the bundle's
+applicability names; `ole rollback --scope S` on one scope only.
+
+    ole champion show --channel default --env gym/acrobot --host builtin --budget 32
 """
 from __future__ import annotations
 
 import argparse
-import difflib
 
+from ole.bundle import GENERAL_SCOPE, parse_scope
 from ole.cli.common import Output, leaf, noun, open_registry, parse_time, table
-from ole.errors import NotFound
+from ole.errors import ValidationError
 from ole.lineage import Lineage
 from ole.registry import DEFAULT_CHANNEL
 
 
 def register(subparsers) -> None:
     """Add `ole champion ...`, `ole release` and `ole rollback`."""
-    verbs = noun(subparsers, "champion", "the active bundle of each channel and its history")
-    p = leaf(verbs, "show", show, "the active bundle of a channel and any pending release")
+    verbs = noun(subparsers, "champion", "the active bundles of each channel and scope, and their history")
+    p = leaf(verbs, "show", show, "a channel's champions and pending releases, or (--env) which bundle a task gets")
     _channel(p)
-    p = leaf(verbs, "history", history, "who was champion when, and why")
+    p.add_argument("--env", metavar="ENV", help="show which bundle a task on this env would get, and why")
+    p.add_argument("--host", default="builtin", choices=("builtin", "llm", "command"),
+                   help="host agent of that task (default %(default)s)")
+    p.add_argument("--budget", type=int, metavar="N", help="episode budget of that task (default: the profile's)")
+    p.add_argument("--profile", default="quick", help="host profile whose budget is used without --budget")
+    p.add_argument("--model", metavar="M", help="model string of that task's LLM agent")
+    p = leaf(verbs, "history", history, "who was champion of a scope when, and why")
     _channel(p)
+    _scope(p)
     p.add_argument("--at", metavar="TIME", help="only the champion at this ISO time (UTC if no zone)")
-    p = leaf(verbs, "activate", activate, "apply the pending release now (what a runner does at a task boundary)")
+    p = leaf(verbs, "activate", activate,
+             "apply the pending releases of every scope now (what a runner does at a task boundary)")
     _channel(p)
-    p = leaf(subparsers, "release", release, "release a version on a channel (active from the next task)")
+    p = leaf(subparsers, "release", release,
+             "release a version on a channel, in its applicability's scope (active from the next task)")
     p.add_argument("ref", metavar="NAME@VERSION")
     p.add_argument("--reason", required=True, help="why (recorded)")
     _channel(p)
     p.add_argument("--force", action="store_true", help="release even though the gate rejected it")
-    p = leaf(subparsers, "rollback", rollback, "roll a channel back (to the active version's parent by default)")
+    p = leaf(subparsers, "rollback", rollback,
+             "roll one scope of a channel back (to the active version's parent by default)")
     p.add_argument("--to", metavar="NAME@VERSION", help="target version (default: parent of the active one)")
     p.add_argument("--reason", required=True, help="why (recorded)")
     _channel(p)
+    _scope(p)
 
 
 def _channel(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--channel", default=DEFAULT_CHANNEL, help="release channel (default: %(default)s)")
 
 
-def _known_channel(state, channel: str) -> None:
-    """Reading a channel nothing was ever released on is a typo, not an inherited champion."""
-    known = state.channels()
-    if channel not in known:
-        close = difflib.get_close_matches(channel, known, n=2)
-        raise NotFound(f"no channel `{channel}`; channels: {', '.join(known)}", suggestions=close,
-                       hint="" if close else "a channel starts with `ole release REF --channel NAME`")
+def _scope(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--scope", default=GENERAL_SCOPE, type=_scope_key, metavar="SCOPE",
+                        help="scope key, e.g. `families=minigrid` (default: %(default)s; see `ole champion show`)")
+
+
+def _scope_key(text: str) -> str:
+    return parse_scope(text).scope_key
 
 
 def show(args: argparse.Namespace) -> Output:
-    """The active champion and, if different, the version that activates at the next task."""
+    """The active champions (general and per scope) and pending changes; with --env, which bundle
+    a task with those facts would get at the next task boundary and why (nothing is activated)."""
+    if not args.env:
+        for flag in ("budget", "model"):
+            if getattr(args, flag) is not None:
+                raise ValidationError(f"--{flag} describes a task and needs --env",
+                                      hint="e.g. ole champion show --env gym/acrobot --budget 32")
+        return _show_channel(args)
+    from ole.scopes import context_for
+    from ole.trace import RunCondition, TaskSpec
+    ctx = context_for(TaskSpec(env=args.env, profile=args.profile, budget=args.budget),
+                      RunCondition(host=args.host, model=args.model))
     with open_registry(args) as registry:
+        chosen = registry.select(args.channel, ctx, activate=False)
+    data = {"channel": args.channel, "task": ctx.model_dump(mode="json"), "ref": chosen.ref, "scope": chosen.scope,
+            "reason": chosen.reason, "matched": list(chosen.matched), "in_scope": chosen.in_scope}
+    return Output(data, f"{ctx.env} on channel {args.channel}: {chosen.ref} (scope {chosen.scope})\n"
+                        f"why: {chosen.reason}")
+
+
+def _show_channel(args: argparse.Namespace) -> Output:
+    with open_registry(args) as registry:
+        registry.require_channel(args.channel)
+        champions = registry.scope_champions(args.channel)
         state = registry.state()
-        _known_channel(state, args.channel)
-        active = registry.champion(args.channel)
-        target = state.target(args.channel)
-        pending = registry.get(f"{target[0]}@{target[1]}") if target and target != (active.name, active.version) \
-            else None
-    data = {"channel": args.channel, "active": active.ref, "pending": pending.ref if pending else None}
-    text = f"channel {args.channel}: active {active.ref}"
-    if pending:
+    general = champions[0]
+    scoped = champions[1:]
+    data = {"channel": args.channel, "active": general.active, "pending": general.pending,
+            "scopes": [c.model_dump(mode="json") for c in scoped]}
+    text = f"channel {args.channel}: active {general.active}"
+    if general.pending:
         event = state.target_event(args.channel)
-        text += f"\npending {pending.ref} ({event.kind} #{event.seq}: {event.payload.get('reason', '')}); " \
+        text += f"\npending {general.pending} ({event.kind} #{event.seq}: {event.payload.get('reason', '')}); " \
                 "it becomes active at the next task boundary (or `ole champion activate`)"
+    if scoped:
+        rows = [["scope (most specific first)", "champion", "pending"]]
+        rows += [[c.scope, (c.active or "(none)") + (" (inherited from default)" if c.inherited else ""),
+                  "removal" if c.pending_removal else (c.pending or "-")] for c in scoped]
+        text += "\n" + table(rows)
+    else:
+        text += "\nno scope champions: every task gets the general champion"
     return Output(data, text)
 
 
 def history(args: argparse.Namespace) -> Output:
     """Champion tenures of a channel, plus every release/rollback/activation recorded on it."""
+    from ole.registry_state import event_scope
     with open_registry(args) as registry:
-        _known_channel(registry.state(), args.channel)
+        registry.require_channel(args.channel)
         lineage = Lineage.from_registry(registry)
-        events = [e for e in registry.events(channel=args.channel)]
+        events = [e for e in registry.events(channel=args.channel) if event_scope(e) == args.scope]
+    where = args.channel + ("" if args.scope == GENERAL_SCOPE else f" scope {args.scope}")
     if args.at:
-        tenure = lineage.champion_at(parse_time(args.at), args.channel)
+        tenure = lineage.champion_at(parse_time(args.at), args.channel, args.scope)
         data = tenure.model_dump(mode="json") if tenure else None
-        text = (f"{tenure.ref} was active on {args.channel} at {args.at}: {_why(tenure)}" if tenure
-                else f"nothing was registered yet at {args.at}")
+        empty = (f"nothing was registered yet at {args.at}" if args.scope == GENERAL_SCOPE
+                 else f"scope {args.scope} had no champion on {args.channel} at {args.at}")
+        text = f"{tenure.ref} was active on {where} at {args.at}: {_why(tenure)}" if tenure else empty
         return Output(data, text)
-    tenures = lineage.champion_history(args.channel)
+    tenures = lineage.champion_history(args.channel, args.scope)
     rows = [["since (UTC)", "until (UTC)", "champion", "why"]]
     rows += [[f"{t.since:%Y-%m-%d %H:%M:%S}", f"{t.until:%Y-%m-%d %H:%M:%S}" if t.until else "now", t.ref, _why(t)]
              for t in tenures]
     log = [f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind} {e.ref}"
            f"{' from ' + e.payload['from'] if e.payload.get('from') else ''}"
            f"{': ' + e.payload['reason'] if e.payload.get('reason') else ''}" for e in events]
-    data = {"channel": args.channel, "tenures": [t.model_dump(mode="json") for t in tenures],
+    data = {"channel": args.channel, "scope": args.scope, "tenures": [t.model_dump(mode="json") for t in tenures],
             "events": [e.model_dump(mode="json") for e in events]}
-    return Output(data, table(rows) + "\nevents:\n" + ("\n".join(log) or "  (none)"))
+    others = [s for s in lineage.scopes(args.channel) if s != args.scope]
+    more = f"\nother scopes: {', '.join(others)} (see --scope)" if others else ""
+    return Output(data, f"{where}\n" + table(rows) + "\nevents:\n" + ("\n".join(log) or "  (none)") + more)
 
 
 def _why(tenure) -> str:
@@ -98,31 +145,44 @@ def _why(tenure) -> str:
 
 
 def activate(args: argparse.Namespace) -> Output:
-    """Task boundary by hand: activate the pending release or rollback, if any (recorded)."""
+    """Task boundary by hand: activate the pending release or rollback of every scope, if any (recorded)."""
     with open_registry(args) as registry:
-        _known_channel(registry.state(), args.channel)
-        before = registry.champion(args.channel).ref
+        registry.require_channel(args.channel)
+        before = {c.scope: c.active for c in registry.scope_champions(args.channel)}
         active = registry.activate_pending(args.channel)
-    changed = active is not None and active.ref != before
-    text = f"channel {args.channel}: {before} -> {active.ref}" if changed else \
-        f"channel {args.channel}: nothing pending; {before} stays active"
-    return Output({"channel": args.channel, "active": active.ref if active else None, "changed": changed}, text)
+        after = {c.scope: c.active for c in registry.scope_champions(args.channel)}
+    changes = {s: [before.get(s), after.get(s)] for s in sorted({*before, *after}) if before.get(s) != after.get(s)}
+    lines = [f"channel {args.channel}{'' if s == GENERAL_SCOPE else ' scope ' + s}: {a or '(none)'} -> {b or '(none)'}"
+             for s, (a, b) in changes.items()]
+    text = "\n".join(lines) or f"channel {args.channel}: nothing pending; {before.get(GENERAL_SCOPE)} stays active"
+    return Output({"channel": args.channel, "active": active.ref if active else None, "changed": bool(changes),
+                   "changes": changes}, text)
 
 
 def release(args: argparse.Namespace) -> Output:
-    """Record a release; the version becomes active at the next task boundary."""
+    """Record a release in the bundle's scope; the version becomes active there at the next task boundary."""
     with open_registry(args) as registry:
         entry = registry.release(args.ref, channel=args.channel, reason=args.reason, force=args.force)
-        seq = registry.events(kind="release", channel=args.channel)[-1].seq
-    return Output({"released": entry.ref, "channel": args.channel, "seq": seq},
-                  f"released {entry.ref} on {args.channel} (event #{seq}); active from the next task boundary")
+        event = registry.events(kind="release", channel=args.channel)[-1]
+    scope = event.payload["scope"]
+    where = args.channel + ("" if scope == GENERAL_SCOPE else f" scope {scope}")
+    return Output({"released": entry.ref, "channel": args.channel, "scope": scope, "seq": event.seq},
+                  f"released {entry.ref} on {where} (event #{event.seq}); active from the next task boundary")
 
 
 def rollback(args: argparse.Namespace) -> Output:
-    """Record a rollback; the target becomes active at the next task boundary."""
+    """Record a rollback of one scope; it takes effect at the next task boundary."""
     with open_registry(args) as registry:
-        entry = registry.rollback(args.channel, to=args.to, reason=args.reason)
+        entry = registry.rollback(args.channel, scope=args.scope, to=args.to, reason=args.reason)
         event = registry.events(kind="rollback", channel=args.channel)[-1]
-    return Output({"to": entry.ref, "from": event.payload["from"], "channel": args.channel, "seq": event.seq},
-                  f"rolled {args.channel} back from {event.payload['from']} to {entry.ref} (event #{event.seq}); "
-                  "active from the next task boundary")
+    where = args.channel + ("" if args.scope == GENERAL_SCOPE else f" scope {args.scope}")
+    removal = bool(event.payload.get("clear"))
+    data = {"to": None if removal else entry.ref, "from": event.payload["from"], "channel": args.channel,
+            "scope": args.scope, "removed": removal, "seq": event.seq}
+    if removal:
+        text = (f"removes {event.payload['from']} as champion of {where} (event #{event.seq}); from the next task "
+                "boundary its tasks fall back to the next matching champion")
+    else:
+        text = (f"rolled {where} back from {event.payload['from']} to {entry.ref} (event #{event.seq}); "
+                "active from the next task boundary")
+    return Output(data, text)

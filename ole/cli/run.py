@@ -3,6 +3,10 @@
     ole run --env gym/acrobot --agent builtin --profile quick
     ole run --suite core16 --bundle coder@1 --profile bench --seed 0
 
+Without --bundle each task gets the most specific champion of --channel whose scope
+(applicability) matches it; an explicit --bundle outside its scope is refused unless
+--force is given, and the forcing is recorded in the trace.
+
 Progress goes to stderr; the result lines (trace id, scores) to stdout.
 """
 from __future__ import annotations
@@ -25,7 +29,10 @@ def register(subparsers) -> None:
     where = p.add_mutually_exclusive_group(required=True)
     where.add_argument("--env", action="append", metavar="ENV", help="env slug (repeat for several)")
     where.add_argument("--suite", choices=("core16",), help="run every env of a suite")
-    p.add_argument("--bundle", metavar="NAME[@VERSION]", help="bundle (default: the channel's champion)")
+    p.add_argument("--bundle", metavar="NAME[@VERSION]",
+                   help="bundle (default: the channel's most specific champion whose scope matches the task)")
+    p.add_argument("--force", action="store_true",
+                   help="run --bundle even where its applicability excludes the task (recorded in the trace)")
     p.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel whose champion is used without --bundle")
     p.add_argument("--agent", default="builtin", choices=("builtin", "llm", "command"), help="host agent")
     p.add_argument("--model", help="model string (llm agent)")
@@ -60,6 +67,24 @@ def _condition(args: argparse.Namespace) -> RunCondition:
     return RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
 
 
+def _check_scopes(args: argparse.Namespace, envs: list[str], condition: RunCondition) -> None:
+    """Before any run starts: an explicit --bundle must apply to every task (unless --force),
+    and the channel must exist; --force without --bundle would do nothing."""
+    from ole.cli.common import open_registry
+    from ole.scopes import context_for, explicit
+    if args.force and not args.bundle:
+        raise ValidationError("--force only applies to an explicit --bundle",
+                              hint="without --bundle the registry picks a bundle whose scope matches the task")
+    with open_registry(args) as registry:
+        if not args.bundle:
+            registry.require_channel(args.channel)
+            return
+        bundle = registry.get(args.bundle)
+        for env in envs:
+            task = TaskSpec(env=env, profile=args.profile, budget=args.budget, pool_seed=args.pool_seed)
+            explicit(bundle, context_for(task, condition), force=args.force)
+
+
 def run(args: argparse.Namespace) -> Output:
     """Run the task(s); each verified run's trace enters the archive."""
     from ole.runner import run_task
@@ -68,6 +93,7 @@ def run(args: argparse.Namespace) -> Output:
     check_task_names(envs, args.profile)  # before a run folder exists: a typo writes nothing
     if args.budget is not None and args.budget < 1:
         raise ValidationError(f"--budget must be at least 1, got {args.budget}", hint="omit it for the profile's")
+    _check_scopes(args, envs, condition)
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     rows, data = [["env", "status", "final", "normalized", "trace"]], []
     for n, env in enumerate(envs, 1):
@@ -75,9 +101,12 @@ def run(args: argparse.Namespace) -> Output:
         task = TaskSpec(env=env, profile=args.profile, budget=args.budget, pool_seed=args.pool_seed)
         trace = run_task(task, args.bundle, args.agent, condition, root=getattr(args, "root", None),
                          runs_dir=args.runs_dir, traces_dir=args.traces_dir,
-                         channel=args.channel, lessons_path=args.lessons, isolation=args.isolation, progress=say)
+                         channel=args.channel, lessons_path=args.lessons, isolation=args.isolation, progress=say,
+                         force=args.force)
         o = trace.outcome
         data.append({"env": env, "trace_id": trace.trace_id, "archived": trace.verified, "status": o.status,
+                     "bundle": trace.selection.ref, "scope": trace.selection.scope, "forced": trace.selection.forced,
+                     "why": trace.selection.reason,
                      "final_score": o.final_score, "normalized_score": o.normalized_score,
                      "episodes_used": o.episodes_used, "n_submits": o.n_submits, "run_dir": trace.run_dir})
         rows.append([env, o.status, _num(o.final_score), _num(o.normalized_score),

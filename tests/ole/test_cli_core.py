@@ -45,7 +45,8 @@ def test_child_release_rollback_and_history_all_from_the_cli(root, tmp_path, cap
     reg = ole_json(root, "bundle", "register", str(child), "--parent", "1", "--note", "bigger steps", capsys=capsys)
     assert reg == {"ref": "coder@2", "status": "registered", "content_hash": reg["content_hash"], "deduplicated": False}
     code, tree, _ = ole(root, "lineage", "show", "coder", capsys=capsys)
-    assert "coder@1 [active] seed" in tree and "└── coder@2 [registered] manual — bigger steps" in tree
+    assert "coder@1 [active] seed (scope general)" in tree
+    assert "└── coder@2 [registered] manual (scope general) — bigger steps" in tree
     graph = ole_json(root, "lineage", "show", capsys=capsys)
     assert {"parent": "coder@1", "child": "coder@2", "kind": "manual", "position": 0} in graph["edges"]
     code, mermaid, _ = ole(root, "lineage", "show", "--format", "mermaid", "--png", str(tmp_path / "l.png"),
@@ -53,7 +54,7 @@ def test_child_release_rollback_and_history_all_from_the_cli(root, tmp_path, cap
     assert "n_coder_1 -->|manual| n_coder_2" in mermaid and (tmp_path / "l.png").stat().st_size > 0
     assert ole_json(root, "release", "coder@2", "--reason", "manual test", capsys=capsys)["released"] == "coder@2"
     shown = ole_json(root, "champion", "show", capsys=capsys)
-    assert shown == {"channel": "default", "active": "coder@1", "pending": "coder@2"}
+    assert shown == {"channel": "default", "active": "coder@1", "pending": "coder@2", "scopes": []}
     assert ole_json(root, "champion", "activate", capsys=capsys)["active"] == "coder@2"
     back = ole_json(root, "rollback", "--reason", "regressed", capsys=capsys)
     assert (back["from"], back["to"]) == ("coder@2", "coder@1")

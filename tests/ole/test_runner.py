@@ -17,7 +17,9 @@ import pytest
 from ole import runner
 from ole.agents.base import AgentResult, HostAgent
 from ole.cli import main as ole_main
+from ole.errors import NotFound
 from ole.registry import Registry
+from ole.scopes import task_context
 from ole.trace import RunCondition, TaskSpec, TraceArchive
 
 REPO = Path(__file__).resolve().parents[2]
@@ -111,9 +113,10 @@ def test_host_is_stopped_on_keyboard_interrupt(tmp_path, registry_root, monkeypa
 
 
 def test_release_takes_effect_at_the_task_boundary(registry_root):
+    ctx = task_context("gym/acrobot", "builtin", 32)
     with Registry(registry_root) as registry:
-        assert runner.resolve_bundle(registry, None, "default").ref == "coder@1"
-        assert runner.resolve_bundle(registry, "coder@1", "default").ref == "coder@1"
+        assert runner.resolve_bundle(registry, None, "default", ctx).ref == "coder@1"
+        assert runner.resolve_bundle(registry, "coder@1", "default", ctx).ref == "coder@1"
 
 
 def test_arguments_are_picklable():
@@ -136,7 +139,15 @@ def test_cli_run_then_trace_ls_and_show(tmp_path, registry_root, capsys):
 
 
 def test_host_start_failure_shows_the_hosts_message(tmp_path, registry_root):
-    with pytest.raises(runner.RunnerError, match="did you mean `gym/acrobot`"):
+    with pytest.raises(runner.RunnerError, match="unrecognized arguments: --no-such-flag"):
+        runner.run_task(TaskSpec(env="gym/acrobot", budget=4), "coder", "builtin", RunCondition(host="builtin"),
+                        root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
+                        isolation="none", serve_args=("--no-such-flag",))
+
+
+def test_an_unknown_env_is_refused_before_any_host_starts(tmp_path, registry_root):
+    with pytest.raises(NotFound, match="did you mean `gym/acrobot`"):
         runner.run_task(TaskSpec(env="gym/acrobt", budget=4), "coder", "builtin", RunCondition(host="builtin"),
                         root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
                         isolation="none")
+    assert not (tmp_path / "runs").exists()
