@@ -213,7 +213,7 @@ def task_context(env: str, host: str, budget: int, model: str | None = None) -> 
 
 def context_for(task: "TaskSpec", condition: "RunCondition") -> TaskContext:
     """The `TaskContext` of a runner task: its budget is the override, else the profile's."""
-    from evogym.data import profile
+    from evogym.pools import profile
     from evogym.errors import ConfigError
     try:
         budget = task.budget if task.budget is not None else profile(task.profile).budget
