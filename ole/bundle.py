@@ -261,8 +261,10 @@ def parse_scope(text: str) -> Applicability:
     seen: list[str] = []
     for part in text.split(";"):
         field, sep, value = part.partition("=")
-        if not sep or field not in _SCOPE_ORDER or not value:
+        if not sep or not value:
             raise ValidationError(f"bad scope `{text}`: `{part}` is not FIELD=VALUE", hint=hint)
+        if field not in _SCOPE_ORDER:
+            raise ValidationError(f"bad scope `{text}`: unknown field `{field}`", hint=hint)
         if field in seen:
             raise ValidationError(f"bad scope `{text}`: `{field}` given twice", hint=hint)
         seen.append(field)

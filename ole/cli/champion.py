@@ -14,7 +14,7 @@ import argparse
 
 from ole.bundle import GENERAL_SCOPE, parse_scope
 from ole.cli.common import Output, leaf, noun, open_registry, parse_time, table
-from ole.errors import ValidationError
+from ole.errors import OleError, ValidationError
 from ole.lineage import Lineage
 from ole.registry import DEFAULT_CHANNEL
 
@@ -61,7 +61,10 @@ def _scope(parser: argparse.ArgumentParser) -> None:
 
 
 def _scope_key(text: str) -> str:
-    return parse_scope(text).scope_key
+    try:
+        return parse_scope(text).scope_key
+    except OleError as exc:  # argparse prints it as one line, exit 2
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def show(args: argparse.Namespace) -> Output:

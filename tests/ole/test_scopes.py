@@ -107,7 +107,7 @@ def test_the_documented_specificity_order():
 
 
 @pytest.mark.parametrize("text, message", [
-    ("", "empty scope"), ("envs", "is not FIELD=VALUE"), ("colour=red", "is not FIELD=VALUE"),
+    ("", "empty scope"), ("envs", "is not FIELD=VALUE"), ("colour=red", "unknown field `colour`"),
     ("families=a;families=b", "given twice"), ("envs=x;families=a", "in the order"),
     ("budget=0-5", "not MIN-MAX"), ("budget=9-3", "below min_budget"), ("hosts=robot", "hosts"),
 ])
