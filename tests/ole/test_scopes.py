@@ -406,3 +406,105 @@ def test_concurrent_writers_on_different_scopes_stay_consistent(root):
         assert all(a.payload["cause_seq"] in {r.seq for r in releases} for a in activations)
         assert [reg.select("default", ctx(env)).ref for env in envs] == refs
         assert reg.fsck().ok
+
+
+# ----- property-based: per-scope release / rollback / activation against a model ----------
+
+from hypothesis.stateful import RuleBasedStateMachine, initialize, invariant, rule  # noqa: E402
+
+VERSIONS = {  # version: (parent, scope key); registered once per machine
+    2: (1, GENERAL_SCOPE), 3: (1, "families=minigrid"), 4: (3, "families=minigrid"), 5: (3, f"envs={FOURROOMS}")}
+SCOPE_APPLICABILITY = {GENERAL_SCOPE: {}, "families=minigrid": {"env_families": ["minigrid"]},
+                       f"envs={FOURROOMS}": {"env_ids": [FOURROOMS]}}
+
+
+class ScopedRegistryMachine(RuleBasedStateMachine):
+    """release / rollback(scope) / activate vs. a model of per-scope pointers; routing checked each step."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        import tempfile
+        self.tmp = tempfile.TemporaryDirectory()
+        root = Path(self.tmp.name)
+        shutil.copy(PROJECT / "bundles" / "coder.yaml", root / "coder.yaml")
+        self.reg = Registry(root)
+        for version, (parent, scope) in VERSIONS.items():
+            edge = "specialization" if scope != VERSIONS.get(parent, (0, GENERAL_SCOPE))[1] else "manual"
+            entry = self.reg.register(scoped(version / 10, **SCOPE_APPLICABILITY[scope]), parents=[parent], edge=edge)
+            assert entry.version == version
+        self.scope_of = {1: GENERAL_SCOPE, **{v: s for v, (_, s) in VERSIONS.items()}}
+        self.parent = {1: None, **{v: p for v, (p, _) in VERSIONS.items()}}
+        self.active: dict[str, int] = {GENERAL_SCOPE: 1}
+        self.pending: dict[str, int | None] = {}
+
+    def teardown(self) -> None:
+        self.reg.close()
+        self.tmp.cleanup()
+
+    @initialize(start=st.sampled_from([(), (4,), (5,), (4, 5)]))
+    def start_with_scope_champions(self, start):
+        """Often begin with scope champions active, so rollbacks and removals are reached early."""
+        for version in start:
+            self.release(version)
+        self.activate()
+
+    def _asked(self, scope: str):
+        return self.pending[scope] if scope in self.pending else self.active.get(scope)
+
+    @rule(version=st.sampled_from([1, 2, 3, 4, 5]))
+    def release(self, version):
+        scope = self.scope_of[version]
+        untouched = scope not in self.pending and scope not in self.active
+        if self._asked(scope) == version or (untouched and scope == GENERAL_SCOPE and version == 1):
+            with pytest.raises(Conflict):
+                self.reg.release(f"coder@{version}", reason="model")
+            return
+        self.reg.release(f"coder@{version}", reason="model")
+        self.pending[scope] = version
+
+    @rule(scope=st.sampled_from(sorted(SCOPE_APPLICABILITY)))
+    def rollback(self, scope):
+        current = self.active.get(scope)
+        if current is None:
+            with pytest.raises(NotFound):
+                self.reg.rollback(scope=scope, reason="model")
+            return
+        parent = self.parent[current]
+        if scope == GENERAL_SCOPE:
+            if parent is None:
+                with pytest.raises(Conflict):
+                    self.reg.rollback(scope=scope, reason="model")
+                return
+            target = parent
+        else:
+            target = parent if parent is not None and self.scope_of[parent] == scope else None
+        self.reg.rollback(scope=scope, reason="model")
+        self.pending[scope] = target
+
+    @rule()
+    def activate(self):
+        for scope, target in self.pending.items():
+            if target is None:
+                self.active.pop(scope, None)
+            else:
+                self.active[scope] = target
+        self.pending.clear()
+        self.reg.activate_pending()
+
+    def _expected(self, env: str, pointers: dict[str, int]) -> int:
+        for scope in (f"envs={FOURROOMS}", "families=minigrid"):
+            if scope in pointers and parse_scope(scope).matches_task(ctx(env)):
+                return pointers[scope]
+        return pointers[GENERAL_SCOPE]
+
+    @invariant()
+    def routing_matches_the_model(self):
+        after = {s: self._asked(s) for s in SCOPE_APPLICABILITY if self._asked(s) is not None}
+        state = self.reg.state()
+        assert {s: v for s, (_, v) in state.champions("default").items()} == self.active
+        for env in (FOURROOMS, DOORKEY, ACROBOT):
+            assert self.reg.select("default", ctx(env), activate=False).ref == f"coder@{self._expected(env, after)}"
+
+
+ScopedRegistryMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=10, deadline=None)
+test_scoped_registry_state_machine = ScopedRegistryMachine.TestCase
