@@ -131,9 +131,10 @@ def history(args: argparse.Namespace) -> Output:
     rows = [["since (UTC)", "until (UTC)", "champion", "why"]]
     rows += [[f"{t.since:%Y-%m-%d %H:%M:%S}", f"{t.until:%Y-%m-%d %H:%M:%S}" if t.until else "now", t.ref, _why(t)]
              for t in tenures]
-    log = [f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind} {e.ref}"
-           f"{' from ' + e.payload['from'] if e.payload.get('from') else ''}"
-           f"{': ' + e.payload['reason'] if e.payload.get('reason') else ''}" for e in events]
+    log = [f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind} "
+           + (f"removes {e.ref}" if e.payload.get("clear") else
+              e.ref + (f" from {e.payload['from']}" if e.payload.get("from") else ""))
+           + (f": {e.payload['reason']}" if e.payload.get("reason") else "") for e in events]
     data = {"channel": args.channel, "scope": args.scope, "tenures": [t.model_dump(mode="json") for t in tenures],
             "events": [e.model_dump(mode="json") for e in events]}
     others = [s for s in lineage.scopes(args.channel) if s != args.scope]

@@ -24,6 +24,7 @@ def fsck(args: argparse.Namespace) -> Output:
     verb = "would sweep" if args.no_repair else "swept"
     lines = [f"{'clean' if report.ok else 'PROBLEMS'}: {report.bundles} versions, {report.events} events, "
              f"champions {', '.join(f'{c}={r}' for c, r in report.channels.items()) or '-'}"]
+    lines += [f"  {c} scope {s}: {r}" for c, scoped in report.scopes.items() for s, r in scoped.items()]
     lines += [f"problem: {p}" for p in report.problems]
     lines += [f"{verb}: {s}" for s in report.swept] + [f"quarantined: {q}" for q in report.quarantined]
     return Output(report.model_dump(mode="json"), "\n".join(lines), 0 if report.ok else 1)
