@@ -98,6 +98,8 @@ class Verification(_Component):
     """Relative margin a candidate must beat the incumbent by (of the incumbent's |score|, at least 1e-6)."""
     matched_comparison: bool = True
     """Compare candidate and incumbent only on the same episode indices."""
+    stderr_multiple: float = Field(1.0, ge=0.0, le=5.0)
+    """Standard errors of the measured improvement it must clear on top of the margin (0 = compare plain means)."""
 
 
 class Recovery(_Component):

@@ -227,12 +227,12 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
     k = min(a.episodes_per_submit, int(info.get("max_episodes_per_submit", a.episodes_per_submit)))
     selection = {"matched": f"always submit the same ids 0-{k - 1} so every comparison uses the same episodes",
                  "fresh": "use ids never submitted before in every submit",
-                 "mixed": f"half of each submit from the fixed ids 0-{max(0, (k + 1) // 2 - 1)}, "
-                          "half never used before"}
+                 "mixed": f"about half of each submit (rounded up) from the fixed ids 0-{max(0, (k + 1) // 2 - 1)}, "
+                          "the rest never used before"}
     finish = ("keep submitting until `/info` reports `remaining_budget` 0; the host then finalizes by itself"
               if s.mode == "spend_all" else
-              f"POST {url}/finish once {s.patience_submits} submits in a row have not improved, and never spend the "
-              f"last {s.reserve_episodes} episodes")
+              f"POST {url}/finish once {s.patience_submits} submits in a row have not improved (re-tests and "
+              f"confirmations do not count), and never spend the last {s.reserve_episodes} episodes")
     lines = [
         "# Working brief (loop policy + protocol contract)", "",
         "Follow these rules for the whole run. They come from the loop policy you are evaluated under.", "",
@@ -244,7 +244,8 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
         "## Planning",
         f"- Phases in order: {', '.join(p.phases) or 'tuning'}. Synthesis tries at most {p.max_mechanisms} "
         "distinct mechanisms; tuning adjusts the best one; confirmation re-tests the best programs.",
-        f"- After {p.plateau_submits} submits without improvement: {_PLATEAU[p.on_plateau]}.", "",
+        "- A candidate is a submit of a new or fixed program; re-tests and confirmations are not candidates.",
+        f"- After {p.plateau_submits} candidates in a row without improvement: {_PLATEAU[p.on_plateau]}.", "",
         "## Memory",
         f"- Keep the {m.top_k_programs} best programs as revert targets (as `system/kept/*.py.txt`, so they "
         "are never imported).",
@@ -252,19 +253,24 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
         "- " + ("Read and extend the lessons file named in OLE_LESSONS." if m.carry_lessons
                 else "Ignore lessons from other tasks."), "",
         "## Action",
-        f"- Submit {k} episodes per exploratory submit; {selection[a.index_selection]}.",
+        f"- Submit {k} episodes per candidate; {selection[a.index_selection]}. Re-tests and confirmations use "
+        "ids never submitted before.",
+        f"- Tune in rounds of {a.population} candidates.",
         f"- Edit unit: {_GRANULARITY[a.edit_granularity]}; change constants by about {a.step_size:g} of their "
         "scale.", "",
         "## Verification",
         "- " + ("Before each submit, check that every .py under system/ parses and imports only "
                 "stdlib/numpy/scipy." if v.static_checks else "No local checks are required before a submit."),
-        f"- Re-test an apparent improvement on {v.retest_episodes} more episodes before trusting it"
-        + (" (on the same ids as the incumbent)." if v.matched_comparison else "."),
-        f"- Count it as an improvement only if it beats the best by {v.margin:.0%} of the best's |score|.", "",
+        f"- Re-test an apparent improvement on {v.retest_episodes} new episodes before trusting it"
+        + (", and run the best program on the same new ids." if v.matched_comparison else "."),
+        "- Count it as an improvement only if its gain over the best, "
+        + ("compared episode by episode on shared ids, " if v.matched_comparison else "mean against mean, ")
+        + f"minus {v.stderr_multiple:g} standard errors of that gain, exceeds {v.margin:.0%} of the best's |mean|.", "",
         "## Recovery",
         f"- After a failed verdict (import_error, init_error, rollout_timeout, ...): {_RECOVERY[r.on_error_verdict]}.",
-        f"- After a regression: {_RECOVERY[r.on_regression]}.",
-        f"- Escalate after {r.max_retries} failed attempts in a row.", "",
+        f"- After a round whose candidates did not beat the best: {_RECOVERY[r.on_regression]}.",
+        f"- After every {r.max_retries + 1} failed attempts in a row, move one step up the ladder retry -> revert "
+        "-> restructure.", "",
         "## Stopping", f"- {finish}.", "",
         "## Budget",
         f"- Episode budget {budget}: about {b.synthesis_fraction * budget:.0f} for synthesis, "

@@ -17,6 +17,7 @@ import json
 import time
 from pathlib import Path
 
+from ole.agents import decisions
 from ole.agents.base import AgentContext, AgentResult, AgentUsage, HostAgent
 from ole.agents.client import HostClient, HostError, SubmitAnswer
 from ole.agents.edits import (EditRejected, Proposal, diff_lines, edit_kind, parse_answer, scope_problem,
@@ -71,21 +72,23 @@ class LLMAgent(HostAgent):
 
 
 class _Session:
-    """One task worked by the LLM agent; all state of the loop lives here."""
+    """One task worked by the LLM agent; all state of the loop lives here.
+
+    What each loop-policy field decides comes from `ole.agents.decisions` (shared with the
+    built-in agent); the session carries it out by prompting the model.
+    """
 
     def __init__(self, agent: LLMAgent, ctx: AgentContext, llm: LLMClient) -> None:
         self.agent, self.ctx, self.llm = agent, ctx, llm
         self.pol = ctx.bundle.loop_policy
         self.host = HostClient(ctx.url)
         self.system_dir = ctx.workspace / "system"
-        self.memory = ProgramMemory(self.pol.memory.top_k_programs, self.pol.memory.edit_log_size,
-                                    self.pol.verification)
         self.started = time.monotonic()
         self.iterations = 0
         self.phase_index = 0
-        self.stale = 0           # consecutive non-improving candidate evaluations (stopping.patience)
-        self.phase_stale = 0     # the same, reset at each phase change (planning.plateau_submits)
-        self.failures = 0        # consecutive charged failure verdicts (recovery.max_retries)
+        self.progress = decisions.Progress()
+        self.spent = {"synthesis": 0, "tuning": 0, "confirmation": 0}
+        self.rounds = 0
         self.rejects = 0
         self.bold = False
         self.force_synthesis = False
@@ -96,6 +99,8 @@ class _Session:
         self.last_edit = ""
         self.recovering = False
         self.ok_submits = 0
+        self.submitted: dict[str, int] = {}
+        """Program source -> its first submit id (failed programs included), for `base_submit`."""
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> AgentResult:
@@ -104,9 +109,9 @@ class _Session:
         self.remaining = int(info["state"]["remaining_budget"])
         self.min_per = int(info.get("min_episodes_per_submit", 1))
         self.max_per = int(info.get("max_episodes_per_submit", self.budget))
-        self.n_ids = int(info["env_meta"]["n_env_instances"])
+        self.shares = decisions.phase_budget(self.pol, self.remaining)
+        self.memory = ProgramMemory(self.pol, int(info["env_meta"]["n_env_instances"]), self.ctx.condition.seed)
         self.signature = signature(info["env_meta"].get("obs_space", {}), info["env_meta"].get("action_space", {}))
-        self.memory.set_index_space(self.n_ids, self.pol.action.episodes_per_submit)
         self.system = system_prompt(self.host.task(), info, self.pol)
         self.lessons = self._read_lessons()
         reason = self._loop()
@@ -136,16 +141,16 @@ class _Session:
             return "budget_spent" if self._finalized() else "error"
 
     def _stop_reason(self) -> str | None:
-        stop = self.pol.stopping
         if self.remaining <= 0:
             return "budget_spent"
         if time.monotonic() - self.started >= self.pol.budget.wall_time_s:
             return "wall_time"
         if self.rejects >= MAX_REJECTS:
             return "error"
-        if stop.mode == "finish_early":
-            if self.remaining <= stop.reserve_episodes or self.stale >= stop.patience_submits:
-                return "finished_early"
+        if decisions.should_finish(self.pol, self.progress, self.remaining):
+            return "finished_early"
+        if self._size() == 0:  # what is left cannot be spent (the reserve, or less than one submit)
+            return "finished_early" if self.pol.stopping.mode == "finish_early" else "budget_spent"
         return None
 
     def _finalized(self) -> bool:
@@ -167,52 +172,70 @@ class _Session:
         proposal, why = self._ask(turn)
         if proposal is None:
             source, mechanism, kind, note = self._fallback(why)
-            self._submit(source, self._indices(), turn_phase, kind, note, mechanism, calls0)
-            self.stale += 1  # a fallback is a non-improving submit: patience and plateaus see it
-            self.phase_stale += 1
+            self._submit(source, self._indices(), turn_phase, kind, note, mechanism, calls0, role="candidate",
+                         base=self.memory.first_submit(source))
+            self.progress.candidate(False)  # a fallback is a non-improving candidate: patience and plateaus see it
+            self._on_plateau()
             return
         if turn_phase == "synthesis":
             self.force_synthesis = False
             self.mechanisms.append(proposal.mechanism or f"mechanism {len(self.mechanisms) + 1}")
         mechanism = proposal.mechanism or self._mechanism_of(turn.program)
         kind = edit_kind(turn.program, proposal.source)
+        base = None if turn_phase == "synthesis" and kind == "synthesis" else self._base_of(turn.program)
+        search_round = None
+        if turn_phase == "tuning":
+            search_round, self.rounds = self.rounds, self.rounds + 1
         answer = self._submit(proposal.source, self._indices(), turn_phase, kind, f"{proposal.form} edit",
-                              mechanism, calls0, base=turn.program)
+                              mechanism, calls0, base_program=turn.program,
+                              role="retry" if turn_phase == "recovery" else "candidate", base=base,
+                              search_round=search_round)
         if answer is not None:
             self._judge(proposal.source, mechanism, answer)
+
+    def _base_of(self, program: str | None) -> int | None:
+        """Submit id of the program an edit was made to (also when it failed and is not kept)."""
+        return self.submitted.get(program) if program is not None else None
+
+    def _spent_phase(self) -> str:
+        phases = self.pol.planning.phases or ("tuning",)
+        return phases[min(self.phase_index, len(phases) - 1)]
 
     def _phase(self) -> str:
         """The current phase of planning.phases; advances when a phase's share is spent or it plateaued."""
         phases = self.pol.planning.phases or ("tuning",)
-        while self.phase_index < len(phases) - 1 and self._phase_over(phases[self.phase_index], phases):
+        while self.phase_index < len(phases) - 1 and self._phase_over(phases[self.phase_index]):
             self.phase_index += 1
-            self.phase_stale, self.bold = 0, False
+            self.progress.new_phase()
+            self.bold = False
         return phases[self.phase_index]
 
-    def _phase_over(self, name: str, phases: tuple[str, ...]) -> bool:
-        plan, bud = self.pol.planning, self.pol.budget
-        if self.phase_stale >= plan.plateau_submits and plan.on_plateau == "next_phase":
+    def _phase_over(self, name: str) -> bool:
+        if not self.memory.kept:
+            return False  # never leave synthesis (or tuning) without a single working program
+        if decisions.plateau_action(self.pol, self.progress) == "next_phase":
             return True
-        if name == "synthesis":  # never leave synthesis without a single working program
-            spent = self.budget - self.remaining
-            return bool(self.memory.kept) and (spent >= bud.synthesis_fraction * self.budget
-                                               or len(self.mechanisms) >= plan.max_mechanisms)
+        k = max(1, self._size())
+        if name == "synthesis":
+            return (not decisions.fits(self.shares, "synthesis", self.spent, k)
+                    or len(self.mechanisms) >= self.pol.planning.max_mechanisms)
         if name == "tuning":
-            return "confirmation" in phases and self.remaining <= bud.confirmation_fraction * self.budget
+            return not decisions.fits(self.shares, "tuning", self.spent, k)
         return False
 
     def _turn(self, phase: str) -> Turn:
         mem = self.memory
         extra = ()
         if phase == "recovery":
-            extra = (f"Failed attempts in a row: {self.failures}.",)
+            extra = (f"Failed attempts in a row: {self.progress.failures}.",)
         return Turn(phase=phase, granularity=self.pol.action.edit_granularity, program=self.current,
                     feedback=self.feedback, step_size=self.pol.action.step_size, remaining_episodes=self.remaining,
                     tried_mechanisms=tuple(self.mechanisms), best=mem.best_lines(), edit_log=mem.log_lines(),
                     lessons=self.lessons, bold=self.bold, extra=extra)
 
     def _ask(self, turn: Turn) -> tuple[Proposal | None, str]:
-        """Model answer -> checked program, with up to recovery.max_retries repair prompts."""
+        """Model answer -> checked program; an unusable answer is a failed attempt, repaired up to
+        `recovery.max_retries` times before the agent escalates (to the best known program)."""
         messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user_prompt(turn)}]
         why = ""
         for _ in range(self.pol.recovery.max_retries + 1):
@@ -247,32 +270,22 @@ class _Session:
 
     def _fallback(self, why: str) -> tuple[str, str, str, str]:
         """(source, mechanism, edit kind, note) submitted instead of an unusable answer."""
-        best = self.memory.best()
+        best = self.memory.revert_target(self._mechanism_of(self.current))
         note = f"model output unusable after {self.pol.recovery.max_retries + 1} tries ({why[:120]})"
         if best is not None:
             return best.source, best.mechanism, "revert", note + "; resubmitting the best program"
         return BASELINE_POLICY, BASELINE_MECHANISM, "synthesis", note + "; submitting the schema baseline"
 
     # ---- submits and verdicts ----------------------------------------------------------------
-    def _indices(self, k: int | None = None, selection: str | None = None) -> list[int]:
-        k = self._size(self.pol.action.episodes_per_submit if k is None else k)
-        return self.memory.indices(k, selection or self.pol.action.index_selection)
+    def _indices(self, k: int | None = None, role: str = "candidate") -> list[int]:
+        return self.memory.indices(max(self.min_per, self._size(k)), role)
 
-    def _avail(self) -> int:
-        """Episodes the agent may still spend (finish_early never touches the reserve)."""
-        if self.pol.stopping.mode == "finish_early":
-            return self.remaining - self.pol.stopping.reserve_episodes
-        return self.remaining
-
-    def _size(self, want: int) -> int:
-        k = max(self.min_per, min(want, self.max_per, self._avail()))
-        tail = self.remaining - k
-        if self.pol.stopping.mode == "spend_all" and 0 < tail < self.min_per and self.remaining <= self.max_per:
-            k = self.remaining
-        return min(k, self.remaining)
+    def _size(self, want: int | None = None) -> int:
+        return decisions.submit_size(self.pol, self.remaining, self.min_per, self.max_per, want)
 
     def _submit(self, source: str, indices: list[int], phase: str, kind: str, note: str, mechanism: str | None,
-                calls0: tuple[int, int, float], base: str | None = None) -> SubmitAnswer | None:
+                calls0: tuple[int, int, float], *, role: str, base: int | None = None,
+                base_program: str | None = None, search_round: int | None = None) -> SubmitAnswer | None:
         t0 = time.monotonic()
         read_digest = self.digest
         previous = self._read_policy()
@@ -280,6 +293,7 @@ class _Session:
         answer = self.host.submit(indices)
         info_state = self.host.info().get("state", {})
         self.remaining = int(info_state.get("remaining_budget", self.remaining - answer.charged))
+        self.spent[self._spent_phase()] += answer.charged
         self.feedback = self._feedback(answer)
         self.digest = "sha256:" + hashlib.sha256(self.feedback.encode()).hexdigest()
         calls, tokens, usd = (a - b for a, b in zip(self._usage(), calls0))
@@ -290,12 +304,15 @@ class _Session:
             diff_lines=diff_lines(previous, source), mechanism=mechanism, submitted_indices=tuple(indices),
             submit_id=answer.submit_id, verdict=answer.status,
             returns=tuple(float(r) for r in returns) if isinstance(returns, list) and answer.status == "ok" else None,
-            mean_return=self.memory.score_of(answer.summary, self.pol.observation.summary_fields),
+            mean_return=self.memory.score_of(answer.summary) if answer.status == "ok" else None,
             episodes_charged=answer.charged, wall_s=round(time.monotonic() - t0, 3), llm_calls=int(calls),
-            tokens=int(tokens), usd=float(usd), note=note[:200]))
+            tokens=int(tokens), usd=float(usd), note=note[:200], role=role, base_submit=base,  # type: ignore[arg-type]
+            search_round=search_round))
         self.iterations += 1
+        if answer.submit_id is not None:
+            self.submitted.setdefault(source, int(answer.submit_id))
         self.last_edit = (f"submit {answer.submit_id} [{phase} phase] {kind} edit, "
-                          f"{diff_lines(base, source)} lines changed")
+                          f"{diff_lines(base_program, source)} lines changed")
         self.ctx.progress(f"llm agent: submit {answer.submit_id} {answer.status} "
                           f"(mean {answer.summary.get('mean_return')}, {self.remaining} episodes left)")
         if answer.http_status == 400:
@@ -304,89 +321,111 @@ class _Session:
         self.rejects = 0
         if answer.status == "ok":
             self.ok_submits += 1
-            self.memory.add_result(source, mechanism or "?", answer, self.pol.observation.summary_fields)
+            self.memory.add_result(source, mechanism or "?", answer)
         return answer
 
     def _judge(self, source: str, mechanism: str, answer: SubmitAnswer) -> None:
-        """Decide what the last candidate's verdict means: improvement, regression or failure."""
+        """What the last candidate's verdict means: improvement, regression or failure."""
         if answer.status != "ok":
             self._on_error(source, answer.status)
             return
-        self.failures, self.recovering = 0, False
+        self.progress.ok()
+        self.recovering = False
         incumbent = self.memory.incumbent
         improved = self.memory.beats(source, incumbent)
-        if improved and incumbent is not None and self.pol.verification.retest_episodes > 0 and self._avail() > 0:
+        if improved and incumbent is not None and self.pol.verification.retest_episodes > 0 and self._size() > 0:
             improved = self._retest(source, mechanism, incumbent)
         outcome = "improved" if improved else "no improvement"
         self.memory.log(f"{self.last_edit}: mean {self.memory.mean(source):.4g}, {outcome}")
+        self.progress.candidate(improved)
         if improved:
             self.memory.incumbent = self.memory.kept_for(source)
-            self.current, self.stale, self.phase_stale = source, 0, 0
+            self.current = source
             return
-        self.stale += 1
-        self.phase_stale += 1
         self._on_plateau()
-        action = self.pol.recovery.on_regression
-        best = self.memory.best()
-        self.current = source if action == "keep" or best is None else best.source
-        if action == "restructure":
-            self._restructure()
+        action = decisions.regression_action(self.pol)
+        if action == "keep":
+            self.current = source
+        elif action == "restructure" and self._restructure():
+            self.current = source
+        else:
+            target = self.memory.revert_target(mechanism)
+            self.current = target.source if target is not None else source
 
     def _retest(self, source: str, mechanism: str, incumbent: Kept) -> bool:
-        """Re-run a candidate that beat the incumbent on new episodes (and the incumbent too when matched)."""
+        """Re-run a candidate that beat the incumbent on fresh ids (and the incumbent too when matched)."""
         ver = self.pol.verification
-        indices = self._indices(ver.retest_episodes, "fresh")
+        indices = self._indices(ver.retest_episodes, "retest")
         self._submit(source, indices, "verification", "none", "retest of an apparent improvement", mechanism,
-                     self._usage())
-        if ver.matched_comparison and self._avail() > 0:
+                     self._usage(), role="retest", base=self.memory.first_submit(source))
+        if ver.matched_comparison and self._size(len(indices)) == len(indices):
             self._submit(incumbent.source, indices, "verification", "revert", "incumbent on the retest episodes",
-                         incumbent.mechanism, self._usage())
+                         incumbent.mechanism, self._usage(), role="reference", base=incumbent.first_submit)
         return self.memory.beats(source, incumbent)
 
     def _on_error(self, source: str, status: str) -> None:
-        self.failures += 1
-        self.stale += 1
-        self.phase_stale += 1
+        self.progress.failed()
+        self.progress.candidate(False)
         self.memory.log(f"{self.last_edit}: failed with {status}")
-        action = self.pol.recovery.on_error_verdict
-        if action == "retry" and self.failures > self.pol.recovery.max_retries:
-            action = "revert"
-        best = self.memory.best()
+        action = decisions.error_action(self.pol, self.progress.failures)
         self.recovering = action == "retry"
-        self.current = source if action == "retry" else (best.source if best else None)
-        if action == "restructure":
-            self._restructure()
+        if action == "retry":
+            self.current = source
+            return
+        if action == "restructure" and self._restructure():
+            return
+        target = self.memory.revert_target(self._mechanism_of(source))
+        self.current = target.source if target else None
 
-    def _restructure(self) -> None:
+    def _restructure(self) -> bool:
+        """Back to synthesis for an untried mechanism; False when `max_mechanisms` are all tried."""
         if len(self.mechanisms) < self.pol.planning.max_mechanisms:
             self.force_synthesis = True
+            return True
+        return False
 
     def _on_plateau(self) -> None:
-        if self.phase_stale < self.pol.planning.plateau_submits:
-            return
-        if self.pol.planning.on_plateau == "widen_search":
-            self.bold, self.phase_stale = True, 0
-        elif self.pol.planning.on_plateau == "restructure":
+        action = decisions.plateau_action(self.pol, self.progress)
+        if action == "widen_search":
+            self.bold = True
+            self.progress.new_phase()
+        elif action == "restructure":
             self._restructure()
-            self.phase_stale = 0
+            self.progress.new_phase()
 
     def _confirm(self) -> None:
-        """Confirmation: re-run the kept programs on shared new episodes; no model calls."""
-        target, indices = self.memory.next_to_confirm(self._size(self.pol.action.episodes_per_submit))
+        """Confirmation: re-run the kept programs on shared fresh ids; no model calls.
+
+        Within the confirmation share each round re-tests every kept program once; after a
+        round, tuning resumes while its share lasts (a restart from the best program);
+        what is left beyond every share goes to the best program.
+        """
+        k = self._size()
+        if decisions.fits(self.shares, "confirmation", self.spent, k):
+            target, indices, last = self.memory.next_to_confirm(k)
+            note = "confirmation re-test"
+        else:
+            target, indices, last = self.memory.best(), self._indices(k, "confirm"), False
+            note = "confirm the best program last"
         if target is None:
             target = Kept(BASELINE_POLICY, BASELINE_MECHANISM)
-        answer = self._submit(target.source, indices, "confirmation", "revert", "confirmation re-test",
-                              target.mechanism, self._usage())
+        answer = self._submit(target.source, indices, "confirmation", "revert", note, target.mechanism,
+                              self._usage(), role="confirm", base=target.first_submit)
         if answer is not None and answer.status == "ok" and self.memory.incumbent is not None:
             self.memory.incumbent = self.memory.best()
+        phases = self.pol.planning.phases
+        if last and "tuning" in phases and decisions.fits(self.shares, "tuning", self.spent, max(1, self._size())):
+            self.phase_index = phases.index("tuning")
+            self.current = self.memory.incumbent.source if self.memory.incumbent else self.current
+            self.progress.new_phase()
 
     def _ensure_scored(self, reason: str) -> str:
         """A run with no ok submit gets one small submit of the best (or baseline) program if budget allows."""
         if self.ok_submits or self.remaining <= 0 or self._finalized():
             return reason
         try:  # no ok submit means nothing was kept either: the baseline is the only known-good program
-            self._submit(BASELINE_POLICY, self.memory.indices(self._size(self.min_per), "matched"), "recovery",
-                         "synthesis", "ensure the run has a valid submit", BASELINE_MECHANISM, self._usage())
+            self._submit(BASELINE_POLICY, self.memory.indices(max(1, self.min_per)), "recovery", "synthesis",
+                         "ensure the run has a valid submit", BASELINE_MECHANISM, self._usage(), role="candidate")
         except HostError:
             pass
         return reason

@@ -81,7 +81,9 @@ def test_scripted_run_recovers_and_is_scored_then_replays_identically(tmp_path):
     assert [h.edit_kind for h in hist] == ["synthesis", "tuning", "revert", "tuning", "tuning"]
     assert [h.mean_return for h in hist][:2] == [-500.0, pytest.approx(-75.0, abs=10)]
     assert hist[2].note.startswith("model output unusable after 3 tries")
-    assert [h.submitted_indices for h in hist] == [(0, 1)] * 5
+    assert len({h.submitted_indices for h in hist}) == 1 and len(hist[0].submitted_indices) == 2  # matched ids
+    assert [h.role for h in hist] == ["candidate"] * 5
+    assert [h.base_submit for h in hist] == [None, 0, 1, 1, 1] and [h.search_round for h in hist] == [None, 0, None, 1, 2]
     assert doc["outcome"]["status"] == "completed" and doc["outcome"]["final_score"] > -200
     user = [c["request"]["messages"][-1]["content"] for c in calls]
     assert "Phase: synthesis" in user[0] and "Phase: tuning" in user[1] and "Phase: tuning" in user[2]

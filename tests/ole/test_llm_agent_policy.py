@@ -69,6 +69,7 @@ VARIANTS = {
     ("verification", "retest_episodes"): 0,
     ("verification", "margin"): 0.9,
     ("verification", "matched_comparison"): False,
+    ("verification", "stderr_multiple"): 2.0,  # runs in its own scenario (OWN_SCENARIO)
     ("recovery", "on_error_verdict"): "retry",
     ("recovery", "on_regression"): "keep",
     ("recovery", "max_retries"): 0,
@@ -84,21 +85,36 @@ VARIANTS = {
 }
 
 
-def make_policy(change: tuple[str, str] | None = None, value=None) -> LoopPolicy:
-    data = json.loads(json.dumps(BASE))
+def make_policy(change: tuple[str, str] | None = None, value=None, base: dict = BASE) -> LoopPolicy:
+    data = json.loads(json.dumps(base))
     if change is not None:
         data.setdefault(change[0], {})[change[1]] = value
     return LoopPolicy.model_validate_json(json.dumps(data))
 
 
-def signature(tmp_path, pol: LoopPolicy, name: str) -> tuple:
+def threshold(th: float) -> str:
+    """The swing-up program with a switching threshold: a close rival whose edge varies by episode."""
+    return as_file(loud(1.0).replace("> 0 else", f"> {th} else"), "threshold")
+
+
+NOISY_SCRIPT = [threshold(-0.15), threshold(-0.2), threshold(0.05), threshold(0.1)]
+"""Returns on the four matched ids: threshold -0.15 -> (-94, -85, -113, -95), -0.2 -> (-95, -76, -93, -95):
+the second is better by 7.0 with a paired standard error of 4.9, so it becomes the incumbent (and the
+next prompt edits it) when the policy asks for one standard error, but not for two."""
+NOISY_BASE = {"planning": {"phases": ["synthesis", "tuning"], "max_mechanisms": 1},
+              "action": {"episodes_per_submit": 4, "edit_granularity": "file"}, "verification": {"retest_episodes": 0}}
+OWN_SCENARIO = {("verification", "stderr_multiple"): (NOISY_SCRIPT, NOISY_BASE, 2.0)}
+"""Fields whose effect needs close, noisy rivals: (script, base policy, variant value) of their own scenario."""
+
+
+def signature(tmp_path, pol: LoopPolicy, name: str, script_answers=SCRIPT, budget: int = 12) -> tuple:
     script = tmp_path / "script.json"
-    script.write_text(json.dumps([{"text": t, "usd": 0.01} if isinstance(t, str) else t for t in SCRIPT]))
+    script.write_text(json.dumps([{"text": t, "usd": 0.01} if isinstance(t, str) else t for t in script_answers]))
     lessons = tmp_path / "lessons.jsonl"
     if not lessons.exists():
         LessonStore(lessons).add(Lesson(signature="obs=Box[6]|act=Discrete(3)", mechanism="pump",
                                         env="gym/acrobot", score=-80.0))
-    served = serve(tmp_path / f"run-{name}", budget=10)
+    served = serve(tmp_path / f"run-{name}", budget=budget)
     try:
         ctx = served.context(pol, tmp_path / f"log-{name}", lessons=lessons)
         result = LLMAgent(f"scripted:{script}").work(ctx)
@@ -139,5 +155,11 @@ DEFAULT_TIER = {("observation", "worst_k_episodes"), ("action", "index_selection
 @pytest.mark.parametrize("field", [f if f in DEFAULT_TIER else pytest.param(f, marks=pytest.mark.slow)
                                    for f in sorted(VARIANTS)], ids=lambda f: ".".join(f))
 def test_field_changes_prompts_or_actions(tmp_path, baseline, field):
+    if field in OWN_SCENARIO:
+        answers, base, value = OWN_SCENARIO[field]
+        baseline = signature(tmp_path, make_policy(base=base), "own", answers, budget=12)
+        variant = signature(tmp_path, make_policy(field, value, base), "ownv", answers, budget=12)
+        assert variant != baseline, f"changing {'.'.join(field)} left the LLM agent's prompts and actions unchanged"
+        return
     variant = signature(tmp_path, make_policy(field, VARIANTS[field]), "v")
     assert variant != baseline, f"changing {'.'.join(field)} left the LLM agent's prompts and actions unchanged"

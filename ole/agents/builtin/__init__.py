@@ -5,27 +5,26 @@ submits them through the protocol and improves them from the feedback, obeying e
 field of the bundle's Loop Policy. Modules: `prelude`/`mechanism` (program text),
 `control`/`goal`/`grid`/`vision` (mechanism families), `library` (which fit a task),
 `search` (CMA-ES tuning), `feedback` (reading submits), `checks` (pre-submit checks,
-AST topology hash), `plan` (pure Loop Policy decisions), `loop` (the agent loop).
+AST topology hash), `loop` (the agent loop). What each field decides is decided by the
+shared `ole.agents.decisions` (docs/loop-policy.md); the agent carries it out:
 
-What each Loop Policy field does here (tests/ole/test_loop_policy_sensitivity.py shows
-each one changing the agent's actions):
-- observation: `summary_fields` (score = mean − stderr when `returns` is readable, else
-  the mean), `worst_k_episodes`/`trajectory_window`/`max_context_chars` (how much of the
-  worst trajectories is read; saturated actuators shrink the search step, a stall widens
-  it), `read_stdout` (a program whose output warns is never made the incumbent);
-- planning: `phases`, `max_mechanisms` (synthesis candidates), `plateau_submits` and
-  `on_plateau` (leave tuning / switch mechanism / double the step);
-- memory: `top_k_programs` (re-tested in confirmation), `edit_log_size` (1/5th success
-  rule on the step), `carry_lessons` (mechanism order from earlier tasks; lesson written);
-- action: `episodes_per_submit`, `index_selection`, `step_size` (CMA-ES sigma0),
-  `population` (CMA-ES popsize), `edit_granularity` (all constants / one function's
-  constants per generation / whole-file rewrites with inlined constants);
-- verification: `static_checks` (parse, imports, dry run before submitting),
-  `retest_episodes`, `margin`, `matched_comparison` (incumbent re-run on the retest ids);
-- recovery: `on_error_verdict`, `on_regression`, `max_retries`;
-- stopping: `mode`, `patience_submits`, `reserve_episodes`;
-- budget: `synthesis_fraction`, `confirmation_fraction`, `wall_time_s`. The agent makes
-  no model calls, so `max_llm_calls`, `max_tokens` and `max_usd` bind only LLM agents.
+- observation: the fields read (scores, the paired test), the worst trajectories
+  (saturated actuators shrink the search step, a stall widens it), `read_stdout` (a
+  program whose output warns is never made the incumbent);
+- planning: phases, synthesis candidates from the library, plateaus (leave tuning /
+  switch mechanism / double the CMA-ES step);
+- memory: kept programs (revert targets, confirmation), the edit log (1/5th success
+  rule on the step), lessons (mechanism order from earlier tasks; one lesson written);
+- action: submit sizes and ids, `step_size` (CMA-ES sigma0), `population` (CMA-ES
+  popsize), `edit_granularity` (all constants / one function's constants per round /
+  whole-file rewrites with inlined constants);
+- verification: static checks with a dry run, re-tests with reference runs, the test;
+- recovery: the error ladder (same program / revert / another mechanism), the round
+  rule (`revert` re-centres CMA-ES on the revert target after every round, `keep` lets
+  it go on, `restructure` switches mechanism after a round without a gain);
+- stopping and budget: as decided; no LLM calls, so the three LLM caps are not read.
+
+tests/ole/test_loop_policy_sensitivity.py shows each field changing the agent's actions.
 """
 from __future__ import annotations
 

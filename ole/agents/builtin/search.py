@@ -74,7 +74,8 @@ class Search:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore")
             self.es.tell(self.pending, losses)
-        if len(self.masks) > 1:
+        if len(self.masks) > 1:  # the group's new mean stays when the next group takes its turn
+            self.center[self.mask] = np.asarray(self.es.mean)[: int(self.mask.sum())]
             self.turn += 1
             self.es = self._start(self.mask, self.es.sigma)
         elif self.es.sigma < MIN_SIGMA:
@@ -83,10 +84,21 @@ class Search:
     def scale_step(self, factor: float) -> None:
         self.es.sigma = float(np.clip(self.es.sigma * factor, MIN_SIGMA, 10.0))
 
-    def recenter(self, center: np.ndarray, sigma: float | None = None) -> None:
-        """Restart the search around a new incumbent (after a revert or a widened step)."""
+    def recenter(self, center: np.ndarray, sigma: float | None = None, *, keep_shape: bool = False) -> None:
+        """Move the search to a new centre (a revert, or a widened restart).
+
+        `keep_shape` keeps CMA-ES's step size and covariance and moves only its mean (the
+        next generation is sampled around `center`); otherwise CMA-ES restarts there with
+        step `sigma` (default: the initial step). A pending generation is void either way.
+        """
         self.center = np.asarray(center, dtype=float).copy()
-        self.es = self._start(self.mask, sigma if sigma is not None else self.sigma0)
+        if keep_shape:
+            z = self.center[self.mask]
+            if z.size < 2:
+                z = np.concatenate([z, np.zeros(2 - z.size)])
+            self.es.mean = np.asarray(z, dtype=float)
+        else:
+            self.es = self._start(self.mask, sigma if sigma is not None else self.sigma0)
         self.pending = []
 
     @property
