@@ -66,6 +66,7 @@ class Worker:
         self.results: dict[str, ProgramResults] = {}
         self.programs: dict[str, Program] = {}
         self.incumbent: ProgramResults | None = None
+        self.best_value: float | None = None  # progress only; the incumbent also needs the verification test
         self.progress = decisions.Progress()
         self.spent = {"synthesis": 0, "tuning": 0, "confirmation": 0}
         self.prev_source = ""
@@ -156,9 +157,11 @@ class Worker:
             self.prev_source = prog.source
             if digest is not None:
                 self.last_digest = digest.text_sha256
-            best = self.incumbent.mean() if self.incumbent else None
+            if value is not None:
+                self.best_value = value if self.best_value is None else max(self.best_value, value)
             self.ctx.progress(f"[{phase}] submit {answer.submit_id} {prog.mechanism} {answer.status} "
-                              f"score={_fmt(value)} best={_fmt(best)} remaining={self.remaining}")
+                              f"mean return {_fmt(summary.get('mean_return'))}, score {_fmt(value)}, "
+                              f"best score so far {_fmt(self.best_value)}; {self.remaining} episodes left")
 
     # -- verification ---------------------------------------------------------------------
     def first_submit(self, source: str | None) -> int | None:
