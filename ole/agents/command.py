@@ -253,8 +253,8 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
         "- " + ("Read and extend the lessons file named in OLE_LESSONS." if m.carry_lessons
                 else "Ignore lessons from other tasks."), "",
         "## Action",
-        f"- Submit {k} episodes per candidate; {selection[a.index_selection]}. Re-tests and confirmations use "
-        "ids never submitted before.",
+        f"- Submit {k} episodes per exploratory submit (a candidate); {selection[a.index_selection]}. Re-tests and "
+        "confirmations use ids never submitted before.",
         f"- Tune in rounds of {a.population} candidates.",
         f"- Edit unit: {_GRANULARITY[a.edit_granularity]}; change constants by about {a.step_size:g} of their "
         "scale.", "",

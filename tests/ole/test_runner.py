@@ -59,7 +59,7 @@ def test_builtin_run_is_scored_archived_and_beats_random(tmp_path, registry_root
 
 def _check_progress_lines(lines: list[str]) -> None:
     """The score is labelled, `best` moves with it, and numbers are rounded (issue 13)."""
-    pairs = [re.search(r"score \(mean-stderr\) (\S+), best score so far (\S+);", line) for line in lines]
+    pairs = [re.search(r"score \(mean\) (\S+), best score so far (\S+);", line) for line in lines]
     pairs = [(m.group(1), float(m.group(2))) for m in pairs if m and m.group(2) != "-"]
     best = None
     for score, shown_best in pairs:

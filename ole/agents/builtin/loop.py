@@ -160,7 +160,7 @@ class Worker:
             if value is not None:
                 self.best_value = value if self.best_value is None else max(self.best_value, value)
             self.ctx.progress(f"[{phase}] submit {answer.submit_id} {prog.mechanism} {answer.status} "
-                              f"mean return {_fmt(summary.get('mean_return'))}, score {_fmt(value)}, "
+                              f"mean return {_fmt(summary.get('mean_return'))}, score (mean) {_fmt(value)}, "
                               f"best score so far {_fmt(self.best_value)}; {self.remaining} episodes left")
 
     # -- verification ---------------------------------------------------------------------
