@@ -19,6 +19,8 @@ from typing import Iterable
 
 import numpy as np
 
+from evogym.spaces import to_jsonable
+
 SCHEMA_VERSION = "0.1"
 EXTERNAL_THRESHOLD_BYTES = 4096
 """An episode's stacked observations above this size go to observations.npy/.npz (reference §3.5)."""
@@ -83,7 +85,7 @@ def _compact(arr: np.ndarray) -> np.ndarray:
     return arr
 
 
-def _stack(values: list) -> np.ndarray | None:
+def _stack(values) -> np.ndarray | None:
     try:
         arr = np.asarray(values)
     except (ValueError, TypeError):
@@ -93,20 +95,28 @@ def _stack(values: list) -> np.ndarray | None:
     return _compact(arr) if arr.dtype.kind in "iubf" else arr
 
 
-def externalize(observations: list) -> tuple[str, bytes] | None:
+def externalize(observations) -> tuple[str, bytes] | None:
     """Return (filename, bytes) when the episode's observations are stored outside the trajectory.
 
+    `observations` is a recording (`recording.ObsStore.values()`: an array with one row
+    per step, or a list; `DictObsStore.values()`: {key: column}, or a list of dicts).
     Rule of the reference (size, not obs_storage): a fixed-shape numeric stack over
     4096 bytes -> observations.npy; a dict whose keys each stack and together exceed
     4096 bytes -> observations.npz (one array per key). Otherwise None (inline).
     """
-    if not observations:
-        return None
-    if isinstance(observations[0], dict):
+    if isinstance(observations, dict):
+        columns = observations
+    elif len(observations) and isinstance(observations[0], dict):
         keys = list(observations[0])
         if not all(isinstance(o, dict) and list(o) == keys for o in observations):
             return None
-        arrays = {k: _stack([o[k] for o in observations]) for k in keys}
+        columns = {k: [o[k] for o in observations] for k in keys}
+    else:
+        columns = None
+    if columns is not None:
+        if not len(next(iter(columns.values()), [])):
+            return None
+        arrays = {k: _stack(col) for k, col in columns.items()}
         if any(a is None for a in arrays.values()):
             return None
         if sum(a.nbytes for a in arrays.values()) <= EXTERNAL_THRESHOLD_BYTES:
@@ -114,6 +124,8 @@ def externalize(observations: list) -> tuple[str, bytes] | None:
         buf = io.BytesIO()
         np.savez_compressed(buf, **arrays)
         return "observations.npz", buf.getvalue()
+    if not len(observations):
+        return None
     arr = _stack(observations)
     if arr is None or arr.dtype.kind not in "iubf" or arr.nbytes <= EXTERNAL_THRESHOLD_BYTES:
         return None
@@ -122,15 +134,32 @@ def externalize(observations: list) -> tuple[str, bytes] | None:
     return "observations.npy", buf.getvalue()
 
 
+def _observation_rows(observations, n: int) -> list:
+    """The `obs` field of each trajectory row (inline storage): `to_jsonable` per step."""
+    if isinstance(observations, dict):
+        columns = [(str(k), to_jsonable(col) if isinstance(col, np.ndarray) else [to_jsonable(v) for v in col])
+                   for k, col in observations.items()]
+        return [{k: col[t] for k, col in columns} for t in range(n)]
+    if isinstance(observations, np.ndarray):
+        return to_jsonable(observations)
+    return [to_jsonable(o) for o in observations]
+
+
 def episode_files(ep, with_observations: bool = True) -> dict[str, bytes]:
-    """Files of one episode directory, from an EpisodeResult."""
+    """Files of one episode directory, from a `recording.EpisodeData` (made once per episode)."""
     files: dict[str, bytes] = {}
-    external = externalize(ep.raw_observations) if with_observations else None
+    external = externalize(ep.observations) if with_observations else None
+    obs_rows = None if external is not None else _observation_rows(ep.observations, len(ep.steps))
     lines = []
-    for row in ep.rows:
-        if external is not None:
-            row = {**row, "obs": None}
-        lines.append(json.dumps(row, allow_nan=False))
+    dumps = _ROW_ENCODER.encode
+    for t, (raw, reward, term, trunc, info, invalid) in enumerate(ep.steps):
+        row_info = to_jsonable(dict(info))
+        row_info["steps"] = t + 1
+        if invalid:
+            row_info["action_invalid"] = True
+        lines.append(dumps({"t": t, "obs": None if obs_rows is None else obs_rows[t], "action": to_jsonable(raw),
+                            "reward": reward, "terminated": bool(term), "truncated": bool(trunc),
+                            "info": row_info}))
     files["trajectory.jsonl"] = ("\n".join(lines) + ("\n" if lines else "")).encode()
     files["stdout.txt"] = cap_text(ep.stdout).encode()
     files["stderr.txt"] = cap_text(ep.stderr).encode()
@@ -139,6 +168,10 @@ def episode_files(ep, with_observations: bool = True) -> dict[str, bytes]:
     if external is not None:
         files[external[0]] = external[1]
     return files
+
+
+_ROW_ENCODER = json.JSONEncoder(allow_nan=False)
+"""`json.dumps(row, allow_nan=False)` without building an encoder per row."""
 
 
 def write_tree(target: Path, files: dict[str, bytes]) -> None:

@@ -19,8 +19,8 @@ from pathlib import Path
 from typing import Callable
 
 from evogym import code_metrics, envs
-from evogym.feedback import (atomic_write_json, episode_files, error_line, summary_stats,
-                             write_tree)
+from evogym.feedback import atomic_write_json, error_line, summary_stats, write_tree
+from evogym.recording import Formatter, PendingFiles
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
 from evogym.rundir import BudgetState, RunConfig, RunDir
 from evogym.sandbox import validate_snapshot
@@ -197,7 +197,9 @@ class Judge:
         self.state.used += cost
         self.run.event("submit.charge", submit=index, cost=cost, remaining=self.state.remaining)
         ckpt = self.run.checkpoints / self.run.submit_name(index)
-        status, batch, errors = self._run_checkpoint(index, ckpt, instances, cost)
+        pending: list[PendingFiles] = []
+        status, batch, errors = self._run_checkpoint(index, ckpt, instances, cost,
+                                                     lambda i, ep: pending.append(Formatter.submit(ep.data())))
         files = {"summary.json": b""}
         fields = {"n_episodes": cost, "env_instances": instances}
         if batch is not None and batch.episodes:
@@ -206,8 +208,8 @@ class Judge:
             fields["first_global_episode"] = first
             fields["errors"] = [i for i, e in enumerate(eps) if e.error_category]
             fields["timeouts"] = [i for i, e in enumerate(eps) if e.error_category == "act_timeout"]
-            for i, ep in enumerate(eps):
-                for name, data in episode_files(ep).items():
+            for i, made in enumerate(pending):
+                for name, data in made.result().items():
                     files[f"episodes/ep_{first + i:0{self.ep_width}d}/{name}"] = data
         if errors:
             files["errors.txt"] = ("\n".join(errors) + "\n").encode()
@@ -218,7 +220,7 @@ class Judge:
                        mean_return=summary["mean_return"], wall=summary["wall_time_seconds"])
         return 200, {"submit_id": index, "status": status, "summary": summary}
 
-    def _run_checkpoint(self, index, ckpt, instances, cost) -> tuple[str, BatchResult | None, list[str]]:
+    def _run_checkpoint(self, index, ckpt, instances, cost, on_episode) -> tuple[str, BatchResult | None, list[str]]:
         try:
             snapshot(self.run.system, ckpt)
         except SnapshotError as exc:
@@ -237,7 +239,7 @@ class Judge:
         meta = self.policy_env_meta(index, cost, self.state.remaining)
         job = EpisodeJob(self.config.env, str(ckpt), tuple(self.train[i] for i in instances), meta,
                          self.config.limits, self.config.isolation, record=True, max_steps=self.config.max_steps)
-        batch = run_episodes(job)
+        batch = run_episodes(job, on_episode)
         if batch.start_failure is not None:
             fail = batch.start_failure
             verdict, category = start_failure(fail.category)

@@ -22,9 +22,11 @@ import time
 from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Callable
 
 from evogym import envs, spaces
 from evogym.feedback import error_line
+from evogym.recording import EpisodeData, EpisodeRecorder
 from evogym.sandbox import CallResult, Limits, PolicyProcess
 from evogym.verdicts import EPISODE_CATEGORY, FATAL
 
@@ -62,14 +64,21 @@ class EpisodeJob:
 class EpisodeResult:
     ret: float = 0.0
     length: int = 0
-    rows: list = field(default_factory=list)
-    raw_observations: list = field(default_factory=list)
+    recorder: EpisodeRecorder | None = None
+    """The steps kept for feedback (record=True jobs), else None."""
     stdout: str = ""
     stderr: str = ""
     errors: list = field(default_factory=list)
     """JSON lines of error.txt."""
     error_category: str | None = None
     wall_s: float = 0.0
+
+    def data(self) -> EpisodeData:
+        """What the episode's feedback directory is made from."""
+        rec = self.recorder
+        observations = rec.obs.values() if rec is not None and rec.obs is not None else []
+        return EpisodeData(observations, rec.steps if rec is not None else [], self.stdout, self.stderr,
+                           self.errors)
 
 
 @dataclass
@@ -122,17 +131,6 @@ class _Session:
         self.start_failure = None
 
 
-def _step_row(t, obs_enc, raw_action, reward, term, trunc, info, invalid, record) -> dict | None:
-    if not record:
-        return None
-    row_info = envs.step_info(info)
-    row_info["steps"] = t + 1
-    if invalid:
-        row_info["action_invalid"] = True
-    return {"t": t, "obs": obs_enc, "action": spaces.to_jsonable(raw_action), "reward": float(reward),
-            "terminated": bool(term), "truncated": bool(trunc), "info": row_info}
-
-
 def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> EpisodeResult:
     ep = EpisodeResult()
     t0 = time.monotonic()
@@ -156,7 +154,10 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
             if res.category in FATAL:
                 sess.drop()
             return ep
-        _run_steps(sess, spec, env, obs, ep, record)
+        steps = sess.job.max_steps or spec.max_steps
+        if record:
+            ep.recorder = EpisodeRecorder(steps)
+        _run_steps(sess, env, obs, ep, steps)
     finally:
         env.close()
         if sess.proc is not None:
@@ -166,39 +167,50 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
     return ep
 
 
-def _run_steps(sess: _Session, spec, env, obs, ep: EpisodeResult, record: bool) -> None:
+def _run_steps(sess: _Session, env, obs, ep: EpisodeResult, steps: int) -> None:
+    """The hot loop: one act() round trip and one env step per iteration; recording only
+    appends (see `recording`). Returns at the end of the episode or at a failure."""
     space = env.action_space
-    for t in range(sess.job.max_steps or spec.max_steps):
-        enc = spaces.to_jsonable(obs)
-        res = sess.proc.act(enc)
-        fallback = False
-        if not res.ok:
-            if res.category in FATAL:
+    coerce = spaces.action_coercer(space)
+    act, step, rec = sess.proc.act, env.step, ep.recorder
+    ret, length = 0.0, 0
+    try:
+        for _ in range(steps):
+            res = act(obs)
+            fallback = False
+            if res.ok:
+                raw = res.value
+                action, invalid = coerce(raw, res.array)
+            elif res.category in FATAL:
                 _fail(ep, EPISODE_CATEGORY[res.category], res)
                 sess.drop()
                 return
-            _fail(ep, "act_error", res)
-            raw, fallback = space.sample(), True
-        else:
-            raw = res.value
-        action, invalid = (raw, False) if fallback else spaces.coerce_action(space, raw)
-        try:
-            nxt, reward, term, trunc, info = env.step(action)
-        except Exception as exc:
-            _fail(ep, "env_error", f"environment step failed: {type(exc).__name__}: {exc}")
-            return
-        ep.ret += float(reward)
-        ep.length += 1
-        if record:
-            ep.rows.append(_step_row(t, enc, raw, reward, term, trunc, info, invalid, True))
-            ep.raw_observations.append(obs)
-        obs = nxt
-        if term or trunc or fallback:
-            return
+            else:
+                _fail(ep, "act_error", res)
+                raw, fallback = space.sample(), True
+                action, invalid = raw, False
+            try:
+                nxt, reward, term, trunc, info = step(action)
+            except Exception as exc:
+                _fail(ep, "env_error", f"environment step failed: {type(exc).__name__}: {exc}")
+                return
+            reward = float(reward)
+            ret += reward
+            length += 1
+            if rec is not None:
+                rec.add(obs, raw, reward, term, trunc, info, invalid)
+            obs = nxt
+            if term or trunc or fallback:
+                return
+    finally:
+        ep.ret, ep.length = ret, length
 
 
-def run_episodes(job: EpisodeJob) -> BatchResult:
-    """Run `job.seeds` in order with one Policy instance (`reset(i)` for local index i)."""
+def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], None] | None = None) -> BatchResult:
+    """Run `job.seeds` in order with one Policy instance (`reset(i)` for local index i).
+
+    `on_episode(i, episode)` is called as each episode ends (the judge hands its
+    recording to the formatter there, so formatting overlaps the next episode)."""
     spec = envs.resolve(job.slug)
     meta = envs.env_meta(spec, n_env_instances=0)
     sess = _Session(job, meta["obs_space"], meta["action_space"])
@@ -207,10 +219,14 @@ def run_episodes(job: EpisodeJob) -> BatchResult:
         init_out, init_err = sess.proc.take_output() if sess.proc is not None else ("", "")
         if failure is not None:  # import or __init__ failed: the whole batch fails, no episode runs
             return BatchResult(failure, [], init_out, init_err)
-        episodes = [_episode(sess, spec, i, seed, job.record) for i, seed in enumerate(job.seeds)]
-        if episodes:
-            episodes[0].stdout = init_out + episodes[0].stdout
-            episodes[0].stderr = init_err + episodes[0].stderr
+        episodes = []
+        for i, seed in enumerate(job.seeds):
+            ep = _episode(sess, spec, i, seed, job.record)
+            if i == 0:
+                ep.stdout, ep.stderr = init_out + ep.stdout, init_err + ep.stderr
+            episodes.append(ep)
+            if on_episode is not None:
+                on_episode(i, ep)
         return BatchResult(None, episodes, init_out, init_err)
     finally:
         sess.drop()

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import math
 import re
+from array import array
 from collections.abc import Mapping
 from typing import Any
 
@@ -191,6 +192,63 @@ def coerce_action(space: gs.Space, raw: Any) -> tuple[Any, bool]:
 
 
 _NUMBER_TYPES = (float, int)
+
+
+def action_coercer(space: gs.Space):
+    """`coerce(raw, is_array) -> (action, invalid)` for one action space, built once per episode.
+
+    The result is always `coerce_action(space, raw)` of the JSON value the policy's answer
+    encodes to: `raw` itself, or `to_jsonable(raw)` when the answer crossed as a numpy
+    array (`is_array`). Two fast paths give the same result without the general walk
+    (they run every step): a plain int for `Discrete`, and a flat float vector of a
+    one-dimensional float `Box` that needs no repair (checked in Python on the values
+    rounded to the space dtype; anything else takes the general path).
+    """
+    if type(space) is gs.Discrete:
+        start, last = int(space.start), int(space.start + space.n - 1)
+
+        def coerce_discrete(raw, is_array: bool):
+            if type(raw) is int:
+                value = start if raw < start else last if raw > last else raw
+                return value, value != raw
+            return coerce_action(space, to_jsonable(raw) if is_array else raw)
+        return coerce_discrete
+    box = _FlatBox.of(space)
+    if box is not None:
+        return box.coerce
+    return lambda raw, is_array: coerce_action(space, to_jsonable(raw) if is_array else raw)
+
+
+class _FlatBox:
+    """The in-bounds fast path of a one-dimensional float32/float64 Box."""
+
+    __slots__ = ("space", "n", "typecode", "dtype", "bounds")
+
+    @classmethod
+    def of(cls, space: gs.Space) -> "_FlatBox | None":
+        if type(space) is not gs.Box or len(space.shape) != 1 or space.dtype not in (np.float32, np.float64):
+            return None
+        return cls(space)
+
+    def __init__(self, space: gs.Box) -> None:
+        self.space, self.n, self.dtype = space, int(space.shape[0]), space.dtype
+        self.typecode = "f" if space.dtype == np.float32 else "d"
+        big = float(np.finfo(space.dtype).max)  # finite bounds: "in bounds" then also means "finite"
+        low = np.maximum(space.low.astype(np.float64), -big).tolist()
+        high = np.minimum(space.high.astype(np.float64), big).tolist()
+        self.bounds = list(zip(low, high))
+
+    def coerce(self, raw, is_array: bool):
+        if is_array:
+            values = raw.tolist() if raw.dtype.kind == "f" and raw.shape == (self.n,) else None
+        else:
+            values = raw if type(raw) is list and len(raw) == self.n and \
+                all(type(v) is float for v in raw) else None
+        if values is not None:
+            rounded = array(self.typecode, values)
+            if all(lo <= v <= hi for v, (lo, hi) in zip(rounded, self.bounds)):
+                return np.frombuffer(rounded, dtype=self.dtype), False
+        return coerce_action(self.space, to_jsonable(raw) if is_array else raw)
 
 
 def _coerce_flat_box(space: gs.Space, raw: Any) -> tuple[np.ndarray, bool] | None:

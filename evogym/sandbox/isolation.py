@@ -153,9 +153,12 @@ def worker_layout(isolation: str, code_dir: Path, info: dict) -> WorkerLayout:
 def bwrap_argv(info: dict, layout: WorkerLayout, code_dir: Path, tmp_bytes: int) -> list[str]:
     """The bwrap command line up to `--`; the worker command follows it.
 
-    Nothing secret may appear here: inside the sandbox `/proc/1/cmdline` is this argv.
+    `--as-pid-1`: the worker itself is pid 1 of the new pid namespace, so no bwrap
+    process (whose `/proc/<pid>/mem` the policy could open: same user, dumpable) is
+    visible inside. Nothing secret may appear in the worker's argv either: inside the
+    sandbox it is `/proc/1/cmdline`.
     """
-    argv = [info["bwrap"], "--unshare-all", "--cap-drop", "ALL", "--die-with-parent",
+    argv = [info["bwrap"], "--unshare-all", "--cap-drop", "ALL", "--die-with-parent", "--as-pid-1",
             "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin", *_root_entries()]
     for masked in _masked_dirs():
         argv += ["--tmpfs", masked, "--remount-ro", masked]

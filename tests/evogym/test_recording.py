@@ -1,0 +1,74 @@
+"""Bulk recording (issue 12): the feedback tree is byte-for-byte what the per-step host
+wrote before, and the per-episode pieces behave at their edges."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from evogym.feedback import episode_files, externalize
+from evogym.recording import DictObsStore, EpisodeData, EpisodeRecorder, Formatter, ObsStore
+
+from feedback_cases import CASES, tree_digest
+
+GOLDEN = json.loads((Path(__file__).with_name("data") / "feedback_golden.json").read_text())
+
+
+@pytest.mark.sandbox
+@pytest.mark.parametrize("case", sorted(CASES))
+def test_feedback_tree_is_byte_for_byte_the_golden_one(case, tmp_path):
+    got, want = tree_digest(case, tmp_path), GOLDEN[case]
+    assert sorted(got) == sorted(want)
+    assert {k: v for k, v in got.items() if want[k] != v} == {}
+
+
+def test_obs_store_grows_and_falls_back_to_a_list():
+    store = ObsStore(capacity=3)
+    for i in range(300):
+        store.add(np.full(2, i, np.float32))
+    assert store.values().shape == (300, 2) and store.values()[299, 0] == 299
+    store.add(np.zeros(3, np.float32))  # the shape changed: everything becomes a list
+    values = store.values()
+    assert isinstance(values, list) and len(values) == 301 and values[0].tolist() == [0.0, 0.0]
+
+
+def test_obs_store_copies_what_the_env_may_reuse():
+    store, obs = ObsStore(8), np.zeros(2)
+    store.add(obs)
+    obs[:] = 7  # an env that writes its next observation into the same buffer
+    store.add(obs)
+    assert store.values().tolist() == [[0.0, 0.0], [7.0, 7.0]]
+
+
+def test_dict_store_keeps_columns_until_the_keys_change():
+    first = {"a": np.zeros(2), "b": 1}
+    store = DictObsStore(4, first)
+    store.add(first)
+    store.add({"a": np.ones(2), "b": 2})
+    assert list(store.values()) == ["a", "b"] and store.values()["b"] == [1, 2]
+    store.add({"b": 3})
+    rows = store.values()
+    assert isinstance(rows, list) and [r["b"] for r in rows] == [1, 2, 3] and rows[1]["a"].tolist() == [1, 1]
+
+
+def test_recorded_info_is_a_copy():
+    rec, info = EpisodeRecorder(4), {"pos": np.zeros(1), "tags": [1]}
+    rec.add(np.zeros(1), 0, 0.0, False, False, info, False)
+    info["pos"][0], info["tags"][0] = 5.0, 9
+    assert rec.steps[0][4]["pos"][0] == 0.0 and rec.steps[0][4]["tags"] == [1]
+
+
+def test_empty_episode_files():
+    files = episode_files(EpisodeData([], [], "out", "", []))
+    assert files == {"trajectory.jsonl": b"", "stdout.txt": b"out", "stderr.txt": b""}
+    assert externalize([]) is None and externalize({}) is None
+
+
+def test_formatter_result_matches_inline_formatting():
+    rec = EpisodeRecorder(600)
+    for t in range(600):
+        rec.add(np.full(3, t * 0.1, np.float32), t % 3, -1.0, False, t == 599, {"x": np.float64(t)}, t == 5)
+    data = EpisodeData(rec.obs.values(), rec.steps, "o", "e", [])
+    assert Formatter.submit(data).result() == episode_files(data)
