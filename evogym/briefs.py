@@ -383,9 +383,11 @@ def env_description(gym_id: str) -> str:
     import gymnasium as gym
     from gymnasium.envs.registration import load_env_creator
 
+    from evogym.envs import IMPORT_LOCK
     try:
         entry = gym.spec(gym_id).entry_point
-        creator = load_env_creator(entry) if isinstance(entry, str) else entry
+        with IMPORT_LOCK:
+            creator = load_env_creator(entry) if isinstance(entry, str) else entry
     except Exception:  # noqa: BLE001 - a missing description only shortens the brief
         return ""
     text = inspect.cleandoc(getattr(creator, "__doc__", None) or "")

@@ -18,10 +18,11 @@ from evogym.sandbox import Limits
 
 
 def _limits(args) -> Limits:
-    base = Limits()
+    from evogym.pools import profile
+    base = Limits(act_wall_s=profile(args.profile).act_wall_s)
     return Limits(**{**base.__dict__, **{k: v for k, v in (
         ("init_wall_s", args.init_wall_s), ("episode_wall_s", args.episode_wall_s),
-        ("memory_bytes", args.memory_mb and args.memory_mb << 20)) if v}})
+        ("act_wall_s", args.act_wall_s), ("memory_bytes", args.memory_mb and args.memory_mb << 20)) if v}})
 
 
 def _add_run_args(p: argparse.ArgumentParser) -> None:
@@ -37,6 +38,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
                    help="policy sandbox; `none` is an unsafe plain subprocess and must be asked for")
     p.add_argument("--init-wall-s", type=float, help="wall-clock limit for policy import + __init__")
     p.add_argument("--episode-wall-s", type=float, help="wall-clock limit per episode")
+    p.add_argument("--act-wall-s", type=float, help="wall-clock limit per act()/reset() call (default: the profile's)")
     p.add_argument("--memory-mb", type=int, help="memory limit of the policy process")
     p.add_argument("--jobs", type=int, default=0, help="worker processes for hidden evaluation (0 = cores)")
     p.add_argument("--no-early-finish", action="store_true", help="refuse /finish until the budget is spent")

@@ -1,4 +1,8 @@
-"""Static code metrics of a policy checkpoint (`checkpoints/submit_NNN/metrics.json`).
+"""Static code metrics of a policy checkpoint.
+
+A run stores them in two places: `checkpoints/submit_NNN/metrics.json` holds exactly the
+reference's fields (`reference_view`), and `code_metrics/submit_NNN.json` our additions
+(`structure_view`), so the reference artifact checker finds nothing it does not know.
 
 The reference fields reproduce EvoPolicyGym v0.1.0 exactly, quirks included, so the
 reference artifact checker, which recomputes `metrics.json` and demands an exact match,
@@ -115,6 +119,10 @@ class CodeMetrics(BaseModel):
     the line, structure or complexity counts."""
 
 
+STRUCTURE_FIELDS: tuple[str, ...] = ("branches", "loops", "max_ast_depth", "self_state", "topology_hash",
+                                     "truncated")
+"""Our fields beyond the reference's, in record order."""
+
 REFERENCE_FIELDS: tuple[str, ...] = (
     "schema_version", "files", "python_files", "bytes", "policy_bytes", "lines",
     "source_lines", "classes", "functions", "imports", "import_count", "cyclomatic_total",
@@ -146,12 +154,20 @@ def code_metrics(code_dir: Path) -> dict:
 
 
 def reference_view(metrics: dict) -> dict:
-    """The reference v0.1.0 subset of `metrics`, as the reference checker compares it."""
+    """The reference v0.1.0 subset of `metrics`: exactly what `checkpoints/submit_NNN/metrics.json`
+    holds, because the reference checker recomputes that file and demands equality."""
     return {name: metrics[name] for name in REFERENCE_FIELDS}
 
 
+def structure_view(metrics: dict) -> dict:
+    """Our additions (plus `tree_hash`, to tie them to a tree): what `code_metrics/submit_NNN.json`
+    of a run holds and `run.json` reports as `code_structure_by_submit`."""
+    return {name: metrics[name] for name in ("tree_hash", *STRUCTURE_FIELDS)}
+
+
 def edit_kind(prev: dict | None, cur: dict) -> EditKind:
-    """Classify the edit from checkpoint metrics `prev` to `cur`.
+    """Classify the edit from checkpoint metrics `prev` to `cur` (full records or
+    `structure_view`s: both carry `tree_hash` and `topology_hash`).
 
     `none`: identical trees; `tuning`: same topology (only numeric literals or non-Python
     files changed); `synthesis`: anything else, including the first checkpoint.

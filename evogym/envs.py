@@ -25,6 +25,7 @@ import contextlib
 import difflib
 import functools
 import io
+import threading
 import warnings
 from typing import Any, Literal
 
@@ -108,11 +109,19 @@ _FAMILY_PACKAGES = {"minigrid": "minigrid", "highway": "highway_env", "robotics"
 # ---------------------------------------------------------------- registration
 
 
+IMPORT_LOCK = threading.RLock()
+"""Held while anything may import an env module (registration, `gym.make`, loading an
+entry point). Two threads importing submodules of one package at once can deadlock in
+Python's per-module import locks, which Python breaks by handing one of them a partially
+initialized module (`evogym suite smoke` lost 2 of 16 envs to it once); construction is
+milliseconds, so serializing it costs nothing measurable."""
+
+
 @functools.cache
 def _register(package: str) -> None:
-    """Import an env package so its ids register. Gymnasium-Robotics prints a notice about
-    AdroitHand reward versions to stderr at import; it concerns no env used here, so it is
-    swallowed rather than shown on every host start."""
+    """Import an env package so its ids register (call under IMPORT_LOCK). Gymnasium-Robotics
+    prints a notice about AdroitHand reward versions to stderr at import; it concerns no env
+    used here, so it is swallowed rather than shown on every host start."""
     with contextlib.redirect_stderr(io.StringIO()):
         module = __import__(package)
     if package != "minigrid":
@@ -120,8 +129,9 @@ def _register(package: str) -> None:
 
 
 def _register_all() -> None:
-    for package in _FAMILY_PACKAGES.values():
-        _register(package)
+    with IMPORT_LOCK:
+        for package in _FAMILY_PACKAGES.values():
+            _register(package)
 
 
 def _family_of(gym_id: str) -> Family:
@@ -217,11 +227,12 @@ def _make(gym_id: str, kwargs: dict[str, Any]) -> gym.Env:
 
 
 def make_env(spec: EnvSpec) -> gym.Env:
-    """A fresh env for one episode (v0.1.0 builds a new env per episode)."""
+    """A fresh env for one episode (v0.1.0 builds a new env per episode); thread-safe."""
     package = _FAMILY_PACKAGES.get(spec.family)
-    if package:
-        _register(package)
-    return _make(spec.gym_id, dict(spec.kwargs))
+    with IMPORT_LOCK:
+        if package:
+            _register(package)
+        return _make(spec.gym_id, dict(spec.kwargs))
 
 
 def reset_episode(env: gym.Env, seed: int) -> tuple[Any, dict]:

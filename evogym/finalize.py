@@ -192,26 +192,41 @@ def _submit_rows(run) -> list[dict]:
     return rows
 
 
+TREND_FIELDS = ("source_lines", "python_files", "functions", "classes", "cyclomatic_total", "cyclomatic_max",
+                "tree_hash")
+"""The per-checkpoint series of `code_metrics_trend`, the reference's (its checker compares each)."""
+
+
+def _checkpoint_metrics(run) -> tuple[dict[int, dict], dict[int, dict]]:
+    """(metrics.json, our structural metrics) of every checkpoint directory, by submit index:
+    the set the reference checker walks (every checkpoint, charged or refunded)."""
+    reference, structure = {}, {}
+    for ckpt in sorted(run.checkpoints.glob("submit_*")):
+        if not (ckpt.is_dir() and ckpt.name[7:].isdigit() and (ckpt / "metrics.json").is_file()):
+            continue
+        index = int(ckpt.name[7:])
+        reference[index] = json.loads((ckpt / "metrics.json").read_text())
+        extra = run.code_metrics / f"{ckpt.name}.json"
+        if extra.is_file():
+            structure[index] = json.loads(extra.read_text())
+    return reference, structure
+
+
 def _aux(doc: dict, host, best: int | None, best_val: float | None) -> None:
     run, config = host.run, host.config
     rows = _submit_rows(run)
     charged = [r for r in rows if r["n_episodes"]]
     ok = [r for r in charged if r["status"] == "ok"]
-    by_submit, trend, kinds, prev = {}, {"submits": [], "source_lines": [], "functions": [],
-                                         "cyclomatic_total": [], "tree_hash": [], "topology_hash": []}, {}, None
-    for r in charged:
-        path = run.checkpoints / run.submit_name(r["submit_index"]) / "metrics.json"
-        if not path.exists():
-            continue
-        m = json.loads(path.read_text())
-        by_submit[str(r["submit_index"])] = m
-        kinds[str(r["submit_index"])] = edit_kind(prev, m)
-        prev = m
-        trend["submits"].append(r["submit_index"])
-        for key in ("source_lines", "functions", "cyclomatic_total", "tree_hash", "topology_hash"):
-            trend[key].append(m.get(key))
-    aux = {"code_metrics_by_submit": by_submit, "code_metrics_trend": trend, "edit_kinds": kinds,
-           "code_metrics_best": by_submit.get(str(best)) if best is not None else None,
+    reference, structure = _checkpoint_metrics(run)
+    submits = sorted(reference)
+    trend = {"submits": submits, **{key: [reference[i].get(key) for i in submits] for key in TREND_FIELDS}}
+    kinds, prev = {}, None
+    for i in sorted(structure):
+        kinds[str(i)] = edit_kind(prev, structure[i])
+        prev = structure[i]
+    aux = {"code_metrics_by_submit": {str(i): reference[i] for i in submits}, "code_metrics_trend": trend,
+           "code_metrics_best": reference.get(best) if best is not None else None,
+           "code_structure_by_submit": {str(i): structure[i] for i in sorted(structure)}, "edit_kinds": kinds,
            "n_submits": host.judge.state.n_submits, "n_charged_submits": len(charged),
            "n_successful_submits": len(ok), "episodes_used": host.judge.state.used,
            "mean_episodes_per_submit": float(np.mean([r["n_episodes"] for r in charged])) if charged else None,

@@ -15,6 +15,7 @@ from evogym import PROTOCOL_VERSION, briefs, envs, pools, sandbox
 from evogym.errors import ConfigError, SandboxUnavailable
 from evogym.finalize import Candidate, error_doc, finalize
 from evogym.judge import DENIED_IMPORTS, Judge, public_env_meta
+from evogym.recording import Formatter
 from evogym.rollout import EpisodeJob, utc_stamp
 from evogym.rundir import RunConfig, RunDir, agents_md_text
 
@@ -35,7 +36,7 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
     return RunConfig(env=spec.slug, profile=prof.name, budget=budget, min_per_submit=prof.min_per_submit,
                      max_per_submit=maximum, n_env_instances=pools.TRAIN_SIZE, valid_size=prof.valid,
                      heldout_size=prof.heldout, pool_seed=pool_seed, isolation=isolation,
-                     limits=limits or sandbox.Limits(), finalize_jobs=finalize_jobs,
+                     limits=limits or sandbox.Limits(act_wall_s=prof.act_wall_s), finalize_jobs=finalize_jobs,
                      allow_early_finish=allow_early_finish, max_steps=max_steps,
                      data_dir=str(Path(data_dir).resolve()) if data_dir else None, model=model)
 
@@ -64,6 +65,7 @@ class Host:
         self._final_lock = threading.Lock()
         self.run.event("run.open", env=config.env, profile=config.profile, budget=config.budget,
                        isolation=config.isolation)
+        Formatter.prewarm()  # the episode-file helper starts while the agent reads /task
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
@@ -83,6 +85,7 @@ class Host:
             "episode_budget": c.budget, "max_episodes_per_submit": c.max_per_submit,
             "min_episodes_per_submit": c.min_per_submit, "protocol_version": PROTOCOL_VERSION,
             "resource_limits": {"memory_bytes": limits["memory_bytes"], "rollout_wall_s": limits["episode_wall_s"],
+                                "act_wall_s": limits["act_wall_s"],
                                 "init_wall_s": limits["init_wall_s"], "max_pids": limits["max_pids"],
                                 "file_bytes": limits["file_bytes"], "output_bytes": limits["output_bytes"],
                                 "importable_packages": ["stdlib", *sandbox.POLICY_PACKAGES]},

@@ -115,6 +115,8 @@ class Judge:
             fb = self.run.feedback / ckpt.name
             if ckpt.name[7:].isdigit() and not fb.exists():
                 index = int(ckpt.name[7:])
+                if not (ckpt / "metrics.json").exists() or not (self.run.code_metrics / f"{ckpt.name}.json").exists():
+                    self.write_metrics(ckpt)  # the host died between the snapshot and its metrics
                 summary = self._summary(index, "host_interrupted", None, time.time(), utc_stamp())
                 write_tree(fb, {"summary.json": _pretty(summary), "errors.txt": (error_line(
                     "host_interrupted", "host_interrupted: the host stopped during this submit; "
@@ -225,8 +227,9 @@ class Judge:
             snapshot(self.run.system, ckpt)
         except SnapshotError as exc:
             ckpt.mkdir(exist_ok=True)
+            self.write_metrics(ckpt)
             return "import_error", None, [error_line("import_error", f"import_error: {exc}", utc_stamp())]
-        atomic_write_json(ckpt / "metrics.json", code_metrics.code_metrics(ckpt))
+        self.write_metrics(ckpt)
         self.run.event("submit.snapshot", submit=index, checkpoint=f"checkpoints/{ckpt.name}")
         static = validate_snapshot(ckpt)
         if static is not None:
@@ -246,6 +249,13 @@ class Judge:
             return verdict, batch, [error_line(category, f"{category}: {fail.message}",
                                                utc_stamp(), fail.traceback)]
         return rollout_verdict(e.error_category for e in batch.episodes), batch, []
+
+    def write_metrics(self, ckpt: Path) -> None:
+        """`metrics.json` (the reference's fields, what its checker recomputes) in the
+        checkpoint, our structural metrics beside the checkpoints (`code_metrics/`)."""
+        measured = code_metrics.code_metrics(ckpt)
+        atomic_write_json(ckpt / "metrics.json", code_metrics.reference_view(measured))
+        atomic_write_json(self.run.code_metrics / f"{ckpt.name}.json", code_metrics.structure_view(measured))
 
     def policy_env_meta(self, index: int, cost: int, remaining_after: int) -> dict:
         meta = public_env_meta(self.spec, self.config)

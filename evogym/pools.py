@@ -165,14 +165,21 @@ class Profile(BaseModel):
     """Validation episodes per candidate checkpoint: the first `valid` seeds of the valid pool."""
     heldout: int
     """Held-out episodes of the selected checkpoint: the first `heldout` seeds of the heldout pool."""
+    act_wall_s: float
+    """Wall clock of one `reset()`/`act()` call of the policy (`sandbox.Limits.act_wall_s`):
+    an endless act() ends its episode as `act_timeout` after this, not after the whole
+    episode budget."""
 
 
 PROFILES: dict[str, Profile] = {
     p.name: p
     for p in (
-        Profile(name="paper", budget=128, min_per_submit=1, max_per_submit=128, valid=64, heldout=256),
-        Profile(name="bench", budget=128, min_per_submit=1, max_per_submit=128, valid=16, heldout=64),
-        Profile(name="quick", budget=32, min_per_submit=1, max_per_submit=32, valid=8, heldout=16),
+        Profile(name="paper", budget=128, min_per_submit=1, max_per_submit=128, valid=64, heldout=256,
+                act_wall_s=10.0),
+        Profile(name="bench", budget=128, min_per_submit=1, max_per_submit=128, valid=16, heldout=64,
+                act_wall_s=5.0),
+        Profile(name="quick", budget=32, min_per_submit=1, max_per_submit=32, valid=8, heldout=16,
+                act_wall_s=5.0),
     )
 }
 

@@ -12,18 +12,22 @@ while the next one steps.
 from __future__ import annotations
 
 import atexit
-import multiprocessing
 import os
+import pickle
+import subprocess
+import sys
 import threading
-from concurrent.futures import Future, ProcessPoolExecutor
-from concurrent.futures.process import BrokenProcessPool
+from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
+from pathlib import Path
 
 import numpy as np
 
 INITIAL_ROWS = 256
 """Rows allocated for an episode's observations at first; doubled when full (a 27 MB
 CarRacing episode is allocated only if it runs that long)."""
+HELPER_EXIT_S = 5.0
+"""How long shutdown waits for the formatter helper to exit after its stdin closed."""
 _EMPTY_INFO: dict = {}
 
 
@@ -156,12 +160,17 @@ class EpisodeData:
 class Formatter:
     """Makes episode files, in a helper process when there is a spare core.
 
-    `submit(data)` returns a Future of {file name: bytes}. The helper is started once
-    per host process and reused; a machine with one usable core formats inline.
+    `submit(data)` returns `PendingFiles` at once; the files are made meanwhile. The
+    helper is a plain child process (`python -m evogym.recording`, pickles over its
+    stdin/stdout, trusted: it runs our code on our data) started once per host process
+    and reused; one thread talks to it, so episodes are formatted in order while the
+    caller keeps stepping. Without a spare core, or if the helper cannot be started or
+    dies, the files are made in this process: a lost helper costs time, never feedback.
     """
 
     _lock = threading.Lock()
-    _pool: ProcessPoolExecutor | None = None
+    _thread: ThreadPoolExecutor | None = None
+    _proc: subprocess.Popen | None = None
 
     @classmethod
     def parallel(cls) -> bool:
@@ -171,40 +180,59 @@ class Formatter:
     def prewarm(cls) -> None:
         """Start the helper now (in the background) so the first submit does not wait for it."""
         if cls.parallel():
-            cls._executor().submit(int)
+            cls._executor().submit(cls._helper)
 
     @classmethod
-    def _executor(cls) -> ProcessPoolExecutor:
-        with cls._lock:
-            if cls._pool is None:
-                from evogym.rollout import die_with_parent
-
-                cls._pool = ProcessPoolExecutor(max_workers=1, mp_context=multiprocessing.get_context("forkserver"),
-                                                initializer=die_with_parent)
-                atexit.register(cls.shutdown)
-            return cls._pool
+    def submit(cls, data: EpisodeData) -> "PendingFiles":
+        if data.steps and cls.parallel():
+            return PendingFiles(data, cls._executor().submit(cls._round_trip, data))
+        return PendingFiles(data, None)
 
     @classmethod
     def shutdown(cls) -> None:
         with cls._lock:
-            pool, cls._pool = cls._pool, None
-        if pool is not None:
-            pool.shutdown(wait=False, cancel_futures=True)
+            thread, cls._thread = cls._thread, None
+            proc, cls._proc = cls._proc, None
+        if thread is not None:
+            thread.shutdown(wait=False, cancel_futures=True)
+        if proc is not None:
+            _stop(proc)
 
     @classmethod
-    def submit(cls, data: EpisodeData) -> "PendingFiles":
-        future = None
-        if data.steps and cls.parallel():
-            try:
-                future = cls._executor().submit(_episode_files, data)
-            except RuntimeError:  # the pool broke or shut down (interpreter exit): format here
-                cls.shutdown()
-        return PendingFiles(data, future)
+    def _executor(cls) -> ThreadPoolExecutor:
+        with cls._lock:
+            if cls._thread is None:
+                cls._thread = ThreadPoolExecutor(max_workers=1, thread_name_prefix="evogym-formatter")
+                atexit.register(cls.shutdown)
+            return cls._thread
+
+    @classmethod
+    def _helper(cls) -> subprocess.Popen:
+        """The running helper (started here, on the formatter thread)."""
+        if cls._proc is None or cls._proc.poll() is not None:
+            source = str(Path(__file__).resolve().parents[1])  # evogym importable even when not installed
+            env = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
+            cls._proc = subprocess.Popen([sys.executable, "-m", "evogym.recording"], stdin=subprocess.PIPE,
+                                         stdout=subprocess.PIPE, close_fds=True, env=env)
+        return cls._proc
+
+    @classmethod
+    def _round_trip(cls, data: EpisodeData) -> dict[str, bytes]:
+        proc = cls._helper()
+        try:
+            _send(proc.stdin, data)
+            files = _receive(proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            files = None
+        if not isinstance(files, dict):
+            _stop(proc)
+            cls._proc = None
+            return _episode_files(data)
+        return files
 
 
 class PendingFiles:
-    """The files of one episode, being made; `result()` waits (or makes them here if the
-    helper process died: a lost helper costs time, never feedback)."""
+    """The files of one episode, being made; `result()` waits for them."""
 
     __slots__ = ("data", "future")
 
@@ -215,8 +243,8 @@ class PendingFiles:
         if self.future is not None:
             try:
                 return self.future.result()
-            except BrokenProcessPool:
-                Formatter.shutdown()
+            except CancelledError:  # the formatter thread was shut down (interpreter exit)
+                pass
         return _episode_files(self.data)
 
 
@@ -224,3 +252,50 @@ def _episode_files(data: EpisodeData) -> dict[str, bytes]:
     from evogym.feedback import episode_files
 
     return episode_files(data)
+
+
+def _send(stream, obj) -> None:
+    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
+    stream.write(len(blob).to_bytes(8, "little") + blob)
+    stream.flush()
+
+
+def _receive(stream):
+    head = stream.read(8)
+    if len(head) < 8:
+        raise EOFError("the formatter closed its output")
+    size = int.from_bytes(head, "little")
+    blob = stream.read(size)
+    if len(blob) < size:
+        raise EOFError("the formatter closed its output")
+    return pickle.loads(blob)
+
+
+def _stop(proc: subprocess.Popen) -> None:
+    try:
+        proc.stdin.close()
+    except OSError:
+        pass
+    try:
+        proc.wait(HELPER_EXIT_S)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def _serve() -> None:
+    """The helper's loop: one EpisodeData in, its files out, until the host closes stdin."""
+    import signal
+
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host's Ctrl-C is the host's to handle
+    stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    while True:
+        try:
+            data = _receive(stdin)
+        except EOFError:
+            return
+        _send(stdout, _episode_files(data))
+
+
+if __name__ == "__main__":
+    _serve()

@@ -8,7 +8,8 @@
   workspace/AGENTS.md      the contract for any agent
   workspace/system/        agent-writable policy code
   workspace/feedback/      submit_NNN/ trees (read-only for the agent by convention)
-  checkpoints/submit_NNN/  snapshot of system/ for every charged submit, + metrics.json
+  checkpoints/submit_NNN/  snapshot of system/ for every charged submit, + metrics.json (reference fields)
+  code_metrics/submit_NNN.json  our structural code metrics of that checkpoint (branches, topology hash, ...)
   logs/                    server log
 ```
 Case pools never enter the run directory: the host holds them in memory, loaded
@@ -84,6 +85,7 @@ class RunDir:
         self.system = self.workspace / "system"
         self.feedback = self.workspace / "feedback"
         self.checkpoints = self.root / "checkpoints"
+        self.code_metrics = self.root / "code_metrics"
         self.logs = self.root / "logs"
         self.run_json = self.root / "run.json"
         self.config_json = self.root / "config.json"
@@ -94,7 +96,7 @@ class RunDir:
         if self.run_json.exists():
             raise ConfigError(f"run {self.root} is already closed (run.json exists)",
                               hint="use a new --run-dir")
-        for d in (self.system, self.feedback, self.checkpoints, self.logs):
+        for d in (self.system, self.feedback, self.checkpoints, self.code_metrics, self.logs):
             d.mkdir(parents=True, exist_ok=True)
         if self.config_json.exists():
             old = json.loads(self.config_json.read_text())

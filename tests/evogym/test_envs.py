@@ -2,6 +2,9 @@
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import gymnasium as gym
 import numpy as np
@@ -184,3 +187,37 @@ def test_registered_but_unbuildable_id_is_not_found():
             resolve("gymnasium/EvogymTestBroken-v0")
     finally:
         del gym.registry["EvogymTestBroken-v0"]
+
+
+CONCURRENT_BUILD = """
+import sys, threading
+from concurrent.futures import ThreadPoolExecutor
+from evogym import envs
+slugs = list(envs.CORE16)
+barrier = threading.Barrier(4)
+def build(offset):
+    barrier.wait()  # all four threads import the same packages at the same moment
+    failures = []
+    for slug in slugs[offset:] + slugs[:offset]:
+        try:
+            env = envs.make_env(envs.resolve(slug))
+            env.reset(seed=0)
+            env.close()
+        except Exception as exc:
+            failures.append(f"{slug}: {type(exc).__name__}: {exc}")
+    return failures
+with ThreadPoolExecutor(4) as pool:
+    failures = [f for fs in pool.map(build, range(4)) for f in fs]
+print(failures)
+sys.exit(1 if failures else 0)
+"""
+
+
+@pytest.mark.parametrize("repeat", range(3))
+def test_core16_envs_build_from_four_threads_at_once(repeat):
+    """The import race of `evogym suite smoke` (partially initialized gymnasium modules):
+    each repeat is a fresh interpreter, where the env modules are imported for the first
+    time by four threads at once (without IMPORT_LOCK this failed 4 of 6 runs)."""
+    out = subprocess.run([sys.executable, "-c", CONCURRENT_BUILD], capture_output=True, text=True, timeout=300,
+                         env={**os.environ, "MUJOCO_GL": "egl"})
+    assert out.returncode == 0, out.stdout + out.stderr[-2000:]

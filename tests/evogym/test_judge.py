@@ -1,5 +1,6 @@
 """Submit lifecycle through the live host: verdicts, charging, feedback invariants, canaries."""
 import json
+import time
 
 import numpy as np
 import pytest
@@ -79,6 +80,32 @@ class Policy:
     s = body["summary"]
     assert body["status"] == "rollout_timeout" and s["timeouts"] == [0] and s["errors"] == [0]
     assert s["episode_lengths"][1] == 500
+
+
+def test_endless_act_costs_the_act_deadline_and_the_other_episodes_run(live_host):
+    live = live_host(budget=8)  # quick profile: act_wall_s 5 s, episode_wall_s 600 s
+    assert live.get("/info")[1]["resource_limits"]["act_wall_s"] == 5.0
+    live.write_policy("""
+import signal
+class Policy:
+    def __init__(self, o, a, m):
+        signal.signal(signal.SIGTERM, signal.SIG_IGN)
+        self.i = 0
+    def reset(self, i): self.i = i
+    def act(self, obs):
+        while self.i == 1:
+            pass
+        return 0
+""")
+    t0 = time.monotonic()
+    status, body = live.submit([0, 1, 2])
+    wall = time.monotonic() - t0
+    s = body["summary"]
+    assert body["status"] == "rollout_timeout" and s["timeouts"] == [1] and s["episode_lengths"] == [500, 0, 500]
+    assert 5.0 <= wall < 5.0 + 10.0, wall
+    ep1 = live.workspace / "feedback" / "submit_000" / "episodes" / "ep_001"
+    error = json.loads((ep1 / "error.txt").read_text().splitlines()[0])
+    assert error["category"] == "act_timeout" and "act_wall_s=5.0" in error["message"]
 
 
 def test_budget_conservation_and_feedback_invariants(live_host):
