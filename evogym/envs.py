@@ -232,7 +232,29 @@ def make_env(spec: EnvSpec) -> gym.Env:
     with IMPORT_LOCK:
         if package:
             _register(package)
+        if spec.slug not in _WARMED:
+            _warm(spec)
         return _make(spec.gym_id, dict(spec.kwargs))
+
+
+_WARMED: set[str] = set()
+
+
+def _warm(spec: EnvSpec) -> None:
+    """Once per env and process, under IMPORT_LOCK: build a throwaway env, reset it and take
+    one step, so the modules an env imports lazily (CarRacing imports `pygame.surfarray` on
+    its first reset) are imported here, not by several threads at once. An env that fails
+    here fails again, with its own error, for the caller."""
+    try:
+        env = _make(spec.gym_id, dict(spec.kwargs))
+        try:
+            env.reset(seed=0)
+            env.step(env.action_space.sample())
+        finally:
+            env.close()
+    except Exception:  # noqa: BLE001 - the caller's own make/reset/step reports it
+        return
+    _WARMED.add(spec.slug)
 
 
 def reset_episode(env: gym.Env, seed: int) -> tuple[Any, dict]:
