@@ -5,7 +5,12 @@ tiny: a few short episodes, fixed seeds.
 """
 from __future__ import annotations
 
+import importlib
+import py_compile
+import subprocess
+import sys
 import types
+from pathlib import Path
 
 import gymnasium as gym
 import numpy as np
@@ -165,3 +170,85 @@ def test_unknown_schemas_fall_back_to_a_neutral_program():
     exec(render(found[0], np.zeros(0)).source, namespace)
     policy = namespace["Policy"](obs, act, {})
     assert policy.act("hello") == [1, [0.0, 2.0]]
+
+
+# ---- the templates are code: linted, imported and unit-tested as modules ---------------------------
+
+TEMPLATE_DIR = Path(__file__).resolve().parents[2] / "ole" / "agents" / "builtin" / "programs"
+TEMPLATES = sorted(p.stem for p in TEMPLATE_DIR.glob("*.py") if p.stem != "__init__")
+LINT = ["--select", "E,F,W", "--line-length", "120", "--no-cache", "--output-format", "concise"]
+SCHEMA_ENVS = ["Acrobot-v1", "Pendulum-v1", "HalfCheetah-v5", "MiniGrid-FourRooms-v0", "FetchPickAndPlace-v4",
+               "CarRacing-v3", "roundabout-v0", "parking-v0", "Reacher-v5"]
+
+
+def ruff(*paths) -> subprocess.CompletedProcess:
+    return subprocess.run([sys.executable, "-m", "ruff", "check", *LINT, *map(str, paths)],
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_templates_are_lint_clean_modules():
+    assert TEMPLATES and {"prelude", "affine", "grid_bfs"} <= set(TEMPLATES)
+    out = ruff(TEMPLATE_DIR)
+    assert out.returncode == 0, out.stdout + out.stderr
+    for name in TEMPLATES:
+        module = importlib.import_module(f"ole.agents.builtin.programs.{name}")
+        assert module.__doc__, name
+
+
+def test_every_rendered_program_is_lint_clean(tmp_path):
+    """Undefined names, unused imports or a helper missing from the inlined set would show here."""
+    register_envs()
+    written = []
+    for env_id in SCHEMA_ENVS:
+        obs_s, act_s = schemas(env_id)
+        for mech in library.candidates(obs_s, act_s, ""):
+            for inline in (False, True):
+                path = tmp_path / f"{env_id}-{mech.name}-{int(inline)}.py"
+                path.write_text(render(mech, mech.defaults(), inline=inline).source)
+                py_compile.compile(str(path), doraise=True)
+                written.append(path)
+    out = ruff(*written)
+    assert out.returncode == 0, out.stdout[-3000:]
+
+
+def test_prelude_codec_maps_the_unit_range_onto_the_bounds():
+    from ole.agents.builtin.programs.prelude import ActionCodec, bounds, flat
+    codec = ActionCodec({"type": "Box", "shape": [2], "low": [-2.0, 0.0], "high": [2.0, 4.0]})
+    assert codec.box([1.0, -1.0]) == [2.0, 0.0] and codec.box([0.0, 5.0]) == [0.0, 4.0]
+    assert ActionCodec({"type": "Discrete", "n": 3, "start": 1}).choice(7) == 3
+    assert flat({"b": [1, "nan"], "a": 2}).tolist() == [2.0, 1.0, 0.0]
+    low, high = bounds({"low": -1.0, "high": {"min": 0, "max": 3.0}}, 2)
+    assert low.tolist() == [-1.0, -1.0] and high.tolist() == [3.0, 3.0]
+
+
+def test_grid_template_parses_missions():
+    from ole.agents.builtin.programs.grid_bfs import parse_mission
+    assert parse_mission("pick up the blue ball") == ("pickup", "ball", "blue")
+    assert parse_mission("use the key to open the door and then get to the goal") == ("reach", "goal", None)
+    assert parse_mission("get to the green goal square") == ("reach", "goal", None)
+
+
+def test_inlining_puts_each_helper_once_before_its_user():
+    from ole.agents.builtin.mechanism import assemble
+    text = assemble("goal_push")
+    assert text.count("def num(") == 1 and text.count("def parts(") == 1 and text.count("import numpy as np") == 1
+    assert text.index("def num(") < text.index("def parts(") < text.index("class Policy")
+    assert "# inline" not in text and "# params" not in text
+
+
+def test_edit_kinds_agree_with_the_host(tmp_path):
+    """The agent's topology hash and the host's code metrics classify the same edits the same way."""
+    from evogym.code_metrics import code_metrics, edit_kind
+    obs_s, act_s = schemas("HalfCheetah-v5")
+    osc, aff = control.oscillator(obs_s, act_s), control.affine(obs_s, act_s)
+    programs = {"a": render(osc, osc.defaults()).source, "b": render(osc, np.full(osc.dim, -0.7)).source,
+                "c": render(aff, aff.defaults()).source}
+    metrics = {}
+    for name, source in programs.items():
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "policy.py").write_text(source)
+        metrics[name] = code_metrics(tmp_path / name)
+    for old, new in (("a", "b"), ("b", "c"), ("a", "a")):
+        ours = "none" if programs[old] == programs[new] else (
+            "tuning" if topology_hash(programs[old]) == topology_hash(programs[new]) else "synthesis")
+        assert edit_kind(metrics[old], metrics[new]) == ours, (old, new)

@@ -2,8 +2,9 @@
 
 `BuiltinAgent().work(ctx)` writes policy programs into the workspace's `system/`,
 submits them through the protocol and improves them from the feedback, obeying every
-field of the bundle's Loop Policy. Modules: `prelude`/`mechanism` (program text),
-`control`/`goal`/`grid`/`vision` (mechanism families), `library` (which fit a task),
+field of the bundle's Loop Policy. Modules: `programs/` (the program templates, real
+`.py` files), `mechanism` (parameters and rendering), `control`/`goal`/`grid`/`vision`
+(mechanism families: which template, which parameters), `library` (which fit a task),
 `search` (CMA-ES tuning), `feedback` (reading submits), `checks` (pre-submit checks,
 AST topology hash), `loop` (the agent loop). What each field decides is decided by the
 shared `ole.agents.decisions` (docs/loop-policy.md); the agent carries it out:

@@ -1,22 +1,31 @@
 """Mechanisms: program families with named, scaled parameters, and program rendering.
 
-A mechanism is a policy-program template (source text that reads its constants from
-a `PARAMS` table) plus the list of its parameters with generic defaults and scales.
-Structural synthesis picks mechanisms; parametric tuning moves only the parameter
-values, so a tuning edit leaves the program's AST topology hash unchanged and a
-synthesis edit changes it (the trace classifies edits that way).
+A mechanism is a policy-program template (a module of `ole.agents.builtin.programs`
+that reads its constants from a `P` table) plus the list of its parameters with generic
+defaults and scales. Structural synthesis picks mechanisms; parametric tuning moves only
+the parameter values, so a tuning edit leaves the program's AST topology hash unchanged
+and a synthesis edit changes it (the trace classifies edits that way).
 """
 from __future__ import annotations
 
+import ast
+import functools
+import pprint
 import re
+import sys
 from dataclasses import dataclass, field
+from importlib import resources
 
 import numpy as np
 
-from ole.agents.builtin.prelude import PRELUDE
-
 PARAM_DIGITS = 6
 """Significant digits kept for a parameter value in the program text."""
+TEMPLATES = "ole.agents.builtin.programs"
+"""Package holding the program templates."""
+INLINE_MARK = "# inline"
+"""Trailing comment of an import whose module is copied into the rendered program."""
+PARAMS_MARK = "# params"
+"""Trailing comment of the placeholder line that the rendered program's `PARAMS` table replaces."""
 
 
 @dataclass(frozen=True)
@@ -39,10 +48,12 @@ class Param:
 
 @dataclass(frozen=True)
 class Mechanism:
-    """A program family: name, source body (a `Policy` class) and its parameters."""
+    """A program family: name, template module and its parameters."""
 
     name: str
-    body: str
+    template: str
+    """Module name under `ole.agents.builtin.programs`, or (for a caller's own mechanism) the
+    source text of a `Policy` class that reads `P`, when it contains a newline."""
     params: tuple[Param, ...]
     note: str = ""
     """Why the library proposed it (schema and brief features that matched)."""
@@ -50,6 +61,11 @@ class Mechanism:
     @property
     def dim(self) -> int:
         return sum(p.size for p in self.params)
+
+    @property
+    def body(self) -> str:
+        """The program text without the parameter table (helpers inlined)."""
+        return assemble(self.template)
 
     def groups(self) -> tuple[str, ...]:
         seen: list[str] = []
@@ -85,6 +101,74 @@ class Program:
     values: dict[str, list[float]] = field(default_factory=dict)
 
 
+def template_text(module: str) -> str:
+    """The source of one template module, read through `importlib.resources`."""
+    return resources.files(TEMPLATES).joinpath(f"{module}.py").read_text(encoding="utf-8")
+
+
+def _split(text: str) -> tuple[list[str], list[str]]:
+    """(modules it inlines, its code lines without docstring, future imports and marked lines)."""
+    tree = ast.parse(text)
+    skip: set[int] = set()
+    first = tree.body[0] if tree.body else None
+    if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
+        skip.update(range(first.lineno, first.end_lineno + 1))
+    deps: list[str] = []
+    for node in tree.body:
+        line = text.splitlines()[node.lineno - 1]
+        if isinstance(node, ast.ImportFrom) and node.module == "__future__":
+            skip.add(node.lineno)
+        elif isinstance(node, ast.ImportFrom) and line.rstrip().endswith(INLINE_MARK):
+            if not (node.module or "").startswith(TEMPLATES + "."):
+                raise ValueError(f"an inlined import must name a module of {TEMPLATES}: {line.strip()}")
+            deps.append(node.module.rsplit(".", 1)[1])
+            skip.update(range(node.lineno, node.end_lineno + 1))
+        elif line.rstrip().endswith(PARAMS_MARK):
+            skip.update(range(node.lineno, node.end_lineno + 1))
+    lines = [ln for i, ln in enumerate(text.splitlines(), 1) if i not in skip]
+    return deps, lines
+
+
+@functools.lru_cache(maxsize=64)
+def assemble(template: str) -> str:
+    """The template with every inlined helper module before it (each once), imports deduplicated."""
+    if "\n" in template:  # a caller's own mechanism: source text that uses the prelude
+        template_lines = ["from ole.agents.builtin.programs.prelude import *  # inline", "", template]
+        texts = {"<own>": "\n".join(template_lines)}
+        order = _order("<own>", texts)
+    else:
+        texts = {}
+        order = _order(template, texts)
+    seen_imports: set[str] = set()
+    chunks: list[str] = []
+    for module in order:
+        _, lines = _split(texts[module])
+        kept = []
+        for ln in lines:
+            if re.match(r"^(import \S|from \S+ import )", ln):
+                if ln in seen_imports:
+                    continue
+                seen_imports.add(ln)
+            kept.append(ln)
+        chunks.append("\n".join(kept).strip("\n"))
+    return "\n\n\n".join(c for c in chunks if c) + "\n"
+
+
+def _order(module: str, texts: dict[str, str], stack: tuple[str, ...] = ()) -> list[str]:
+    """Depth-first: a module's inlined dependencies before the module, each once."""
+    if module in stack:
+        raise ValueError(f"templates inline each other in a cycle: {' -> '.join(stack + (module,))}")
+    if module not in texts:
+        texts[module] = template_text(module)
+    out: list[str] = []
+    for dep in _split(texts[module])[0]:
+        for m in _order(dep, texts, stack + (module,)):
+            if m not in out:
+                out.append(m)
+    out.append(module)
+    return out
+
+
 def render(mech: Mechanism, x: np.ndarray, *, inline: bool = False) -> Program:
     """Write the program text for a mechanism at normalized parameters x.
 
@@ -93,12 +177,33 @@ def render(mech: Mechanism, x: np.ndarray, *, inline: bool = False) -> Program:
     """
     values = mech.values(np.asarray(x, dtype=float))
     body = mech.body
-    table = "PARAMS = {\n" + "".join(f"    {k!r}: {v!r},\n" for k, v in values.items()) + "}\n"
+    table = "PARAMS = {\n" + "".join(f"    {k!r}: {_literal(v, 8)},\n" for k, v in values.items()) + "}\n"
     if inline:
         table = "PARAMS = {}\n"
         for name, v in values.items():
-            body = re.sub(rf'P\["{name}"\]', f"np.array({v!r})", body)
+            text = repr(v) if len(repr(v)) <= 16 else "\n            " + _literal(v, 12)
+            body = re.sub(rf'P\["{name}"\]', lambda _m, text=text: f"np.array({text})", body)
     head = f'"""Policy program written by the OLE built-in agent (mechanism: {mech.name})."""\n'
-    source = head + PRELUDE + "\n\n" + table + "P = PARAMS\n\n" + body.strip() + "\n"
+    imports, rest = _hoist_imports(body)
+    source = head + imports + "\n\n" + table + "P = PARAMS\n\n\n" + rest.strip("\n") + "\n"
     return Program(mech.name, tuple(float(v) for v in x), source, values)
 
+
+def _hoist_imports(body: str) -> tuple[str, str]:
+    """Top-level import lines of the assembled body (stdlib, then third party), and everything else."""
+    imports, rest = [], []
+    for ln in body.splitlines():
+        (imports if re.match(r"^(import \S|from \S+ import )", ln) else rest).append(ln)
+    std = sorted(ln for ln in imports if _top_module(ln) in sys.stdlib_module_names)
+    third = sorted(ln for ln in imports if _top_module(ln) not in sys.stdlib_module_names)
+    return "\n\n".join("\n".join(g) for g in (std, third) if g) + "\n", "\n".join(rest)
+
+
+def _top_module(import_line: str) -> str:
+    return import_line.split()[1].split(".")[0]
+
+
+def _literal(values: list[float], indent: int) -> str:
+    """A list literal wrapped to keep program lines under 100 characters."""
+    text = pprint.pformat(values, width=96 - indent, compact=True)
+    return text.replace("\n", "\n" + " " * indent)

@@ -1,16 +1,10 @@
-"""Shared source text that opens every generated policy program.
+"""Helpers every rendered program starts with: observation decoding and action encoding.
 
-The generated `policy.py` must be self-contained (the sandbox imports only the
-stdlib, numpy and scipy, and only top-level sibling modules), so the helpers that
-decode observations and encode actions are emitted as source, not imported. They
-read only the compact schema the host passes to `Policy.__init__`, which is what
-keeps every mechanism free of env-specific constants.
+The policy must be self-contained (the sandbox imports only the stdlib, numpy and scipy),
+so these helpers are copied into each rendered program rather than imported. They read
+only the compact schemas the host passes to `Policy.__init__`, which is what keeps every
+mechanism free of env-specific constants.
 """
-from __future__ import annotations
-
-PRELUDE = '''
-import math
-
 import numpy as np
 
 
@@ -100,4 +94,3 @@ class ActionCodec:
     def choice(self, k):
         """Index k in [0, n) -> a Discrete action value."""
         return int(self.start + max(0, min(self.n - 1, int(k))))
-'''
