@@ -86,6 +86,8 @@ def register(subparsers) -> None:
     s.add_argument("--seed", type=int, default=None, help=f"proposer seed (default: {CFG.seed})")
     s.add_argument("--eta", type=int, default=None,
                    help=f"staged evaluation: keep the best 1/eta of the candidates per rung (default: {CFG.eta})")
+    s.add_argument("--screen", type=int, default=None,
+                   help="staged evaluation: search instances of the first rung (default: one pool of every env)")
     s.add_argument("--proposer", default="builtin",
                    help="builtin (evidence-guided), random or tpe (black-box baselines over the same space), "
                         "or an LLM model string (`scripted:FILE`, `replay:FILE` or a litellm model)")
@@ -126,7 +128,7 @@ def config_from(args: argparse.Namespace) -> EvolveConfig:
         return EvolveConfig(suite=suite, caps=caps, **given(
             search_pools=args.search_pools, gate_pools=args.gate_pools, agent_seeds=args.agent_seeds,
             population=args.population, generations=args.generations, seed=args.seed, channel=args.channel,
-            workers=args.workers, eta=args.eta))
+            workers=args.workers, eta=args.eta, screen=args.screen))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
