@@ -136,12 +136,14 @@ class Candidate:
 
 
 def summarize(pairs: Sequence[Pair]) -> dict:
-    """Objectives of one candidate's pairs: benefit (mean r), tail (CVaR 25%), cost (episode ratio)."""
+    """Objectives of one candidate's pairs: benefit (mean r), tail (CVaR 25%), cost (episode and wall ratios)."""
     r = sorted(p.r for p in pairs)
     k = max(1, len(r) // 4)
     champ = sum(p.champion.episodes for p in pairs) or 1
+    champ_wall = sum(p.champion.wall_s for p in pairs) or 1.0
     return {"n": len(r), "mean_r": sum(r) / len(r) if r else 0.0, "cvar": sum(r[:k]) / k if r else 0.0,
             "cost": sum(p.challenger.episodes for p in pairs) / champ,
+            "wall": sum(p.challenger.wall_s for p in pairs) / champ_wall,
             "r": [round(p.r, 6) for p in pairs]}
 
 

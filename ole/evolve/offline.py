@@ -8,7 +8,8 @@ next rung of twice as many instances, and so on to every search instance. So man
 candidates are tried for the episodes that evaluating each on every instance would cost;
 the champion's runs are paid once and shared by every rung and generation. The retained set
 is the champion plus the candidates that finished the cascade and no other point dominates
-on (benefit ↑, tail ↑, cost ↓).
+on (benefit ↑, tail ↑, episode and wall cost ↓); candidates the gate's cost or tail criterion
+would reject on their search pairs rank below every feasible one.
 
 The best retained candidate then meets the gate on instances no proposal has seen, with an
 adaptive sample (`Engine.gate`). When its search gains come from one env family while the
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 
 from ole.bundle import Bundle
 from ole.evolve import Candidate, Engine, EvolveConfig, summarize
-from ole.gate import GateDecision
+from ole.gate import GateConfig, GateDecision, decide
 from ole.paired import Instance, env_family, eval_key, instance_key
 from ole.proposers import Parent, accepted, child_bundle
 
@@ -58,15 +59,16 @@ class OfflineReport:
 
 
 def dominates(a: dict, b: dict) -> bool:
-    """a is at least as good as b on (benefit, tail, cost) and strictly better on one."""
-    ge = a["mean_r"] >= b["mean_r"] and a["cvar"] >= b["cvar"] and a["cost"] <= b["cost"]
-    gt = a["mean_r"] > b["mean_r"] or a["cvar"] > b["cvar"] or a["cost"] < b["cost"]
+    """a is at least as good as b on (benefit, tail, episode cost, wall cost) and strictly better on one."""
+    aw, bw = a.get("wall", 1.0), b.get("wall", 1.0)
+    ge = a["mean_r"] >= b["mean_r"] and a["cvar"] >= b["cvar"] and a["cost"] <= b["cost"] and aw <= bw
+    gt = a["mean_r"] > b["mean_r"] or a["cvar"] > b["cvar"] or a["cost"] < b["cost"] or aw < bw
     return ge and gt
 
 
 DUPLICATE_RETRIES = 3
 """Attempts per population slot when a proposal repeats an existing candidate or is rejected."""
-CHAMPION_POINT = {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0}
+CHAMPION_POINT = {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0, "wall": 1.0}
 """The champion against itself: no change, no tail loss, the same cost."""
 
 
@@ -77,14 +79,28 @@ def nondominated(cands: Sequence[Candidate]) -> list[Candidate]:
     return [c for c in cands if not any(dominates(p, scores[c.ref]) for p in points if p is not scores[c.ref])]
 
 
-def _rank_key(c: Candidate) -> tuple:
-    """Highest mean r, then highest CVaR, then the oldest version (deterministic)."""
+def gate_feasible(c: Candidate, gate: GateConfig) -> bool:
+    """Would the candidate's search pairs pass the gate's cost and tail criteria?
+
+    A candidate that buys its gain with more wall time or episodes than the gate allows, or
+    that regresses some instance beyond the tail bounds, is ranked below every feasible one:
+    the gate would reject it whatever its mean.
+    """
+    if not c.pairs:
+        return False
+    d = decide(c.pairs, gate, champion="search", challenger=c.ref)
+    return all(k.passed for k in d.criteria if k.name in ("cost", "tail"))
+
+
+def rank_key(c: Candidate, gate: GateConfig | None = None) -> tuple:
+    """Gate-feasible first, then highest mean r, then highest CVaR, then the oldest version."""
     s = summarize(c.pairs)
-    return s["mean_r"], s["cvar"], -int(c.ref.split("@")[1])
+    ok = gate_feasible(c, gate) if gate is not None else True
+    return ok, s["mean_r"], s["cvar"], -int(c.ref.split("@")[1])
 
 
-def _best(retained: Sequence[Candidate]) -> Candidate | None:
-    return max(retained, key=_rank_key) if retained else None
+def _best(retained: Sequence[Candidate], gate: GateConfig | None = None) -> Candidate | None:
+    return max(retained, key=lambda c: rank_key(c, gate)) if retained else None
 
 
 def family_means(pairs) -> dict[str, float]:
@@ -194,7 +210,7 @@ class OfflineEvolution:
             if last:
                 break
             keep = max(1, math.ceil(len(alive) / self.cfg.eta))
-            ranked = sorted(alive, key=_rank_key, reverse=True)
+            ranked = sorted(alive, key=lambda c: rank_key(c, self.e.gate), reverse=True)
             cut = ranked[keep:]
             if cut:
                 self.e.progress(f"  rung {k}: promoted " + ", ".join(f"{c.ref} ({summarize(c.pairs)['mean_r']:+.3f})"
@@ -224,7 +240,7 @@ class OfflineEvolution:
             self.report.evidence_ids = [e.evidence_id for e in ev]
             retained = self.search_generations(ev)
             self.report.retained = [c.ref for c in retained]
-            self.final_gate(_best(retained), self.seen_keys(traces))
+            self.final_gate(_best(retained, self.e.gate), self.seen_keys(traces))
         except CapReached as exc:
             self.report.stopped = str(exc)
             self.e.progress(f"stopped before crossing a cost cap: {exc}")
