@@ -1,144 +1,258 @@
-"""Evolved vs initial: offline evolution, then the result paired against the seed bundle on unseen tasks.
+"""Evolved vs initial: `ole evolve` from a fresh registry, then the released champion(s) vs the seed on unseen tasks.
 
-1. Offline evolution (built-in agent and proposer) on the search pools, final gate on the
-   gate pools — exactly `ole evolve --mode offline` with the flags below.
-2. The released champion (or, if the gate released nothing, the gate's candidate, and the
-   report says so) is paired with the initial bundle `coder@1` on evaluation pools used
-   neither in search nor in the gate: mean r with its bootstrap interval (the gate's alpha
-   percentiles, labelled with their two-sided level: 80% at alpha 0.1), per-env table.
-3. The lineage picture and every gate record are written next to the report.
+1. Offline evolution exactly as `make evolve` runs it (`ole evolve --mode offline` with the
+   flags below, in its own registry and workdir; re-running resumes from the stored results).
+2. Every evaluation task is routed the way a real task boundary routes it
+   (`Registry.select`: the most specific released bundle whose scope matches, else the
+   channel's general champion) and paired with the seed bundle on **pools used neither in
+   search nor in the gate**, over the search envs and over `--heldout-envs` that evolution
+   never saw at all. A task the evolved registry still routes to the seed is a pair with
+   r = 0 by construction (same bundle) and is reported as such without a run.
+   Reported: mean r with a 90 % percentile-bootstrap interval (two-sided, labelled as such),
+   per family and per env, and the win rate.
+3. Ablation: the same evolution from a deliberately minimal starting policy
+   (`experiments/bundles/minimal.yaml`: one mechanism, tuning only, large submits, no retests,
+   no confirmation), then minimal vs evolved-from-minimal vs the hand-written seed on the same
+   unseen tasks: the share of the hand-written seed's quality OLE recovers by itself.
+4. The lineage picture (PNG) and, where `ole report` exists, the HTML report are written next
+   to the results.
 
     nice -n 10 python experiments/evolved_vs_initial.py --out experiments/results/evolved_vs_initial.md
-
-Run names (trace ids) encode env, bundle, seed and time; everything lives under --workdir.
+    python experiments/evolved_vs_initial.py --smoke      # tiny budget, one env (the test)
 """
 from __future__ import annotations
 
 import argparse
+import json
 import shutil
+import subprocess
 import sys
 import time
+from collections import defaultdict
 from pathlib import Path
+
+import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from ole.evolve import EvolveConfig, Suite, open_engine  # noqa: E402
-from ole.evolve.offline import OfflineEvolution  # noqa: E402
+from ole.bundle import TaskContext  # noqa: E402
+from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
-from ole.gate import GateConfig, ci_text, compute_stats, load_config  # noqa: E402
-from ole.lineage import Lineage  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
-from ole.proposers.builtin import BuiltinProposer  # noqa: E402
+from ole.lineage import Lineage  # noqa: E402
+from ole.paired import PairedEvaluation, env_family, make_pair  # noqa: E402
 from ole.registry import Registry  # noqa: E402
+from ole.trace import RunCondition, TaskSpec  # noqa: E402
 
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(","))
+MINIMAL = ROOT / "experiments" / "bundles" / "minimal.yaml"
 
 
 def parse() -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--envs", default="gym/acrobot,gym/pusher5,gymnasium/MiniGrid-FourRooms-v0", help="env slugs")
-    p.add_argument("--budget", type=int, default=32, help="episode budget per run")
-    p.add_argument("--search-pools", type=_ints, default=(101, 102), help="pools the proposer sees")
-    p.add_argument("--gate-pools", type=_ints, default=(201, 202, 203), help="pools of the final gate")
-    p.add_argument("--eval-pools", type=_ints, default=(301, 302, 303, 304), help="pools of this comparison")
-    p.add_argument("--population", type=int, default=4, help="candidates per generation")
-    p.add_argument("--generations", type=int, default=2, help="generations")
-    p.add_argument("--seed", type=int, default=0, help="proposer seed")
-    p.add_argument("--workers", type=int, default=2, help="parallel runs")
-    p.add_argument("--workdir", default="experiments/out/evolved_vs_initial", help="registry, store, runs, traces")
+    p.add_argument("--evolve-args", default="", help="extra `ole evolve --mode offline` flags, as one string "
+                   "(default: none, i.e. exactly what `make evolve` runs)")
+    p.add_argument("--eval-pools", default="301,302,303,304,305,306", help="pools of this comparison (unseen)")
+    p.add_argument("--heldout-envs", default="gym/continuouscar,gymnasium/Pendulum-v1",
+                   help="envs never used in search or gate, also compared")
+    p.add_argument("--no-ablation", action="store_true", help="skip the minimal-seed ablation")
+    p.add_argument("--workers", type=int, default=2, help="parallel runs of the comparison")
+    p.add_argument("--workdir", default="experiments/out/evolved_vs_initial", help="registries, stores, runs, traces")
     p.add_argument("--fresh", action="store_true", help="delete --workdir first (default: resume)")
-    p.add_argument("--out", default=None, help="Markdown report path (lineage PNG written beside it)")
-    return p.parse_args()
+    p.add_argument("--out", default=None, help="Markdown report path (lineage PNG and JSON beside it)")
+    p.add_argument("--smoke", action="store_true", help="tiny run for the test")
+    args = p.parse_args()
+    if args.smoke:
+        args.evolve_args = ("--envs gym/acrobot --budget 4 --search-pools 101 --gate-pools 201 --population 2 "
+                            "--generations 1 --workers 1")
+        args.eval_pools, args.heldout_envs, args.workers = "301", "gym/reacher5", 1
+    return args
 
 
-def setup(args) -> tuple[Registry, EvolveConfig, Path]:
-    work = Path(args.workdir)
-    if args.fresh and work.exists():
-        shutil.rmtree(work)
-    (work / "bundles").mkdir(parents=True, exist_ok=True)
-    if not (work / "bundles" / "coder.yaml").exists():
-        shutil.copy(ROOT / "bundles" / "coder.yaml", work / "bundles" / "coder.yaml")
-    cfg = EvolveConfig(suite=Suite(envs=tuple(args.envs.split(",")), budget=args.budget),
-                       search_pools=args.search_pools, gate_pools=args.gate_pools, population=args.population,
-                       generations=args.generations, seed=args.seed, workers=args.workers)
-    overlap = set(args.eval_pools) & (set(args.search_pools) | set(args.gate_pools))
-    if overlap:
-        raise SystemExit(f"--eval-pools {sorted(overlap)} were used in search or gate; pick unused pools")
-    return Registry(work / "bundles"), cfg, work
+def evolve(args, root: Path, work: Path) -> dict:
+    """`ole evolve --mode offline` in its own registry root (resumes when run again)."""
+    cmd = [sys.executable, "-m", "ole.cli", "--root", str(root), "--json", "evolve", "--mode", "offline",
+           "--workdir", str(work / "evolve"), "--traces", str(work / "traces"), *args.evolve_args.split()]
+    print("$ " + " ".join(cmd[2:]), flush=True)
+    out = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
+    return json.loads(out.stdout)
+
+
+def fresh_root(work: Path, seed_file: Path) -> Path:
+    root = work / "root"
+    if not root.exists():
+        root.mkdir(parents=True)
+        shutil.copy(seed_file, root / seed_file.name)
+    return root
+
+
+def instances(summary: dict, args) -> list[tuple[TaskSpec, RunCondition]]:
+    """Search envs and held-out envs, each on every comparison pool, under the evolution's profile/budget."""
+    cfg = summary["config"]
+    envs = list(cfg["suite"]["envs"]) + [e for e in args.heldout_envs.split(",") if e]
+    pools = [int(x) for x in args.eval_pools.split(",")]
+    used = set(cfg["search_pools"]) | set(cfg["gate_pools"]) | set(cfg["gate_extra_pools"])
+    if used & set(pools):
+        raise SystemExit(f"--eval-pools {sorted(used & set(pools))} were used in search or gate; pick unused pools")
+    s = cfg["suite"]
+    return [(TaskSpec(env=e, profile=s["profile"], budget=s["budget"], pool_seed=p),
+             RunCondition(host=s["host"], seed=seed, model=s["model"]))
+            for p in pools for e in envs for seed in cfg["agent_seeds"]]
+
+
+def routed(reg: Registry, channel: str, task: TaskSpec, cond: RunCondition):
+    """What a task boundary would hand this task (the scoped champion)."""
+    from evogym.pools import profile
+    ctx = TaskContext(host=cond.host, env=task.env, family=env_family(task.env),
+                      budget=task.budget or profile(task.profile).budget, model=cond.model)
+    return reg.select(channel, ctx)
+
+
+def compare(paired: PairedEvaluation, base, reg: Registry, channel: str, insts) -> list[dict]:
+    """Routed bundle vs `base` on every instance; same-bundle tasks are r = 0 without a run."""
+    routes = [routed(reg, channel, t, c) for t, c in insts]
+    bundles = {sel.ref: sel.bundle.bundle for sel in routes}
+    paired.run([(base.ref, base.bundle), *bundles.items()], insts)
+    rows = []
+    for (task, cond), sel in zip(insts, routes):
+        fam = env_family(task.env)
+        if sel.bundle.bundle.content_hash == base.bundle.content_hash:
+            rows.append({"env": task.env, "family": fam, "pool": task.pool_seed, "bundle": sel.ref, "r": 0.0,
+                         "q_base": None, "q_evolved": None, "same_bundle": True})
+            continue
+        from ole.paired import eval_key
+        champ, _ = paired.store.get(eval_key(base.bundle.content_hash, task, cond))
+        chall, _ = paired.store.get(eval_key(sel.bundle.bundle.content_hash, task, cond))
+        pair = make_pair(task, cond, fam, champ, chall)
+        rows.append({"env": task.env, "family": fam, "pool": task.pool_seed, "bundle": sel.ref, "r": pair.r,
+                     "q_base": pair.champion.q, "q_evolved": pair.challenger.q, "same_bundle": False})
+    return rows
+
+
+def ci90(values) -> tuple[float, float, float]:
+    """Mean and a 90 % percentile-bootstrap interval (two-sided) of the mean."""
+    from scipy.stats import bootstrap
+    r = np.asarray(values, dtype=float)
+    if r.size < 2 or np.all(r == r[0]):
+        return float(r.mean()), float(r.mean()), float(r.mean())
+    res = bootstrap((r,), np.mean, confidence_level=0.9, n_resamples=10000, method="percentile",
+                    random_state=np.random.default_rng(0))
+    return float(r.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
+
+
+def table(rows: list[dict], key: str) -> list[str]:
+    by: dict[str, list[dict]] = defaultdict(list)
+    for row in rows:
+        by[row[key]].append(row)
+    out = [f"| {key} | pairs | routed to | q seed (mean) | q evolved (mean) | mean r [90 % CI] | win rate |",
+           "|---|---|---|---|---|---|---|"]
+    for name, rs in sorted(by.items()):
+        m, lo, hi = ci90([x["r"] for x in rs])
+        qb = [x["q_base"] for x in rs if x["q_base"] is not None]
+        qe = [x["q_evolved"] for x in rs if x["q_evolved"] is not None]
+        win = (sum(x["r"] > 0 for x in rs) + 0.5 * sum(x["r"] == 0 for x in rs)) / len(rs)
+        out.append(f"| {name} | {len(rs)} | {', '.join(sorted({x['bundle'] for x in rs}))} | {_m(qb)} | {_m(qe)} | "
+                   f"{m:+.4f} [{lo:+.4f}, {hi:+.4f}] | {win:.2f} |")
+    return out
+
+
+def _m(values) -> str:
+    return f"{sum(values) / len(values):.2f}" if values else "-"
+
+
+def ablation(args, work: Path, paired: PairedEvaluation, seed_reg: Registry, insts) -> list[str]:
+    """Evolve from the minimal seed; how much of the hand-written seed's quality does OLE recover?"""
+    root = fresh_root(work / "minimal", MINIMAL)
+    summary = evolve(args, root, work / "minimal")
+    reg = Registry(root)
+    minimal = reg.get(f"{reg.names()[0]}@1")
+    seed = seed_reg.get("coder@1")
+    rows = compare(paired, minimal, reg, summary["config"]["channel"], insts)
+    paired.run([(seed.ref, seed.bundle)], insts)
+    q = {"minimal": [], "evolved": [], "seed": []}
+    from ole.paired import eval_key
+    for (task, cond), row in zip(insts, rows):
+        qm, _ = paired.store.get(eval_key(minimal.bundle.content_hash, task, cond))
+        qs, _ = paired.store.get(eval_key(seed.bundle.content_hash, task, cond))
+        if qm.q is None or qs.q is None:
+            continue
+        q["minimal"].append(qm.q)
+        q["seed"].append(qs.q)
+        q["evolved"].append(qm.q if row["same_bundle"] else row["q_evolved"] if row["q_evolved"] is not None else qm.q)
+    mean = {k: float(np.mean(v)) if v else float("nan") for k, v in q.items()}
+    gap = mean["seed"] - mean["minimal"]
+    share = (mean["evolved"] - mean["minimal"]) / gap if gap else float("nan")
+    d = summary.get("verdict")
+    return ["## Ablation: evolution from a deliberately minimal starting policy", "",
+            f"Start: `{MINIMAL.relative_to(ROOT)}` ({minimal.ref}); same evolve flags; gate verdict **{d}**"
+            f" on `{summary.get('final')}` (scope {summary.get('scope')}); changed: "
+            + ("; ".join(summary.get("changes") or []) or "nothing") + ".", "",
+            f"On the same {len(q['seed'])} unseen tasks: mean q minimal {mean['minimal']:.2f}, evolved from minimal "
+            f"{mean['evolved']:.2f}, hand-written seed {mean['seed']:.2f}. **Share of the seed's advantage over the "
+            f"minimal policy that OLE recovered by itself: {share:.0%}** "
+            "((q evolved − q minimal) / (q seed − q minimal), means over tasks).", "",
+            *table(rows, "family"), ""]
 
 
 def main() -> None:
     args = parse()
-    reg, cfg, work = setup(args)
+    work = Path(args.workdir)
+    if args.fresh and work.exists():
+        shutil.rmtree(work)
     t0 = time.time()
-    with LocalExecutor(cfg.workers) as ex:
-        engine = open_engine(registry=reg, workdir=work, traces_root=work / "traces", cfg=cfg, evaluate=run_job,
-                             proposer=BuiltinProposer(), gate=load_config(), executor=ex,
-                             progress=lambda line: print(line, flush=True))
-        initial = reg.get("coder@1")
-        report = OfflineEvolution(engine, cfg, initial.ref, initial.bundle).run()
-        if report.decision is not None and report.decision.verdict == "release":
-            reg.activate_pending(cfg.channel)
-        evolved_ref = reg.champion().ref if reg.champion().ref != initial.ref else report.final
-        evolved = reg.get(evolved_ref) if evolved_ref else None
-        pairs = []
-        if evolved is not None:
-            instances = cfg.suite.instances(args.eval_pools, cfg.agent_seeds)
-            print(f"comparison: {evolved.ref} vs {initial.ref} on {len(instances)} unseen instances", flush=True)
-            pairs = engine.paired.pairs((initial.ref, initial.bundle), [(evolved.ref, evolved.bundle)],
-                                        instances)[evolved.ref]
-    write(args, reg, report, evolved, pairs, time.time() - t0)
-
-
-def write(args, reg, report, evolved, pairs, wall) -> None:
+    root = fresh_root(work / "seed", ROOT / "bundles" / "coder.yaml")
+    summary = evolve(args, root, work / "seed")
+    reg = Registry(root)
+    seed = reg.get("coder@1")
+    insts = instances(summary, args)
+    store = EvaluationStore(work / "comparison.sqlite3")
     lines = ["# Evolved vs initial bundle (offline mode, built-in agent and proposer)", "",
-             "Command: `python experiments/evolved_vs_initial.py " + " ".join(sys.argv[1:]) + "`", "",
-             f"Envs {args.envs}; budget {args.budget} episodes per run; search pools {args.search_pools}, "
-             f"gate pools {args.gate_pools}, comparison pools {args.eval_pools} (disjoint). "
-             f"Wall time {wall / 60:.1f} min.", ""]
-    d = report.decision
-    lines.append(f"Offline run: {len(report.candidates)} candidates registered, retained "
-                 f"{', '.join(report.retained) or 'none'}; final gate on `{report.final}`: "
-                 f"**{d.verdict if d else 'not reached'}**" + (f" ({'; '.join(d.reasons)})" if d else ""))
-    lines.append("")
-    if evolved is None:
-        lines.append("No candidate reached the gate, so there is nothing to compare.")
-    else:
-        released = reg.champion().ref == evolved.ref
-        s = compute_stats(pairs, GateConfig(bootstrap_resamples=4000))
-        lines += [f"Compared: `{evolved.ref}` ({'released champion' if released else 'NOT released; the gate candidate'})"
-                  f" vs initial `coder@1` on {s.n_pairs} unseen pairs.", "",
-                  f"**mean r = {s.mean_r:+.4f}, bootstrap {ci_text(s, 4)}, "
-                  f"win rate {s.win_rate:.2f}, worst r {s.worst_r:+.4f}.**", "",
-                  "| env | pairs | q initial (mean) | q evolved (mean) | mean r |", "|---|---|---|---|---|"]
-        for env in args.envs.split(","):
-            ps = [p for p in pairs if p.task.env == env]
-            qi = [p.champion.q for p in ps if p.champion.q is not None]
-            qe = [p.challenger.q for p in ps if p.challenger.q is not None]
-            lines.append(f"| {env} | {len(ps)} | {_mean(qi)} | {_mean(qe)} | {sum(p.r for p in ps) / len(ps):+.4f} |")
-        diff = [f"`{c.component}.{c.field}`: {c.old!r} -> {c.new!r}"
-                for c in Lineage.from_registry(reg).diff("coder@1", evolved.ref)]
-        lines += ["", "Changes from coder@1: " + ("; ".join(diff) or "none"), ""]
+             "Command: `python experiments/evolved_vs_initial.py " + " ".join(sys.argv[1:]) + "`", ""]
+    with LocalExecutor(args.workers) as ex:
+        paired = PairedEvaluation(ex, store, run_job, traces_root=str(work / "comparison-traces"),
+                                  runs_root=str(work / "comparison-runs"))
+        rows = compare(paired, seed, reg, summary["config"]["channel"], insts)
+        d = summary.get("verdict")
+        gain = summary.get("gain") or {}
+        lines += [f"Evolution (`ole evolve --mode offline {args.evolve_args}`): {len(summary['candidates'])} "
+                  f"candidates, gate on `{summary.get('final')}` (scope {summary.get('scope')}): **{d}**"
+                  + (f" — gate mean r {gain['mean_r']:+.3f}, {gain['ci_level']:.0%} CI [{gain['ci_low']:+.3f}, "
+                     f"{gain['ci_high']:+.3f}] on {gain['n_pairs']} pairs" if gain else "")
+                  + f"; changed: {'; '.join(summary.get('changes') or []) or 'nothing'}.", "",
+                  f"Comparison pools {args.eval_pools} (unseen by search and gate); held-out envs "
+                  f"{args.heldout_envs} (never used by evolution). Each task gets what a task boundary would "
+                  "hand it (`Registry.select`).", ""]
+        m, lo, hi = ci90([x["r"] for x in rows])
+        families = {}
+        for fam in sorted({x["family"] for x in rows}):
+            families[fam] = float(np.mean([x["r"] for x in rows if x["family"] == fam]))
+        lines += [f"**All {len(rows)} pairs: mean r = {m:+.4f}, 90 % CI [{lo:+.4f}, {hi:+.4f}]** "
+                  "(percentile bootstrap, two-sided); lowest family mean "
+                  f"{min(families.values()):+.4f} ({min(families, key=families.get)}).", ""]
+        heldout = [x for x in rows if x["env"] in args.heldout_envs.split(",")]
+        if heldout:
+            hm, hlo, hhi = ci90([x["r"] for x in heldout])
+            lines += [f"Held-out envs only ({len(heldout)} pairs): mean r {hm:+.4f}, 90 % CI [{hlo:+.4f}, {hhi:+.4f}].", ""]
+        lines += ["Per family:", "", *table(rows, "family"), "", "Per env:", "", *table(rows, "env"), ""]
+        if not args.no_ablation:
+            lines += ablation(args, work, paired, reg, insts)
     lines += ["Gate records (registry `gate_decision` events):", ""]
     for e in reg.events(kind="gate_decision"):
         st = e.payload["stats"]
-        lines.append(f"- #{e.seq} `{e.ref}` vs `{e.payload['champion']}`: {e.payload['verdict']} — {st['n_pairs']} pairs, "
-                     f"mean r {st['mean_r']:+.4f}, p {st['p_value']:.3f}; {'; '.join(e.payload['reasons'])}")
+        lines.append(f"- #{e.seq} `{e.ref}` vs `{e.payload['champion']}`: {e.payload['verdict']} — {st['n_pairs']} pairs"
+                     f" in {max(1, len(e.payload.get('looks') or []))} look(s), mean r {st['mean_r']:+.4f}, "
+                     f"p {st['p_value']:.4f}; {'; '.join(e.payload['reasons'])}")
+    lines += ["", f"Wall time {(time.time() - t0) / 60:.0f} min (shared 2-core machine).", ""]
     if args.out:
-        png = Path(args.out).with_suffix(".lineage.png")
+        out = Path(args.out)
+        png = out.with_suffix(".lineage.png")
         Lineage.from_registry(reg).write_png(png)
-        lines += ["", f"Lineage: `{png.name}` (next to this file).", ""]
+        lines += [f"Lineage: `{png.name}` (next to this file).", ""]
+        out.with_suffix(".json").write_text(json.dumps({"summary": summary, "pairs": rows}, indent=1))
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:
         Path(args.out).write_text(text)
-
-
-def _mean(values) -> str:
-    return f"{sum(values) / len(values):.2f}" if values else "-"
 
 
 if __name__ == "__main__":

@@ -225,7 +225,7 @@ def _offline(engine, cfg, registry, est) -> Output:
             "verdict": d.verdict if d else None, "reasons": list(d.reasons) if d else [],
             "gain": _gain(d) if d else None, "screened": report.screened, "stopped": report.stopped,
             "rejected_proposals": len(engine.rejections), "spent": engine.meter.summary(),
-            "estimate": est.model_dump()}
+            "estimate": est.model_dump(), "config": cfg.model_dump(mode="json")}
     return Output(data, _summary(data, d, cfg.channel))
 
 
