@@ -116,6 +116,22 @@ def variants(fields: list[str]) -> list[tuple[str, dict]]:
     return out
 
 
+def combos(specs: list[str]) -> list[tuple[str, dict]]:
+    """`LABEL=PATH:VALUE,PATH:VALUE` -> (label, {path: value}); values are JSON (strings may be bare)."""
+    out = []
+    for spec in specs:
+        label, _, body = spec.partition("=")
+        change = {}
+        for part in body.split(","):
+            path, _, raw = part.partition(":")
+            try:
+                change[path.strip()] = json.loads(raw)
+            except json.JSONDecodeError:
+                change[path.strip()] = raw.strip()
+        out.append((f"combo {label}: " + ", ".join(f"{k}={_show(v)}" for k, v in change.items()), change))
+    return out
+
+
 def _show(value) -> str:
     return "[" + ",".join(value) + "]" if isinstance(value, list) else str(value)
 
@@ -149,9 +165,12 @@ def parse() -> argparse.Namespace:
     p.add_argument("--budgets", default="32,128", help="episode budgets; <=32 runs the quick profile, else bench")
     p.add_argument("--pools", default="501,502,503", help="pool seeds (instances per env and budget)")
     p.add_argument("--noise-seeds", default="1,2", help="other agent seeds of the seed bundle (noise floor)")
-    p.add_argument("--fields", default="", help="comma-separated field paths (default: every field)")
+    p.add_argument("--fields", default="", help="comma-separated field paths (default: every field; none: only --combo)")
     p.add_argument("--budget-fields", default="", help="budget:fields overrides, e.g. '128:action.population,...'"
                    " to run only some fields at one budget")
+    p.add_argument("--combo", action="append", default=[], metavar="LABEL=PATH:VALUE,...",
+                   help="also run a multi-field move, e.g. 'lean=verification.retest_episodes:0,"
+                        "budget.confirmation_fraction:0.0' (values parsed as JSON; repeatable)")
     p.add_argument("--workers", type=int, default=2, help="parallel runs")
     p.add_argument("--workdir", default="experiments/out/sensitivity", help="registry, store, runs, traces")
     p.add_argument("--fresh", action="store_true", help="delete --workdir first (default: resume)")
@@ -177,7 +196,7 @@ def run(args) -> dict:
         shutil.copy(ROOT / "bundles" / "coder.yaml", work / "bundles" / "coder.yaml")
     reg = Registry(work / "bundles")
     seed = reg.get("coder@1")
-    fields = [f for f in (args.fields.split(",") if args.fields else all_fields()) if f]
+    fields = [] if args.fields == "none" else [f for f in (args.fields.split(",") if args.fields else all_fields()) if f]
     per_budget = {int(b): f.split("+") for b, f in (x.split(":") for x in args.budget_fields.split(";") if x)}
     envs, pools, noise = args.envs.split(","), _ints(args.pools), _ints(args.noise_seeds)
     store = EvaluationStore(work / "evaluations.sqlite3")
@@ -198,7 +217,7 @@ def run(args) -> dict:
             profile = "quick" if budget <= 32 else "bench"
             chosen = [f for f in fields if f not in LLM_ONLY and (budget not in per_budget or f in per_budget[budget])]
             cands = []
-            for label, change in variants(chosen):
+            for label, change in variants(chosen) + combos(args.combo):
                 b = variant_bundle(seed.bundle, change, label)
                 known = reg.find_content(b.name, b.content_hash)
                 cands.append((label, known or reg.register(b)))
@@ -217,7 +236,8 @@ def run(args) -> dict:
             pairs = paired.pairs((seed.ref, seed.bundle), [(reg_.ref, reg_.bundle) for _, reg_ in cands], base)
             for label, reg_ in cands:
                 for p in pairs[reg_.ref]:
-                    rows.append(_row(label, label.split("=")[0], budget, p.task, p.family, p))
+                    rows.append(_row(label, label.split(":")[0] if label.startswith("combo") else label.split("=")[0],
+                                 budget, p.task, p.family, p))
     store.close()
     return {"rows": rows, "envs": envs, "pools": pools, "noise_seeds": noise, "budgets": _ints(args.budgets),
             "fields": fields, "wall_min": (time.time() - t0) / 60}
