@@ -132,20 +132,6 @@ def test_cli_prints_the_estimate_first_and_rejects_overlapping_pools(capsys):
     assert "share [101]" in capsys.readouterr().err
 
 
-@pytest.mark.slow
-@pytest.mark.sandbox
-def test_evolved_vs_initial_experiment_smoke(tmp_path):
-    import subprocess
-    import sys
-    out = tmp_path / "report.md"
-    subprocess.run([sys.executable, str(ROOT / "experiments" / "evolved_vs_initial.py"), "--envs", "gym/acrobot",
-                    "--budget", "2", "--search-pools", "101", "--gate-pools", "201", "--eval-pools", "301",
-                    "--population", "1", "--generations", "1", "--workers", "1",
-                    "--workdir", str(tmp_path / "work"), "--out", str(out)], check=True, cwd=ROOT, timeout=600)
-    text = out.read_text()
-    assert "Gate records" in text and out.with_suffix(".lineage.png").is_file()
-
-
 # ----- staged evaluation, adaptive gate, specialisation ----------------------------------------------
 from ole.proposers import Proposer, accepted, child_bundle  # noqa: E402
 from synthetic import fake_evaluate  # noqa: E402

@@ -1,0 +1,47 @@
+"""Smoke tests of the evolution experiments at a tiny budget (real hosts, real runs)."""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run(script: str, *args: str, timeout: int = 900) -> None:
+    subprocess.run([sys.executable, str(ROOT / "experiments" / script), *args], check=True, cwd=ROOT,
+                   timeout=timeout, stdout=subprocess.DEVNULL)
+
+
+@pytest.mark.sandbox
+def test_sensitivity_smoke(tmp_path):
+    out = tmp_path / "map.md"
+    _run("sensitivity.py", "--smoke", "--workdir", str(tmp_path / "w"), "--out", str(out),
+         "--combo", "lean=verification.retest_episodes:0,budget.confirmation_fraction:0.0")
+    text = out.read_text()
+    assert "noise floor" in text and "action.episodes_per_submit=1" in text and "combo lean" in text
+    rows = json.loads(out.with_suffix(".json").read_text())["rows"]
+    assert {r["variant"] for r in rows} >= {"noise floor", "action.episodes_per_submit=1"}
+    assert all(r["budget"] == 4 for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_search_efficiency_smoke(tmp_path):
+    out = tmp_path / "eff.md"
+    _run("search_efficiency.py", "--smoke", "--workdir", str(tmp_path / "w"), "--out", str(out))
+    assert "episodes to first gate-passing candidate" in out.read_text() and out.with_suffix(".png").is_file()
+    results = json.loads(out.with_suffix(".json").read_text())
+    assert {r["proposer"] for r in results} == {"evidence", "random", "tpe"}
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_evolved_vs_initial_smoke(tmp_path):
+    out = tmp_path / "evi.md"
+    _run("evolved_vs_initial.py", "--smoke", "--workdir", str(tmp_path / "w"), "--out", str(out), timeout=1800)
+    text = out.read_text()
+    assert "90 % CI" in text and "Ablation" in text and out.with_suffix(".lineage.png").is_file()
