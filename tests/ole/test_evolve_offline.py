@@ -203,3 +203,32 @@ def test_adaptive_gate_adds_looks_while_open_and_records_them(tmp_path):
     event = [e for e in reg.events() if e.kind == "gate_decision"][-1]
     assert len(event.payload["looks"]) == len(d.looks)
     assert any("adding 2 pairs" in line for line in lines)
+
+
+def family_fake(job):
+    """Like the archive fake, but `planning.max_mechanisms == 1` helps minigrid (+30 %) and hurts curated (-10 %)."""
+    trace = archive_fake(job)
+    policy = job.bundle.loop_policy
+    if policy.planning.max_mechanisms != 1 or trace.outcome.normalized_score is None:
+        return trace
+    factor = 1.3 if "MiniGrid" in job.task.env else 0.9
+    out = trace.outcome.model_copy(update={"normalized_score": trace.outcome.normalized_score * factor,
+                                           "final_score": None})
+    from evogym.anchors import anchors
+    a = anchors(job.task.env)
+    raw = a.random_baseline + out.normalized_score / 100.0 * (a.expert_baseline - a.random_baseline)
+    return trace.model_copy(update={"outcome": out.model_copy(update={"final_score": raw})})
+
+
+def test_a_family_only_gain_is_released_as_a_specialisation(tmp_path):
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203, 204, 205, 206),
+                       gate_extra_pools=(), population=1, generations=1, seed=1)
+    gate = GateConfig(min_pairs=6, min_families=2)
+    reg, evo, lines = _engine(tmp_path, cfg, Scripted([("planning", "max_mechanisms", 1)]), gate, family_fake)
+    report = evo.run()
+    assert report.scope == "minigrid"
+    spec = reg.get(report.final)
+    assert spec.bundle.provenance.edge == "specialization"
+    assert spec.bundle.applicability.env_families == ("minigrid",)
+    d = report.decision
+    assert {p.family for p in d.pairs} == {"minigrid"} and d.verdict == "release", d.reasons
