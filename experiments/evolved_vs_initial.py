@@ -189,8 +189,9 @@ def ablation(args, work: Path, paired: PairedEvaluation, seed_reg: Registry, ins
             + ("; ".join(summary.get("changes") or []) or "nothing") + ".", "",
             f"On the same {len(q['seed'])} unseen tasks: mean q minimal {mean['minimal']:.2f}, evolved from minimal "
             f"{mean['evolved']:.2f}, hand-written seed {mean['seed']:.2f}. **Share of the seed's advantage over the "
-            f"minimal policy that OLE recovered by itself: {share:.0%}** "
-            "((q evolved − q minimal) / (q seed − q minimal), means over tasks).", "",
+            "minimal policy that OLE recovered by itself: "
+            + (f"{share:.0%}**" if np.isfinite(share) else "undefined** (the seed is no better than the minimal policy here)")
+            + " ((q evolved − q minimal) / (q seed − q minimal), means over tasks).", "",
             *table(rows, "family"), ""]
 
 

@@ -76,8 +76,9 @@ class EvolveConfig(BaseModel):
     gate_pools: tuple[int, ...] = (201, 202, 203, 204)
     """Pool seeds of the gate's first look (disjoint from the search pools)."""
     gate_extra_pools: tuple[int, ...] = (205, 206, 207, 208)
-    """Pool seeds the adaptive gate adds, one pool per look, while its verdict is open and the
-    gate config's `max_pairs` allows (disjoint from the search and first-look pools)."""
+    """Pool seeds the adaptive gate adds while its verdict is open and the gate config's
+    `max_pairs` allows, half as many per look as `gate_pools` has (see `gate_extra_chunks`);
+    disjoint from the search and first-look pools."""
     agent_seeds: tuple[int, ...] = (0,)
     """Agent seeds crossed with every pool seed."""
     population: int = Field(12, ge=1, le=64)
@@ -110,6 +111,13 @@ class EvolveConfig(BaseModel):
         if twice:
             raise ValueError(f"gate_pools and gate_extra_pools share {twice}: an added look must bring new instances")
         return self
+
+    def gate_extra_chunks(self) -> list[tuple[int, ...]]:
+        """The extra gate pools grouped per look: each look adds half as many pools as the first had
+        (at least one), so a look is never a sliver that spends its share of alpha on a few pairs."""
+        step = max(1, len(self.gate_pools) // 2)
+        pools = self.gate_extra_pools
+        return [pools[i:i + step] for i in range(0, len(pools), step)]
 
     def rungs(self) -> list[int]:
         """Instance counts of the staged search evaluation's rungs (the last is every search instance)."""
