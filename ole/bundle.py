@@ -341,9 +341,19 @@ class Bundle(_Record):
 
     @property
     def content_hash(self) -> str:
-        """sha256 (hex) of the canonical JSON of loop_policy + applicability (not provenance)."""
-        body = {"loop_policy": self.loop_policy.model_dump(mode="json"),
-                "applicability": self.applicability.model_dump(mode="json")}
+        """sha256 (hex) of the canonical JSON of loop_policy + applicability (not provenance).
+
+        Fields added to the schema later are left out while they hold the value that reproduces
+        the old behaviour (`ole.loop_policy.HASH_NEUTRAL_DEFAULTS`): a schema addition never
+        changes the hash of a bundle already registered.
+        """
+        from ole.loop_policy import HASH_NEUTRAL_DEFAULTS
+        policy = self.loop_policy.model_dump(mode="json")
+        for path, neutral in HASH_NEUTRAL_DEFAULTS.items():
+            comp, field = path.split(".")
+            if policy[comp].get(field) == neutral:
+                del policy[comp][field]
+        body = {"loop_policy": policy, "applicability": self.applicability.model_dump(mode="json")}
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 

@@ -125,3 +125,38 @@ def test_diff_is_per_component():
                        ("applicability", "hosts"): (["builtin", "llm", "command"], ["llm"])}
     assert diff_bundles(a, a) == []
     assert LoopPolicy() == a.loop_policy
+
+
+# ----- content hashes survive schema additions ------------------------------------------------------
+FIRST_SCHEMA_FIELDS = {
+    "observation": {"summary_fields", "worst_k_episodes", "trajectory_window", "read_stdout", "max_context_chars"},
+    "planning": {"phases", "max_mechanisms", "plateau_submits", "on_plateau"},
+    "memory": {"top_k_programs", "edit_log_size", "carry_lessons"},
+    "action": {"episodes_per_submit", "index_selection", "step_size", "population", "edit_granularity"},
+    "verification": {"static_checks", "retest_episodes", "margin", "matched_comparison"},
+    "recovery": {"on_error_verdict", "on_regression", "max_retries"},
+    "stopping": {"mode", "patience_submits", "reserve_episodes"},
+    "budget": {"synthesis_fraction", "confirmation_fraction", "max_llm_calls", "max_tokens", "max_usd",
+               "wall_time_s"},
+}
+"""The loop-policy fields of the first schema (every registry made before an addition hashes over these)."""
+
+
+def test_every_added_field_is_hash_neutral_at_its_default():
+    from ole.loop_policy import COMPONENTS, HASH_NEUTRAL_DEFAULTS, LoopPolicy
+    lp = LoopPolicy()
+    for comp in COMPONENTS:
+        for field, info in type(getattr(lp, comp)).model_fields.items():
+            path = f"{comp}.{field}"
+            if field not in FIRST_SCHEMA_FIELDS[comp]:
+                assert path in HASH_NEUTRAL_DEFAULTS, f"{path} was added: list it in HASH_NEUTRAL_DEFAULTS"
+                assert getattr(getattr(lp, comp), field) == HASH_NEUTRAL_DEFAULTS[path], \
+                    f"{path}: its default must reproduce the old behaviour (the neutral value)"
+
+
+def test_the_seed_bundle_hash_is_stable_across_schema_additions():
+    seed = load_bundle_yaml(Path(__file__).resolve().parents[2] / "bundles" / "coder.yaml")
+    assert seed.content_hash == "d07e336f3eae47dac71c55c8c3075f56b96b7dfbe71607649368ab539f2b9f7c"
+    moved = seed.model_copy(update={"loop_policy": seed.loop_policy.model_copy(update={
+        "verification": seed.loop_policy.verification.model_copy(update={"stderr_multiple": 0.0})})})
+    assert moved.content_hash != seed.content_hash  # a non-neutral value is part of the content

@@ -75,7 +75,7 @@ def test_ole_evolve_with_a_command_host_end_to_end(tmp_path, registry_root):
     """Tiny offline run: bootstrap, one candidate, gate; every run is the command agent obeying its bundle."""
     gate = tmp_path / "gate.yaml"
     gate.write_text((ROOT / "ole" / "gate.yaml").read_text().replace("min_pairs: 6", "min_pairs: 2")
-                    .replace("min_families: 2", "min_families: 1"))
+                    .replace("min_families: 2", "min_families: 1").replace("max_pairs: 24", "max_pairs: null"))
     out = subprocess.run(
         [sys.executable, "-m", "ole.cli", "--root", str(registry_root), "evolve", "--mode", "offline", "--json",
          "--host", "command", "--envs", "gym/acrobot", "--budget", "4", "--search-pools", "101",
