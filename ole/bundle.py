@@ -358,17 +358,18 @@ class Bundle(_Record):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
+def _one_error(item: dict) -> str:
+    where = ".".join(str(p) for p in item["loc"]) or "(top level)"
+    got = item.get("input")
+    got_text = "" if item["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {got!r})"
+    message = "unknown field" if item["type"] == "extra_forbidden" else item["msg"].removeprefix("Value error, ")
+    return f"{where}: {message}{got_text}"
+
+
 def _describe(error: pydantic.ValidationError, source: str) -> ValidationError:
-    items = error.errors()
-    first = items[0]
-    where = ".".join(str(p) for p in first["loc"]) or "(top level)"
-    got = first.get("input")
-    got_text = "" if first["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {got!r})"
-    more = f"; {len(items) - 1} more error(s)" if len(items) > 1 else ""
-    message = first["msg"].removeprefix("Value error, ")
-    if first["type"] == "extra_forbidden":
-        message = "unknown field"
-    return ValidationError(f"{source}: {where}: {message}{got_text}{more}",
+    details = [_one_error(item) for item in error.errors()]
+    more = f"; {len(details) - 1} more error(s)" if len(details) > 1 else ""
+    return ValidationError(f"{source}: {details[0]}{more}", details=details,
                            hint="see docs/loop-policy.md for every field and its range")
 
 

@@ -27,7 +27,14 @@ class OleError(Exception):
 
 
 class ValidationError(OleError):
-    """An input (a bundle, a YAML document, a flag value) breaks its schema or grammar."""
+    """An input (a bundle, a YAML document, a flag value) breaks its schema or grammar.
+
+    `details` lists every error found (the message names the first and counts the rest).
+    """
+
+    def __init__(self, message: str, *, hint: str = "", details: Sequence[str] = ()) -> None:
+        super().__init__(message, hint=hint)
+        self.details = tuple(details)
 
 
 class NotFound(OleError):

@@ -3,7 +3,10 @@
 Runs inside the registry's write lock, so every temp file or unreferenced blob it sees
 belongs to a writer that died before its commit (reliability.md C1) and is swept. A
 blob whose bytes no longer hash to its name is moved to `quarantine/` and reported,
-never served again (C6). Everything else is reported, not changed.
+never served again (C6); only that version is degraded, and `Registry.restore_blob`
+(`ole fsck --restore FILE`) puts back a byte-exact copy. Root `*.yaml` files that were
+skipped or edited after registration are problems too. Everything else is reported,
+not changed.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from pydantic import BaseModel, ConfigDict
 from ole.bundle import GENERAL_SCOPE, format_ref, load_bundle_yaml, parse_scope
 from ole.errors import OleError
 
+RECOVERY = ("only this version is affected; restore its blob from a backup with `ole fsck --restore FILE`, "
+            "or release/roll back to another version (docs/registry.md, A damaged blob)")
 EVENT_KINDS = ("registration", "evaluation", "gate_decision", "release", "activation", "rollback")
 
 
@@ -66,6 +71,7 @@ def check(registry, *, repair: bool) -> FsckReport:
                 problems.append(f"channel `{channel}` points at unregistered {format_ref(*key)}")
     scoped, scope_problems = _check_scopes(registry, events, state, known)
     problems.extend(scope_problems)
+    problems.extend(registry.seed_problems())
     referenced = {r[3] for r in rows}
     swept = _sweep(registry, referenced, repair)
     return FsckReport(ok=not problems, problems=tuple(problems), swept=tuple(swept),
@@ -140,13 +146,14 @@ def _check_blob(registry, row: tuple, quarantined: list[str], repair: bool) -> l
     ref = format_ref(name, version)
     path = registry.blob_path(blob_hash)
     if not path.is_file():
-        return [f"{ref}: blob {blob_hash[:12]}… is missing"]
+        return [f"{ref}: blob {blob_hash[:12]}… is missing; {RECOVERY}"]
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != blob_hash:
         if repair:
             moved = registry._quarantine(path)
             quarantined.append(str(moved.relative_to(registry.home)))
-        return [f"{ref}: blob {blob_hash[:12]}… fails its hash check" + (" (quarantined)" if repair else "")]
+        return [f"{ref}: blob {blob_hash[:12]}… fails its hash check" + (" (quarantined)" if repair else "")
+                + f"; {RECOVERY}"]
     try:
         bundle = load_bundle_yaml(data.decode())
     except (OleError, UnicodeDecodeError) as exc:

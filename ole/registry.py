@@ -40,7 +40,7 @@ from pydantic import BaseModel, ConfigDict
 from ole import scopes
 from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bundle, Provenance, TaskContext,
                         dump_bundle_yaml, format_ref, load_bundle_yaml, parse_ref, parse_scope, validate_data)
-from ole.errors import Conflict, IntegrityError, NotFound, StorageError, ValidationError
+from ole.errors import Conflict, IntegrityError, NotFound, OleError, StorageError, ValidationError
 from ole.fsck import FsckReport, check
 from ole.registry_state import State, derive_state
 from ole.scopes import ScopeChampion, Selection
@@ -185,6 +185,7 @@ class Registry:
 
     def __init__(self, root: str | Path | None = None, *, seed: bool = True) -> None:
         self.root = default_root(root)
+        self.warnings: list[str] = []  # root files skipped or ignored while seeding (the CLI shows them)
         self.home = self.root / REGISTRY_DIR
         self.blobs = self.home / BLOB_DIR
         self.quarantine = self.home / QUARANTINE_DIR
@@ -363,20 +364,50 @@ class Registry:
                 raise NotFound(f"parent {format_ref(bundle.name, parent)} is not registered ({known})",
                                hint="parents are earlier versions of the same bundle name")
 
-    def _register_seeds(self) -> None:
+    def _seed_files(self) -> tuple[list[tuple[Path, Bundle]], list[str]]:
+        """Loadable seeds of the root (`coder` first) and one line per `*.yaml` that is not a seed.
+
+        One bad file never stops the registry: it is skipped and reported (`warnings`, `fsck`).
+        """
         files = sorted(self.root.glob("*.yaml"), key=lambda p: (p.stem != DEFAULT_BUNDLE, p.name))
-        known = set(self.names())
+        good, problems = [], []
         for path in files:
-            if path.stem in known:
+            try:
+                bundle = load_bundle_yaml(path)
+            except (OleError, OSError, UnicodeDecodeError) as exc:
+                problems.append(f"seed {path.name} skipped: {exc}")
                 continue
-            bundle = load_bundle_yaml(path)
             if bundle.name != path.stem:
-                raise ValidationError(f"seed {path} declares name `{bundle.name}`",
-                                      hint=f"rename the file to {bundle.name}.yaml or fix its name")
-            if bundle.provenance.parents:
-                raise ValidationError(f"seed {path} names parents {list(bundle.provenance.parents)}",
-                                      hint="a seed has no parents; register children with `ole bundle register`")
-            self._register(self._stamp(bundle, (), None, ()), note=f"seed {path.name}", seed=True)
+                problems.append(f"seed {path.name} skipped: it declares name `{bundle.name}` "
+                                f"(hint: rename the file to {bundle.name}.yaml or fix its name)")
+            elif bundle.provenance.parents:
+                problems.append(f"seed {path.name} skipped: a seed has no parents, it names "
+                                f"{list(bundle.provenance.parents)} (hint: register children with "
+                                "`ole bundle register FILE --parent N`)")
+            else:
+                good.append((path, bundle))
+        return good, problems
+
+    def _register_seeds(self) -> None:
+        good, self.warnings = self._seed_files()
+        known = set(self.names())
+        for path, bundle in good:
+            if path.stem not in known:
+                self._register(self._stamp(bundle, (), None, ()), note=f"seed {path.name}", seed=True)
+            elif not self._has_content(bundle.name, bundle.content_hash):
+                self.warnings.append(_edited_seed(path, bundle.name))
+
+    def seed_problems(self) -> list[str]:
+        """Root `*.yaml` files that are skipped (unloadable, misnamed, with parents) or were
+        edited after their name was registered (the registry never re-reads a registered seed)."""
+        good, problems = self._seed_files()
+        known = set(self.names())
+        return problems + [_edited_seed(path, bundle.name) for path, bundle in good
+                           if path.stem in known and not self._has_content(bundle.name, bundle.content_hash)]
+
+    def _has_content(self, name: str, content_hash: str) -> bool:
+        return self._db.execute("SELECT 1 FROM bundles WHERE name = ? AND content_hash = ?",
+                                (name, content_hash)).fetchone() is not None
 
     # ----- reads --------------------------------------------------------------------------
 
@@ -434,10 +465,11 @@ class Registry:
             data = path.read_bytes()
         except FileNotFoundError:
             raise IntegrityError(f"blob of {format_ref(name, version)} is missing ({path.name})",
-                                 hint="run `ole fsck`") from None
+                                 hint=f"restore it from a backup with `ole fsck --restore FILE`, or release "
+                                      f"another version; see docs/registry.md") from None
         if _sha256(data) != blob_hash:
             raise IntegrityError(f"blob of {format_ref(name, version)} fails its hash check",
-                                 hint="run `ole fsck` to quarantine it") from None
+                                 hint="run `ole fsck` to quarantine it; other versions are unaffected") from None
         bundle = load_bundle_yaml(data.decode())
         state = state or self.state()
         ts = self._db.execute("SELECT ts FROM events WHERE seq = ?", (seq,)).fetchone()[0]
@@ -445,11 +477,50 @@ class Registry:
                                 status=state.status_of(name, version), registered_at=datetime.fromisoformat(ts),
                                 bundle=bundle)
 
-    def versions(self, name: str) -> list[RegisteredBundle]:
-        """All versions of `name`, oldest first."""
+    def versions(self, name: str, *, skip_damaged: bool = False) -> list[RegisteredBundle]:
+        """All versions of `name`, oldest first; `skip_damaged` leaves out those `damaged()` names."""
         state = self.state()
         latest = self._row(name, None)[0]
-        return [self.get(format_ref(name, v), state=state) for v in range(1, latest + 1)]
+        out = []
+        for v in range(1, latest + 1):
+            try:
+                out.append(self.get(format_ref(name, v), state=state))
+            except IntegrityError:
+                if not skip_damaged:
+                    raise
+        return out
+
+    def damaged(self) -> dict[str, str]:
+        """`NAME@VERSION` -> why, for every version whose blob is missing or fails its hash check.
+
+        A damaged version degrades only itself: listing, lineage, events and every other
+        version keep working; reading its YAML raises `IntegrityError`.
+        """
+        out = {}
+        for name, version, blob_hash in self._db.execute("SELECT name, version, blob_hash FROM bundles "
+                                                         "ORDER BY name, version"):
+            path = self.blob_path(blob_hash)
+            if not path.is_file():
+                out[format_ref(name, version)] = "blob missing"
+            elif _sha256(path.read_bytes()) != blob_hash:
+                out[format_ref(name, version)] = "blob fails its hash check"
+        return out
+
+    def restore_blob(self, path: str | Path) -> str:
+        """Put back the blob of a damaged version from a copy of its exact bytes (a backup).
+
+        The copy's sha256 must be the blob hash the index recorded, so nothing but the
+        original bytes can be restored. Returns the version's `NAME@VERSION`.
+        """
+        data = Path(path).read_bytes()
+        blob_hash = _sha256(data)
+        row = self._db.execute("SELECT name, version FROM bundles WHERE blob_hash = ?", (blob_hash,)).fetchone()
+        if row is None:
+            raise NotFound(f"{path} is not the stored YAML of any registered version (sha256 {blob_hash[:12]}…)",
+                           hint="restore needs a byte-exact copy of .registry/blobs/…/<sha256>.yaml")
+        with self._write("restore"):
+            self._write_blob(data, blob_hash)
+        return format_ref(row[0], row[1])
 
     def find_content(self, name: str, content_hash: str) -> RegisteredBundle | None:
         """The version of `name` with this content hash, if registered."""
@@ -509,7 +580,7 @@ class Registry:
         name, version = self._existing(ref)
         _need_reason(reason, "release")
         _check_channel(channel)
-        scope = self.get(format_ref(name, version)).bundle.applicability.scope_key
+        scope = self.get(format_ref(name, version)).bundle.applicability.scope_key  # also refuses a damaged version before anything is recorded
         with self._write("release"):
             if self._replayed(key) is not None:
                 return self.get(format_ref(name, version))
@@ -566,6 +637,7 @@ class Registry:
                 return self.get(format_ref(*current))
             if state.status_of(*target) == "rejected":
                 raise Conflict(f"{format_ref(*target)} was rejected by the gate", hint="roll back to another version")
+            self.get(format_ref(*target), state=state)  # the target must be readable: refuse before recording
             self._append("rollback", target[0], target[1], {"reason": reason, "from": format_ref(*current),
                                                             "scope": scope}, channel, key=key)
         return self.get(format_ref(*target))
@@ -580,7 +652,7 @@ class Registry:
                                hint="roll back to a version of this scope, or omit --to to remove the scope's "
                                     "champion (its tasks then fall back to the general one)")
             return target
-        parents = self.get(format_ref(*current)).bundle.provenance.parents
+        parents = self._index_parents(current)  # the index, not the blob: a damaged champion can roll back
         if scope != GENERAL_SCOPE:
             if not parents or self._scope_of((current[0], parents[0])) != scope:
                 return None
@@ -588,6 +660,12 @@ class Registry:
             raise Conflict(f"{format_ref(*current)} has no parent to roll back to",
                            hint="pass --to NAME@VERSION")
         return current[0], parents[0]
+
+    def _index_parents(self, key: tuple[str, int]) -> list[int]:
+        """Parents of a version from its registration event (readable even when its blob is damaged)."""
+        seq = self._db.execute("SELECT registered_seq FROM bundles WHERE name = ? AND version = ?", key).fetchone()[0]
+        payload = self._db.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()[0]
+        return list(json.loads(payload).get("parents") or [])
 
     def _scope_of(self, key: tuple[str, int]) -> str:
         return self.get(format_ref(*key)).bundle.applicability.scope_key
@@ -673,6 +751,11 @@ class Registry:
         """Check hashes, lineage DAG and pointers; sweep orphans and quarantine corrupt blobs."""
         with self._write("fsck"):
             return check(self, repair=repair)
+
+
+def _edited_seed(path: Path, name: str) -> str:
+    return (f"seed {path.name} was edited after `{name}` was registered from it: the registry ignores the edit "
+            f"(hint: register it as a new version with `ole bundle register {path} --parent 1`, or restore the file)")
 
 
 def _need_reason(reason: str, what: str) -> None:

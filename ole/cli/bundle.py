@@ -6,7 +6,7 @@ from pathlib import Path
 
 from ole.bundle import EDGES, GENERAL_SCOPE, diff_bundles, dump_bundle_yaml, load_bundle_yaml
 from ole.cli.common import Output, leaf, noun, open_registry, table
-from ole.errors import OleError
+from ole.errors import Conflict, OleError, ValidationError
 
 
 def register(subparsers) -> None:
@@ -34,14 +34,17 @@ def register(subparsers) -> None:
 
 
 def validate(args: argparse.Namespace) -> Output:
-    """Validate each FILE; exit 2 if any is invalid. Nothing is registered or written."""
+    """Validate each FILE and list every error; exit 2 if any is invalid. Nothing is written."""
     results, lines = [], []
     for file in args.files:
         try:
             bundle = load_bundle_yaml(Path(file))
         except OleError as exc:
-            results.append({"file": file, "ok": False, "error": str(exc)})
-            lines.append(f"invalid  {exc}")
+            errors = list(getattr(exc, "details", ()) or [exc.message])
+            results.append({"file": file, "ok": False, "error": str(exc), "errors": errors})
+            lines.append(f"invalid  {file}: {len(errors)} error{'s' if len(errors) > 1 else ''}"
+                         + (f" (hint: {exc.hint})" if exc.hint else ""))
+            lines += [f"  - {e}" for e in errors]
             continue
         results.append({"file": file, "ok": True, "name": bundle.name, "content_hash": bundle.content_hash})
         lines.append(f"ok       {file}  ({bundle.name}, content {bundle.content_hash[:12]})")
@@ -52,8 +55,13 @@ def validate(args: argparse.Namespace) -> Output:
 def register_file(args: argparse.Namespace) -> Output:
     """Register FILE (stamping --parent/--edge/--evidence); identical content dedupes."""
     bundle = load_bundle_yaml(Path(args.file))
+    if args.expect_hash is not None and args.expect_hash != bundle.content_hash:
+        raise ValidationError(f"--expect-hash {args.expect_hash[:12]}… does not match the content "
+                              f"({bundle.content_hash})", hint="recompute the hash, or drop --expect-hash")
     with open_registry(args) as registry:
         existing = registry.find_content(bundle.name, bundle.content_hash)
+        if existing is not None:
+            _same_provenance(existing, args)
         entry = existing or registry.register(bundle, parents=args.parent, edge=args.edge,
                                               evidence_ids=args.evidence, note=args.note,
                                               expected_hash=args.expect_hash)
@@ -65,6 +73,18 @@ def register_file(args: argparse.Namespace) -> Output:
         text = (f"registered {entry.ref} ({entry.status}, content {entry.content_hash[:12]})\n"
                 f"next: ole release {entry.ref} --reason \"...\"")
     return Output(data, text)
+
+
+def _same_provenance(existing, args: argparse.Namespace) -> None:
+    """Identical content dedupes to the existing version, but never against flags that contradict it."""
+    prov = existing.bundle.provenance
+    if args.parent and tuple(args.parent) != prov.parents:
+        raise Conflict(f"identical content is already registered as {existing.ref} with parents "
+                       f"{list(prov.parents)}, not --parent {args.parent}",
+                       hint=f"drop --parent: the file is {existing.ref}")
+    if args.edge and args.edge != prov.edge:
+        raise Conflict(f"identical content is already registered as {existing.ref} with edge {prov.edge!r}, "
+                       f"not --edge {args.edge}", hint=f"drop --edge: the file is {existing.ref}")
 
 
 def show(args: argparse.Namespace) -> Output:
@@ -111,12 +131,15 @@ def list_bundles(args: argparse.Namespace) -> Output:
     """All registered versions (of NAME, or of every name)."""
     with open_registry(args) as registry:
         names = [args.name] if args.name else registry.names()
-        entries = [e for name in names for e in registry.versions(name)]
+        entries = [e for name in names for e in registry.versions(name, skip_damaged=True)]
+        damaged = {ref: why for ref, why in registry.damaged().items() if ref.rsplit("@", 1)[0] in names}
     data = [{"ref": e.ref, "status": e.status, "parents": list(e.bundle.provenance.parents),
              "edge": e.bundle.provenance.edge, "scope": e.bundle.applicability.scope_key,
              "content_hash": e.content_hash, "registered_at": e.registered_at.isoformat()} for e in entries]
+    data += [{"ref": ref, "status": "damaged", "damage": why} for ref, why in damaged.items()]
     rows = [["version", "status", "edge", "parents", "scope", "registered (UTC)", "content"]]
     rows += [[e.ref, e.status, e.bundle.provenance.edge or "seed",
               ",".join(map(str, e.bundle.provenance.parents)) or "-", e.bundle.applicability.scope_key,
               f"{e.registered_at:%Y-%m-%d %H:%M:%S}", e.content_hash[:12]] for e in entries]
+    rows += [[ref, "DAMAGED", why, "-", "-", "-", "see `ole fsck`"] for ref, why in damaged.items()]
     return Output(data, table(rows))

@@ -92,10 +92,17 @@ def check_llm_file(flag: str, spec: str | None) -> None:
                                   hint=f"{prefix.rstrip(':')} mode reads an existing file")
 
 
-def open_registry(args: argparse.Namespace):
-    """The registry at --root / $OLE_ROOT / bundles/ (auto-registers seeds on first use)."""
+def open_registry(args: argparse.Namespace, *, show_warnings: bool = True):
+    """The registry at --root / $OLE_ROOT / bundles/ (auto-registers seeds on first use).
+
+    Root files that were skipped or ignored while seeding are printed to stderr, one
+    `ole: warning:` line each; the command itself goes on.
+    """
     from ole.registry import Registry
-    return Registry(getattr(args, "root", None))
+    registry = Registry(getattr(args, "root", None))
+    for line in registry.warnings if show_warnings else ():
+        print(f"ole: warning: {line}", file=sys.stderr, flush=True)
+    return registry
 
 
 def parse_time(text: str) -> datetime:

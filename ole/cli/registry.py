@@ -10,6 +10,8 @@ def register(subparsers) -> None:
     """Add `ole fsck` and `ole events`."""
     p = leaf(subparsers, "fsck", fsck, "check hashes, lineage and pointers; sweep orphans")
     p.add_argument("--no-repair", action="store_true", help="report only: sweep and quarantine nothing")
+    p.add_argument("--restore", action="append", default=[], metavar="FILE",
+                   help="put back a damaged version's blob from a byte-exact backup copy (repeatable)")
     p = leaf(subparsers, "events", events, "the append-only event record, oldest first")
     p.add_argument("--name", help="only events of this bundle name")
     p.add_argument("--kind", choices=["registration", "evaluation", "gate_decision", "release",
@@ -19,10 +21,11 @@ def register(subparsers) -> None:
 
 def fsck(args: argparse.Namespace) -> Output:
     """Exit 0 when clean, 1 when problems remain."""
-    with open_registry(args) as registry:
+    with open_registry(args, show_warnings=False) as registry:  # fsck lists them as problems
+        restored = [f"restored: {registry.restore_blob(f)} from {f}" for f in args.restore]
         report = registry.fsck(repair=not args.no_repair)
     verb = "would sweep" if args.no_repair else "swept"
-    lines = [f"{'clean' if report.ok else 'PROBLEMS'}: {report.bundles} versions, {report.events} events, "
+    lines = restored + [f"{'clean' if report.ok else 'PROBLEMS'}: {report.bundles} versions, {report.events} events, "
              f"champions {', '.join(f'{c}={r}' for c, r in report.channels.items()) or '-'}"]
     lines += [f"  {c} scope {s}: {r}" for c, scoped in report.scopes.items() for s, r in scoped.items()]
     lines += [f"problem: {p}" for p in report.problems]

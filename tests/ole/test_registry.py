@@ -189,10 +189,13 @@ def test_root_resolution(tmp_path, monkeypatch, root):
         default_root()
 
 
-def test_seed_must_be_named_like_its_file(root):
+def test_a_misnamed_seed_is_skipped_and_reported(root):
     (root / "other.yaml").write_text((root / "coder.yaml").read_text())
-    with pytest.raises(ValidationError, match="declares name `coder`"):
-        Registry(root)
+    with Registry(root) as reg:
+        assert reg.names() == ["coder", "coder-llm"]
+        assert len(reg.warnings) == 1 and "other.yaml skipped: it declares name `coder`" in reg.warnings[0]
+        report = reg.fsck()
+    assert not report.ok and any("other.yaml" in p for p in report.problems)
 
 
 # ----- real processes: crash points, full disk, concurrency ---------------------------------
