@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install test test-all evolve bench smoke clean
+.PHONY: install chromium test test-browser test-all evolve bench smoke clean
 
 install: $(STAMP)
 
@@ -13,6 +13,7 @@ $(STAMP): pyproject.toml
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null)); \
 	  else echo "bubblewrap (bwrap) is missing: install it (apt-get install bubblewrap) or run the host with --isolation none"; fi; }
+	@$(MAKE) --no-print-directory chromium
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -e ".[llm,dev]"
@@ -20,6 +21,17 @@ $(STAMP): pyproject.toml
 
 test: install
 	$(BIN)/python -m pytest -q
+
+# The report's browser tests drive Debian's chromium through chromium-driver (never a downloaded build).
+chromium:
+	@{ command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    (apt-get install -y -q chromium chromium-driver >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q chromium chromium-driver >/dev/null)); \
+	  else echo "chromium/chromedriver are missing: install them (apt-get install chromium chromium-driver) for make test-browser"; fi; }
+
+test-browser: install chromium
+	$(BIN)/python -m pytest -q -m browser
 
 test-all: install
 	$(BIN)/python -m pytest -q -m ""

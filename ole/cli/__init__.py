@@ -14,11 +14,11 @@ import signal
 import sys
 import traceback
 
-from ole.cli import agent, bundle, champion, evolve, lineage, registry, run, trace
+from ole.cli import agent, bundle, champion, evolve, lineage, registry, report, run, trace
 from ole.cli.common import add_global_options, emit
 from ole.errors import OleError
 
-NOUNS = [bundle, lineage, champion, registry, run, trace, evolve, agent]
+NOUNS = [bundle, lineage, champion, registry, run, trace, evolve, report, agent]
 """Modules whose `register(subparsers)` adds their commands, in help order."""
 
 

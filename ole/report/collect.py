@@ -1,0 +1,489 @@
+"""Everything the report shows, read from a registry and evolve workdirs (compute first, then present).
+
+`collect(registry, workdirs)` returns a `ReportData`: one `Version` per registered
+version (its display status, scope, YAML and diff against each parent, evaluations, gate
+decisions), one `Gate` per recorded `gate_decision` event (the per-pair table and every
+check measured vs required), and one `RunCurve` per host run found in a workdir's
+resume store. Nothing here writes: the workdir's SQLite store is opened read-only, and a
+damaged blob makes only its own version `damaged`.
+
+Gate records are read as plain JSON with defaults, not through `GateDecision`, so a
+report still renders decisions recorded by an older or newer gate schema.
+"""
+from __future__ import annotations
+
+import difflib
+import json
+import sqlite3
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timezone
+from pathlib import Path
+
+from ole.bundle import Applicability, dump_bundle_yaml, diff_bundles, format_ref
+from ole.errors import OleError
+from ole.lineage import Lineage, Tenure
+
+STATUSES = ("seed", "registered", "evaluated", "rejected", "released", "active", "rolled_back", "retired",
+            "damaged")
+"""Display statuses, in legend order: the registry's statuses plus `seed` (a seed nothing has
+happened to yet) and `damaged` (its blob is missing or fails its hash check)."""
+STATUS_TEXT = {"rolled_back": "rolled back"}
+
+
+@dataclass(frozen=True)
+class Interval:
+    """A mean relative change with its interval, as recorded."""
+
+    mean_r: float
+    low: float | None
+    high: float | None
+    level: float | None
+    """Two-sided coverage of [low, high], e.g. 0.8; None when the record gives no interval."""
+    n: int
+    source: str
+    """Where it comes from: `gate` (a decision record) or the evaluation stage name."""
+
+
+@dataclass(frozen=True)
+class Evaluation:
+    """One `evaluation` event of a version."""
+
+    seq: int
+    ts: datetime
+    stage: str
+    champion: str
+    n: int
+    mean_r: float | None
+    cvar: float | None
+    cost: float | None
+    r: tuple[float, ...]
+    instances: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class ParentDiff:
+    """The YAML of a version against one parent: unified diff lines and the field changes."""
+
+    parent: str
+    lines: tuple[str, ...]
+    changes: tuple[tuple[str, str, str, str], ...]
+    """(component, field, old, new) per changed field of loop policy and applicability."""
+
+
+@dataclass(frozen=True)
+class Version:
+    """One registered version as the report shows it."""
+
+    ref: str
+    name: str
+    version: int
+    status: str
+    """Display status (see `STATUSES`)."""
+    registry_status: str
+    seed: bool
+    parents: tuple[str, ...]
+    edge: str | None
+    generation: int
+    proposer: str
+    note: str
+    registered_at: datetime
+    content_hash: str
+    scope: str
+    """The scope key (`Applicability.scope_key`): `general` when unrestricted."""
+    scope_fields: tuple[tuple[str, str], ...]
+    """(field, value) of every applicability field that narrows the scope."""
+    yaml: str | None
+    damage: str | None
+    diffs: tuple[ParentDiff, ...]
+    evaluations: tuple[Evaluation, ...]
+    gate_seqs: tuple[int, ...]
+    interval: Interval | None
+    """The paired mean r shown on the lineage: from the last gate decision, else the last evaluation."""
+
+    @property
+    def page(self) -> str:
+        return f"version-{self.name}-{self.version}.html"
+
+
+@dataclass(frozen=True)
+class Check:
+    """One check of a gate criterion: what was measured, what was required, whether it held."""
+
+    what: str
+    measured: str
+    required: str
+    passed: bool
+
+
+@dataclass(frozen=True)
+class Criterion:
+    name: str
+    passed: bool
+    checks: tuple[Check, ...]
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class GatePair:
+    """One row of a gate page's per-pair table."""
+
+    instance: str
+    env: str
+    pool_seed: int | None
+    agent_seed: int | None
+    family: str
+    q_champion: float | None
+    q_challenger: float | None
+    q_source: str
+    delta: float | None
+    r: float
+    failure: str
+    champion_trace: str
+    challenger_trace: str
+
+
+@dataclass(frozen=True)
+class Gate:
+    """One recorded gate decision."""
+
+    seq: int
+    ts: datetime
+    champion: str
+    challenger: str
+    verdict: str
+    accepted: bool
+    reasons: tuple[str, ...]
+    interval: Interval
+    win_rate: float | None
+    p_value: float | None
+    test: str
+    alpha: float | None
+    """The benefit test's level that decided: the adaptive look's share, else the config's alpha."""
+    pairs: tuple[GatePair, ...]
+    criteria: tuple[Criterion, ...]
+    config: dict
+    looks: tuple[dict, ...] = ()
+    """Every look of an adaptive gate sample (n_pairs, alpha, p_value, mean_r, verdict, extend), as recorded."""
+
+    @property
+    def page(self) -> str:
+        return f"gate-{self.seq}.html"
+
+
+@dataclass(frozen=True)
+class RunCurve:
+    """Best-so-far validation score of one host run against cumulative train episodes."""
+
+    run_id: str
+    env: str
+    bundle: str
+    pool_seed: int | None
+    xs: tuple[int, ...]
+    ys: tuple[float, ...]
+    final_score: float | None
+
+
+@dataclass(frozen=True)
+class EnvAnchors:
+    env: str
+    random: float | None
+    paper_best: float | None
+    paper_best_agent: str | None
+
+
+@dataclass(frozen=True)
+class ReportData:
+    """What one report shows."""
+
+    root: str
+    workdirs: tuple[str, ...]
+    generated_at: datetime
+    versions: tuple[Version, ...]
+    gates: tuple[Gate, ...]
+    curves: tuple[RunCurve, ...]
+    anchors: tuple[EnvAnchors, ...]
+    champions: dict[str, str]
+    history: dict[str, tuple[Tenure, ...]]
+    warnings: tuple[str, ...] = field(default=())
+
+    def version(self, ref: str) -> Version | None:
+        return next((v for v in self.versions if v.ref == ref), None)
+
+
+# ----- scope ---------------------------------------------------------------------------------
+
+def scope_of(applicability: Applicability) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """The scope's canonical key (`general`, or e.g. `families=minigrid;budget=1-64`, as `ole
+    champion show` prints it) and every applicability field that narrows it."""
+    default = Applicability().model_dump(mode="json")
+    fields = []
+    for key, value in applicability.model_dump(mode="json").items():
+        if value != default.get(key):
+            shown = ", ".join(map(str, value)) if isinstance(value, list) else str(value)
+            fields.append((key, shown))
+    return applicability.scope_key, tuple(fields)
+
+
+# ----- gate records --------------------------------------------------------------------------
+
+def ci_level(stats: dict, config: dict) -> float | None:
+    """Two-sided coverage of the recorded [ci_low, ci_high].
+
+    A record that states its level (`ci_level` in the stats or the config) is believed.
+    Otherwise the interval is the one `ole.gate` computed when it stated none: the α and
+    1 − α quantiles of the bootstrap means, i.e. a 1 − 2α interval.
+    """
+    for source in (stats, config):
+        if isinstance(source.get("ci_level"), (int, float)):
+            return float(source["ci_level"])
+    alpha = config.get("alpha")
+    return 1.0 - 2.0 * float(alpha) if isinstance(alpha, (int, float)) else None
+
+
+def _fmt(value: object, spec: str = "+.4f") -> str:
+    return "-" if not isinstance(value, (int, float)) else format(value, spec)
+
+
+CHECK_WORDS = {"mean r": "mean r", "win rate": "win rate", "one-sided p": "one-sided p",
+               "pairs with r <": "regress beyond", "pairs": "pairs <", "env families": "families",
+               "every run verified by the host": "not verified",
+               "gate instances seen by the proposer": "were seen by the proposer", "worst r": "worst r",
+               "CVaR": "CVaR", "runs over the contract budget": "contract budget"}
+"""How each derived check is found among a criterion's recorded reasons (`ole.gate` wording);
+the first key contained in the check's name wins, so the longer keys come first."""
+
+
+def _recorded(check: Check, reasons: tuple[str, ...]) -> Check:
+    """Pass/fail of a derived check taken from the recorded reasons, which are authoritative.
+
+    The measured and required values come from the record's stats and config; whether the
+    check held is what the gate wrote (a scoped challenger, for instance, needs fewer families
+    than the config's minimum).
+    """
+    words = next((w for k, w in CHECK_WORDS.items() if k in check.what), None)
+    if words is None:  # a cost ratio: "<resource> ratio ..."
+        words = check.what.split(" ")[0] + " ratio"
+    failed = any(words in r for r in reasons)
+    required = check.required if failed or check.passed else f"{check.required} (relaxed for this scope)"
+    return Check(check.what, check.measured, required, not failed)
+
+
+def gate_checks(name: str, stats: dict, config: dict, alpha: float | None = None) -> tuple[Check, ...]:
+    """The checks of one criterion, measured vs required, from the record's stats and config.
+
+    Mirrors `ole.gate`'s four criteria (`alpha`: the benefit test's applied level, e.g. one
+    look's share under an adaptive sample). A record carrying its own `checks` is shown as is.
+    """
+    s, c = stats, config
+    alpha = c.get("alpha") if alpha is None else alpha
+    get = lambda d, k, default=None: d.get(k, default)  # noqa: E731 - a short accessor
+    if name == "benefit":
+        return (Check("mean r", _fmt(get(s, "mean_r")), f"> {_fmt(get(c, 'min_mean_r', 0.0))}",
+                      _num(get(s, "mean_r")) > _num(get(c, "min_mean_r", 0.0))),
+                Check("win rate", _fmt(get(s, "win_rate"), ".2f"), f">= {_fmt(get(c, 'min_win_rate'), '.2f')}",
+                      _num(get(s, "win_rate")) >= _num(get(c, "min_win_rate"))),
+                Check(f"{get(c, 'test', 'test')} one-sided p", _fmt(get(s, "p_value"), ".4f"),
+                      f"< alpha {_fmt(alpha, '.4g')}", _num(get(s, "p_value")) < _num(alpha)))
+    if name == "evidence":
+        fams = list(get(s, "families", []))
+        leaked = list(get(s, "leaked_keys", []))
+        return (Check("pairs", str(get(s, "n_pairs", "-")), f">= {get(c, 'min_pairs', '-')}",
+                      _num(get(s, "n_pairs")) >= _num(get(c, "min_pairs"))),
+                Check("env families", f"{len(fams)} ({', '.join(fams) or '-'})", f">= {get(c, 'min_families', '-')}",
+                      len(fams) >= _num(get(c, "min_families"))),
+                Check("every run verified by the host", str(bool(get(s, "all_verified"))), "True",
+                      bool(get(s, "all_verified"))),
+                Check("gate instances seen by the proposer", str(len(leaked)), "0", not leaked))
+    if name == "tail":
+        return (Check("worst r", _fmt(get(s, "worst_r")), f">= {_fmt(get(c, 'min_worst_r'))}",
+                      _num(get(s, "worst_r")) >= _num(get(c, "min_worst_r"))),
+                Check(f"CVaR {_fmt(get(c, 'cvar_alpha'), 'g')}", _fmt(get(s, "cvar")), f">= {_fmt(get(c, 'min_cvar'))}",
+                      _num(get(s, "cvar")) >= _num(get(c, "min_cvar"))),
+                Check(f"pairs with r < -{_fmt(get(c, 'tail_tau'), 'g')}", str(get(s, "n_regressions", "-")),
+                      f"<= {get(c, 'max_regressions', '-')}",
+                      _num(get(s, "n_regressions")) <= _num(get(c, "max_regressions"))))
+    if name == "cost":
+        breaches = list(get(s, "contract_breaches", []))
+        rows = [Check("runs over the contract budget", str(len(breaches)), "0", not breaches)]
+        for resource, kappa in sorted((get(c, "cost_kappa") or {}).items()):
+            ratio = (get(s, "cost_ratio") or {}).get(resource)
+            rows.append(Check(f"{resource} ratio (challenger / champion)", _fmt(ratio, ".3f"),
+                              f"<= {1.0 + float(kappa):.3f}", _num(ratio) <= 1.0 + float(kappa)))
+        return tuple(rows)
+    return ()
+
+
+def _num(value: object) -> float:
+    """A recorded number, or NaN (every comparison with NaN is False: a missing value never passes)."""
+    return float(value) if isinstance(value, (int, float)) else float("nan")
+
+
+def _pair(p: dict) -> GatePair:
+    task, cond = p.get("task") or {}, p.get("condition") or {}
+    champ, chall = p.get("champion") or {}, p.get("challenger") or {}
+    env = task.get("env", "?")
+    return GatePair(instance=f"{env} pool {task.get('pool_seed')} seed {cond.get('seed')}", env=env,
+                    pool_seed=task.get("pool_seed"), agent_seed=cond.get("seed"), family=p.get("family", "?"),
+                    q_champion=champ.get("q"), q_challenger=chall.get("q"), q_source=p.get("q_source", "?"),
+                    delta=p.get("delta"), r=float(p.get("r", 0.0)), failure=p.get("failure", "none"),
+                    champion_trace=champ.get("trace_id", ""), challenger_trace=chall.get("trace_id", ""))
+
+
+def gate_from_event(event) -> Gate:
+    """A `Gate` from one `gate_decision` event (its payload is the decision record)."""
+    d = event.payload
+    stats, config = d.get("stats") or {}, d.get("config") or {}
+    criteria = []
+    alpha = d.get("alpha_applied") if isinstance(d.get("alpha_applied"), (int, float)) else config.get("alpha")
+    for crit in d.get("criteria") or []:
+        name, reasons = crit.get("name", "?"), tuple(crit.get("reasons") or ())
+        checks = tuple(Check(**c) for c in crit["checks"]) if isinstance(crit.get("checks"), list) \
+            else tuple(_recorded(k, reasons) for k in gate_checks(name, stats, config, alpha))
+        criteria.append(Criterion(name=name, passed=bool(crit.get("passed")), checks=checks, reasons=reasons))
+    pairs = tuple(_pair(p) for p in d.get("pairs") or [])
+    interval = Interval(mean_r=float(stats.get("mean_r", 0.0)), low=stats.get("ci_low"), high=stats.get("ci_high"),
+                        level=ci_level(stats, config), n=int(stats.get("n_pairs", len(pairs))), source="gate")
+    verdict = d.get("verdict") or ("release" if d.get("accepted") else "reject")
+    return Gate(seq=event.seq, ts=event.ts, champion=d.get("champion", "?"), challenger=event.ref, verdict=verdict,
+                accepted=bool(d.get("accepted")), reasons=tuple(d.get("reasons") or ()), interval=interval,
+                win_rate=stats.get("win_rate"), p_value=stats.get("p_value"), test=str(config.get("test", "?")),
+                alpha=alpha, pairs=pairs, criteria=tuple(criteria), config=config,
+                looks=tuple(d.get("looks") or ()))
+
+
+# ----- versions ------------------------------------------------------------------------------
+
+def _evaluation(event) -> Evaluation:
+    p = event.payload
+    return Evaluation(seq=event.seq, ts=event.ts, stage=str(p.get("stage", "?")), champion=str(p.get("champion", "?")),
+                      n=int(p.get("n", len(p.get("r") or []))), mean_r=p.get("mean_r"), cvar=p.get("cvar"),
+                      cost=p.get("cost"), r=tuple(float(x) for x in p.get("r") or ()),
+                      instances=tuple(p.get("instances") or ()))
+
+
+def _diff(child, parent_ref: str, parent) -> ParentDiff:
+    old, new = dump_bundle_yaml(parent).splitlines(), dump_bundle_yaml(child).splitlines()
+    lines = tuple(difflib.unified_diff(old, new, fromfile=parent_ref, tofile="this version", lineterm="", n=2))
+    changes = tuple((c.component, c.field, json.dumps(c.old), json.dumps(c.new)) for c in diff_bundles(parent, child))
+    return ParentDiff(parent=parent_ref, lines=lines, changes=changes)
+
+
+def _display_status(status: str, seed: bool, damaged: bool) -> str:
+    if damaged:
+        return "damaged"
+    return "seed" if seed and status == "registered" else status
+
+
+def _versions(registry, events, gates: Sequence[Gate]) -> list[Version]:
+    state = registry.state()
+    loaded: dict[str, object] = {}
+    damage: dict[str, str] = {}
+    registrations = [e for e in events if e.kind == "registration"]
+    for e in registrations:
+        try:
+            loaded[e.ref] = registry.get(e.ref, state=state).bundle
+        except OleError as exc:  # a damaged blob degrades only its own version
+            damage[e.ref] = str(exc)
+    out = []
+    for e in registrations:
+        bundle = loaded.get(e.ref)
+        parents = tuple(format_ref(e.name, p) for p in e.payload.get("parents", []))
+        evaluations = tuple(_evaluation(x) for x in events if x.kind == "evaluation" and x.ref == e.ref)
+        own_gates = [g for g in gates if g.challenger == e.ref]
+        interval = own_gates[-1].interval if own_gates else None
+        if interval is None and evaluations and evaluations[-1].mean_r is not None:
+            last = evaluations[-1]
+            interval = Interval(mean_r=float(last.mean_r), low=None, high=None, level=None, n=last.n,
+                                source=last.stage)
+        scope, scope_fields = scope_of(bundle.applicability) if bundle is not None else ("unknown (damaged)", ())
+        prov = bundle.provenance if bundle is not None else None
+        diffs = tuple(_diff(bundle, p, loaded[p]) for p in parents if bundle is not None and p in loaded)
+        status = state.status_of(e.name, e.version)
+        out.append(Version(
+            ref=e.ref, name=e.name, version=e.version,
+            status=_display_status(status, bool(e.payload.get("seed")), e.ref in damage), registry_status=status,
+            seed=bool(e.payload.get("seed")), parents=parents, edge=e.payload.get("edge"),
+            generation=prov.generation if prov else 0, proposer=prov.proposer if prov else "?",
+            note=(prov.note if prov and prov.note else e.payload.get("note", "")), registered_at=e.ts,
+            content_hash=e.payload.get("content_hash", ""), scope=scope, scope_fields=scope_fields,
+            yaml=dump_bundle_yaml(bundle) if bundle is not None else None, damage=damage.get(e.ref), diffs=diffs,
+            evaluations=evaluations, gate_seqs=tuple(g.seq for g in own_gates), interval=interval))
+    return out
+
+
+# ----- runs in workdirs ------------------------------------------------------------------------
+
+def _store_rows(workdir: Path) -> list[tuple[str, str, dict]]:
+    """(instance, family, RunResult JSON) of every stored evaluation; read-only, never creates the file."""
+    path = workdir / "evaluations.sqlite3"
+    if not path.is_file():
+        return []
+    try:
+        db = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            rows = db.execute("SELECT instance, family, result FROM evaluations ORDER BY created_at").fetchall()
+        finally:
+            db.close()
+    except sqlite3.Error:
+        return []
+    return [(r[0], r[1], json.loads(r[2])) for r in rows]
+
+
+def _curve(run_dir: Path) -> tuple[list[int], list[float]]:
+    from evogym.leaderboard import validation_curve
+    try:
+        return validation_curve(run_dir)
+    except (OSError, ValueError, KeyError):  # an unfinished or foreign run folder has no curve
+        return [], []
+
+
+def run_curves(workdirs: Sequence[Path], ref_of_hash: dict[str, str]) -> list[RunCurve]:
+    """One curve per stored run whose host folder is still in the workdir."""
+    curves, seen = [], set()
+    for workdir in workdirs:
+        for instance, _family, result in _store_rows(workdir):
+            run_id = result.get("trace_id", "")
+            host = workdir / "runs" / run_id / "host"
+            if run_id in seen or not (host / "run.json").is_file():
+                continue
+            seen.add(run_id)
+            xs, ys = _curve(host)
+            env, _, rest = instance.partition("|")
+            pool = rest.partition("|")[0].removeprefix("pool")
+            curves.append(RunCurve(run_id=run_id, env=env, bundle=ref_of_hash.get(result.get("bundle_hash", ""), "?"),
+                                   pool_seed=int(pool) if pool.isdigit() else None, xs=tuple(xs), ys=tuple(ys),
+                                   final_score=result.get("score")))
+    return curves
+
+
+def env_anchors(envs: Sequence[str]) -> list[EnvAnchors]:
+    """Random and best-paper anchors of each env (None outside Core16)."""
+    from evogym.anchors import AGENTS, PAPER_ROWS, random_baseline
+    out = []
+    for env in sorted(set(envs)):
+        row = PAPER_ROWS.get(env)
+        best = max(AGENTS, key=lambda a: row[a]) if row else None
+        out.append(EnvAnchors(env=env, random=random_baseline(env), paper_best=row[best] if row else None,
+                              paper_best_agent=best))
+    return out
+
+
+def collect(registry, workdirs: Sequence[Path | str] = (), *, now: datetime | None = None,
+            warnings: Sequence[str] = ()) -> ReportData:
+    """Read everything the report shows; never writes."""
+    events = registry.events()
+    gates = [gate_from_event(e) for e in events if e.kind == "gate_decision"]
+    versions = _versions(registry, events, gates)
+    ref_of_hash = {v.content_hash: v.ref for v in versions}
+    dirs = [Path(w) for w in workdirs]
+    curves = run_curves(dirs, ref_of_hash)
+    lineage = Lineage(events, default_channel=registry.state().default_channel)
+    state = registry.state()
+    channels = {c: format_ref(*state.champion(c)) for c in state.channels() if state.champion(c)}
+    return ReportData(root=str(registry.root), workdirs=tuple(str(d) for d in dirs),
+                      generated_at=now or datetime.now(timezone.utc),
+                      versions=tuple(versions), gates=tuple(gates), curves=tuple(curves),
+                      anchors=tuple(env_anchors([c.env for c in curves])), champions=channels,
+                      history={c: tuple(lineage.champion_history(c)) for c in channels},
+                      warnings=tuple(warnings))

@@ -1,0 +1,120 @@
+"""The report in a real headless Chromium: loads cleanly, shows every version, gate numbers, links.
+
+Marked `browser` (deselected in the default tier; `make test-browser` and CI run them).
+The pages are opened from disk (file://), as a user opens them, and once over the
+loopback server of `ole report --serve`.
+"""
+from __future__ import annotations
+
+import pytest
+
+import report_fixture
+from browser import chromium, console_errors
+from ole.registry import Registry
+from ole.report import build_report
+from ole.report.serve import ReportServer
+
+pytestmark = pytest.mark.browser
+
+
+@pytest.fixture(scope="module")
+def site(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("browser")
+    fx = report_fixture.build(tmp)
+    with Registry(fx.root) as reg:
+        data, _ = build_report(reg, [fx.workdir], tmp / "out")
+    return fx, data, tmp / "out"
+
+
+@pytest.fixture(scope="module")
+def driver():
+    with chromium() as d:
+        yield d
+
+
+def _open(driver, url: str) -> None:
+    driver.get(url)
+    assert driver.execute_script("return document.readyState") == "complete"
+
+
+def test_index_loads_without_console_errors_and_shows_every_version_with_its_status(site, driver):
+    _, data, out = site
+    _open(driver, (out / "index.html").as_uri())
+    assert console_errors(driver) == []
+    assert driver.title.startswith("OLE report: 8 versions, 2 gate decisions")
+    nodes = driver.find_elements("css selector", "svg.lineage a.node")
+    shown = {n.get_attribute("data-ref"): n.get_attribute("data-status") for n in nodes}
+    assert shown == report_fixture.EXPECTED_STATUS
+    for node in nodes:  # each box is drawn (has a size) and says its status in words
+        assert node.rect["width"] > 50 and node.rect["height"] > 20
+    texts = {n.get_attribute("data-ref"): n.text for n in nodes}
+    assert "rolled back" in texts["coder@4"] and "rejected" in texts["coder@3"]
+    legend = [e.get_attribute("data-legend") for e in driver.find_elements("css selector", "#legend [data-legend]")]
+    assert set(report_fixture.EXPECTED_STATUS.values()) <= set(legend)
+    champion = driver.find_element("css selector", "[data-champion=default]")
+    assert champion.text == "coder@5"
+
+
+def test_a_gate_page_shows_the_recorded_numbers(site, driver):
+    fx, _, out = site
+    _open(driver, (out / "index.html").as_uri())
+    driver.find_element("css selector", f"tr[data-gate='{fx.reject_seq}'] td a").click()
+    assert driver.current_url.endswith(f"gate-{fx.reject_seq}.html")
+    record = fx.decisions["reject"]
+    assert driver.find_element("id", "verdict").text == "REJECT" or \
+        driver.find_element("id", "verdict").text.lower() == "reject"
+    assert driver.find_element("id", "n-pairs").text == str(len(record["pairs"]))
+    assert driver.find_element("id", "mean-r").text == f"{record['stats']['mean_r']:+.4f}"
+    assert driver.find_element("id", "interval").text == \
+        f"[{record['stats']['ci_low']:+.3f}, {record['stats']['ci_high']:+.3f}]"
+    rows = driver.find_elements("css selector", "#pairs tr[data-instance]")
+    assert len(rows) == len(record["pairs"])
+    by_instance = {r.get_attribute("data-instance"): r.find_element("css selector", "td.r").text for r in rows}
+    for pair in record["pairs"]:
+        assert by_instance[f"{pair['task']['env']} pool {pair['task']['pool_seed']} seed 0"] == f"{pair['r']:+.3f}"
+    failed = [r.text for r in driver.find_elements("css selector", "#criteria tr[data-criterion=benefit] td.fail")]
+    assert failed == ["no", "no", "no"]
+    assert console_errors(driver) == []
+
+
+def test_every_link_of_every_page_works(site, driver):
+    _, data, out = site
+    pages = [(out / "index.html").as_uri()]
+    seen: set[str] = set()
+    while pages:
+        url = pages.pop()
+        if url in seen:
+            continue
+        seen.add(url)
+        _open(driver, url)
+        assert console_errors(driver) == [], url
+        assert driver.find_element("css selector", "h1").text, url
+        for a in driver.find_elements("css selector", "a[href]"):
+            href = a.get_attribute("href")
+            if href.startswith("file://") and "#" not in href.split("/")[-1]:
+                pages.append(href)
+    expected = 1 + len(data.versions) + len(data.gates)
+    assert len(seen) == expected
+
+
+def test_clicking_a_lineage_box_opens_its_version_with_the_diff(site, driver):
+    _, _, out = site
+    _open(driver, (out / "index.html").as_uri())
+    driver.find_element("css selector", "svg.lineage a.node[data-ref='coder@2']").click()
+    assert driver.current_url.endswith("version-coder-2.html")
+    assert driver.find_element("id", "status").get_attribute("data-status") == "released"
+    added = [e.text for e in driver.find_elements("css selector", "pre.diff .add")]
+    assert "+    step_size: 0.5" in added
+    driver.find_element("link text", "coder@1").click()
+    assert driver.current_url.endswith("version-coder-1.html")
+
+
+def test_the_served_report_loads_over_loopback(site, driver):
+    _, _, out = site
+    server = ReportServer(out).start()
+    try:
+        _open(driver, server.url)
+        assert driver.find_elements("css selector", "svg.lineage a.node")
+        assert console_errors(driver) == []
+    finally:
+        server.stop()
