@@ -1,6 +1,8 @@
-"""`evogym` command line: serve | run | data make | report | suite.
+"""`evogym` command line: serve | run | check | envs | data make | report | suite.
 
 Errors print one line (message and hint) and exit 2; `--debug` shows the traceback.
+Everything a command could refuse (env id, profile, bind address, port) is checked
+before a run directory is created, so a refused command writes nothing.
 """
 from __future__ import annotations
 
@@ -48,12 +50,20 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
 
 
 def _open_host(args):
+    """(host, listening socket): the socket first, so a busy port or a non-loopback address
+    is refused before `Host` creates the run directory."""
     from evogym.host import Host, make_config
+    from evogym.server import listen
     config = make_config(args.env, args.profile, budget=args.budget, pool_seed=args.pool_seed,
                          isolation=args.isolation, limits=_limits(args), finalize_jobs=args.jobs,
                          max_per_submit=args.max_per_submit, allow_early_finish=not args.no_early_finish,
                          data_dir=args.data_dir, model=args.model)
-    return Host(args.run_dir, config)
+    sock = listen(args.bind, args.port)
+    try:
+        return Host(args.run_dir, config), sock
+    except BaseException:
+        sock.close()
+        raise
 
 
 def agent_env(url: str, workspace: Path, token: str | None = None) -> dict:
@@ -69,30 +79,41 @@ def agent_env(url: str, workspace: Path, token: str | None = None) -> dict:
 
 
 def cmd_serve(args) -> int:
+    from evogym.progress import RunWatcher
     from evogym.server import Server
-    host = _open_host(args)
-    server = Server(host, args.bind, args.port, args.token).start()
+    host, sock = _open_host(args)
+    server = Server(host, args.bind, args.port, args.token, sock=sock).start()
     print(json.dumps({"url": server.url, "workspace": str(host.run.workspace), "run_dir": str(host.run.root)}),
           flush=True)
     signal.signal(signal.SIGTERM, lambda *_: host.start_finalize("sigterm"))
+    # progress only for a person at a terminal: harnesses read stdout and keep stderr as a log
+    watcher = RunWatcher(host.run.root, host.config.budget).start() if sys.stderr.isatty() else None
     try:
         host.done.wait()
     except KeyboardInterrupt:
         host.start_finalize("interrupt")
         host.done.wait()
+    finally:
+        if watcher is not None:
+            watcher.stop()
     server.stop()
     return 0 if host.finalization["status"] == "done" else 1
 
 
 def cmd_run(args) -> int:
+    from evogym.progress import RunWatcher
     from evogym.server import Server
     if not args.command:
         raise EvogymError("no agent command given", hint="evogym run --env ... --run-dir ... -- CMD ARGS")
-    host = _open_host(args)
-    server = Server(host, args.bind, args.port, args.token).start()
+    host, sock = _open_host(args)
+    server = Server(host, args.bind, args.port, args.token, sock=sock).start()
     ws = host.run.workspace
     env = {**os.environ, **agent_env(server.url, ws, args.token)}
-    log = open(host.run.logs / "agent.log", "ab")
+    agent_log = host.run.logs / "agent.log"
+    log = open(agent_log, "ab")
+    watcher = RunWatcher(host.run.root, host.config.budget, enabled=not args.quiet)
+    watcher.line(f"evogym run {host.config.env} in {host.run.root}; agent output goes to {agent_log}")
+    watcher.start()
     try:
         proc = subprocess.Popen(args.command, cwd=ws, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -102,55 +123,159 @@ def cmd_run(args) -> int:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
         host.run.event("agent.exit", code=proc.returncode)
+        if proc.returncode:
+            watcher.line(f"agent exited {proc.returncode}: {_last_line(agent_log)} (full log: {agent_log})")
         host.start_finalize("agent_exit")
         host.done.wait()
     finally:
+        watcher.stop()
         server.stop()
         log.close()
     doc = json.loads(host.run.run_json.read_text())
     print(json.dumps({"run_dir": str(host.run.root), "status": doc["outcome"]["status"],
                       "final_score": doc["outcome"]["final_score"],
                       "normalized_score": doc["outcome"].get("normalized_score"),
-                      "agent_exit": proc.returncode}))
+                      "agent_exit": proc.returncode, "agent_log": str(agent_log)}))
     return 0 if doc["outcome"]["status"] != "error" else 1
 
 
+def _last_line(path: Path) -> str:
+    """The agent's last non-empty output line (what it died saying), at most 300 characters."""
+    try:
+        lines = [ln for ln in path.read_text(errors="replace").splitlines() if ln.strip()]
+    except OSError:
+        return "(no output)"
+    return lines[-1][:300] if lines else "(no output)"
+
+
 def cmd_data_make(args) -> int:
-    from evogym import pools
-    paths = pools.write_data(args.out, args.env, pool_seed=args.pool_seed)
+    from evogym import envs, pools
+    slug = envs.resolve(args.env).slug  # an unknown env is refused before anything is written
+    paths = pools.write_data(args.out, slug, pool_seed=args.pool_seed)
     print(json.dumps({"written": [str(p) for p in paths.values()]}))
     return 0
 
 
 def cmd_report(args) -> int:
-    from evogym.report import report
+    from evogym.report import report, write_html
+    if args.html:
+        print(write_html(args.run_dir, args.out))
+        return 0
     print(report(args.run_dir, as_json=args.json))
     return 0
 
 
+def cmd_envs(args) -> int:
+    from evogym import catalog
+    rows = catalog.catalog(args.env)
+    if args.json:
+        print(json.dumps(rows, indent=2))
+    else:
+        print(catalog.table(rows))
+        if not args.env:
+            print("\nCore16 shown; any registered Gymnasium id also works as gymnasium/<id> "
+                  "(e.g. `evogym envs gymnasium/CartPole-v1`).")
+    return 0
+
+
+def cmd_check(args) -> int:
+    from evogym.check import check_policy
+    system = Path(args.system or os.environ.get("EVOPOLICYGYM_SYSTEM") or "system")
+    env = args.env or _env_from_api()
+    result = check_policy(system, env, isolation=args.isolation)
+    if args.json:
+        print(json.dumps(result.to_json(), indent=2))
+    else:
+        for step, verdict, detail in result.steps:
+            print(f"{'ok  ' if verdict == 'ok' else 'FAIL'} {step}" + (f": {detail}" if detail and verdict == "ok"
+                                                                          else f": {verdict}: {detail}" if detail
+                                                                          else ""))
+        print(f"{system}: {'a submit would run its episodes' if result.ok else 'a submit would fail'} "
+              f"({result.env}; nothing was submitted, no budget spent)")
+    return 0 if result.ok else 1
+
+
+def _env_from_api() -> str:
+    """The env of the run an agent works (`$EVOPOLICYGYM_API`), read from the free `/info`."""
+    import urllib.request
+    api = os.environ.get("EVOPOLICYGYM_API")
+    if not api:
+        raise EvogymError("which env? pass --env ENV", hint="inside a run workspace $EVOPOLICYGYM_API supplies it")
+    headers = {"X-Evogym-Token": os.environ["EVOPOLICYGYM_TOKEN"]} if os.environ.get("EVOPOLICYGYM_TOKEN") else {}
+    try:
+        with urllib.request.urlopen(urllib.request.Request(f"{api}/info", headers=headers), timeout=10) as r:
+            return json.loads(r.read())["env_meta"]["env"]
+    except (OSError, ValueError, KeyError) as exc:
+        raise EvogymError(f"cannot read the env from {api}/info: {exc}", hint="pass --env ENV") from None
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors, a did-you-mean, and no option prefixes (`--profil` is a typo)."""
+
+    def __init__(self, *args, **kwargs) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
+    def error(self, message: str) -> None:
+        import difflib
+        import re
+        match = re.search(r"argument ([^:]+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
+        if match:
+            where, given = match.group(1), match.group(2)
+            choices = re.findall(r"'([^']*)'", match.group(3))
+            close = difflib.get_close_matches(given, choices, n=1)
+            what = "command" if where in ("COMMAND", "VERB") else where.split("/")[-1]
+            message = f"unknown {what} `{given}`" + (
+                f" (hint: did you mean `{close[0]}`?)" if close else f" (hint: one of {', '.join(choices)})")
+        elif "unrecognized arguments" in message or "required" in message:
+            message += f" (hint: see `{self.prog} --help`)"
+        print(f"{self.prog}: error: {message}", file=sys.stderr)
+        sys.exit(2)
+
+
+def _noun(sub, name: str, help: str) -> argparse._SubParsersAction:
+    """A command with verbs (`evogym data make`); the noun alone prints its help."""
+    p = sub.add_parser(name, help=help, description=help)
+    p.set_defaults(func=None, help_parser=p)
+    return p.add_subparsers(dest=f"{name}_verb", metavar="VERB")
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="evogym", description="EvoPolicyGym benchmark host (sandboxed).")
+    parser = _Parser(prog="evogym", description="EvoPolicyGym benchmark host (sandboxed).")
     parser.add_argument("--version", action="version", version=f"evogym {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
-    sub = parser.add_subparsers(dest="cmd", required=True)
+    parser.set_defaults(func=None, help_parser=parser)
+    sub = parser.add_subparsers(dest="command_name", metavar="COMMAND")
     p = sub.add_parser("serve", help="serve one run until it is finalized")
     _add_run_args(p)
     p.set_defaults(func=cmd_serve)
     p = sub.add_parser("run", help="serve a run and launch an agent command in its workspace")
     _add_run_args(p)
     p.add_argument("--agent-timeout", type=float, default=None, help="kill the agent after this many seconds")
+    p.add_argument("--quiet", action="store_true", help="no progress on stderr")
     p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS (the agent)")
     p.set_defaults(func=cmd_run)
-    p = sub.add_parser("data", help="case pools")
-    dsub = p.add_subparsers(dest="data_cmd", required=True)
+    p = sub.add_parser("check", help="the checks a submit would apply to system/, without spending budget")
+    p.add_argument("system", nargs="?", help="policy folder (default: $EVOPOLICYGYM_SYSTEM, else ./system)")
+    p.add_argument("--env", help="env id (default: the env of $EVOPOLICYGYM_API)")
+    p.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"], help="sandbox (default bwrap)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_check)
+    p = sub.add_parser("envs", help="env ids with family, step limit, anchors and spaces")
+    p.add_argument("env", nargs="*", help="only these ids (default: Core16)")
+    p.add_argument("--json", action="store_true")
+    p.set_defaults(func=cmd_envs)
+    dsub = _noun(sub, "data", "case pools")
     d = dsub.add_parser("make", help="write train/valid/heldout files for an env")
     d.add_argument("--env", required=True)
     d.add_argument("--out", required=True, type=Path)
     d.add_argument("--pool-seed", type=int, default=0)
     d.set_defaults(func=cmd_data_make)
-    p = sub.add_parser("report", help="summarize a finished run")
+    p = sub.add_parser("report", help="summarize a finished run (text, --json, or --html)")
     p.add_argument("run_dir", type=Path)
     p.add_argument("--json", action="store_true")
+    p.add_argument("--html", action="store_true", help="write a self-contained HTML page (curve, submits, edits)")
+    p.add_argument("--out", type=Path, help="HTML file (default: RUN_DIR/report.html)")
     p.set_defaults(func=cmd_report)
     from evogym import suite
     suite.register(sub)
@@ -159,7 +284,13 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: list[str] | None = None) -> int:
     parser = build_parser()
-    args = parser.parse_args(argv)
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse printed its one line (or --help)
+        return int(exc.code or 0)
+    if args.func is None:  # bare `evogym` or `evogym NOUN`: show what can follow
+        args.help_parser.print_help()
+        return 0
     if getattr(args, "command", None) and args.command[:1] == ["--"]:
         args.command = args.command[1:]
     try:

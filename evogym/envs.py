@@ -33,7 +33,7 @@ import gymnasium as gym
 from pydantic import BaseModel, ConfigDict
 
 from evogym.errors import EnvNotFound
-from evogym.spaces import obs_storage, space_schema, to_jsonable
+from evogym.spaces import space_schema, to_jsonable
 
 ENV_VERSION = "0.1"
 """`env_meta.env_version` reported for every env (v0.1.0 value)."""
@@ -284,6 +284,21 @@ def _schemas(slug: str) -> tuple[dict, dict]:
         env.close()
 
 
+@functools.cache
+def _storage(slug: str) -> str:
+    """Where the feedback writer puts a max-length episode's observations (issue 13: /info must
+    say what the writer does, e.g. `external` for Acrobot, whose 500 x 6 floats exceed 4 KiB).
+    Decided on fixed-seed samples of the observation space, never on a task instance."""
+    from evogym.feedback import storage
+    spec = resolve(slug)
+    env = make_env(spec)
+    try:
+        env.observation_space.seed(0)
+        return storage([env.observation_space.sample() for _ in range(max(1, spec.max_steps))])
+    finally:
+        env.close()
+
+
 def spaces_of(spec: EnvSpec) -> tuple[dict, dict]:
     """The compact `(obs_space, action_space)` schemas of an env (cached per slug)."""
     obs, act = _schemas(spec.slug)
@@ -293,7 +308,7 @@ def spaces_of(spec: EnvSpec) -> tuple[dict, dict]:
 def env_meta(spec: EnvSpec, n_env_instances: int = DEFAULT_N_ENV_INSTANCES) -> dict:
     """The `/info.env_meta` object (§1.2); `artifacts` only for external observations."""
     obs_space, action_space = spaces_of(spec)
-    storage = obs_storage(obs_space)
+    storage = _storage(spec.slug)
     meta = {
         "action_space": action_space,
         "env": spec.slug,

@@ -145,6 +145,17 @@ def _observation_rows(observations, n: int) -> list:
     return [to_jsonable(o) for o in observations]
 
 
+def storage(observations: list) -> str:
+    """The `obs_storage` an agent is told, for a max-length episode's observations.
+
+    `external` when `externalize` would move such an episode's observations to
+    observations.npy/.npz, else `inline`. The same rule as the writer, applied to the
+    longest episode, so `inline` is a promise (never a file) and `external` a possibility
+    (a short episode may stay inline; then `obs` is in each trajectory line).
+    """
+    return "external" if externalize(observations) is not None else "inline"
+
+
 def episode_files(ep, with_observations: bool = True) -> dict[str, bytes]:
     """Files of one episode directory, from a `recording.EpisodeData` (made once per episode)."""
     files: dict[str, bytes] = {}

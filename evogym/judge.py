@@ -167,7 +167,7 @@ class Judge:
             index = self._next_index()
             self._reject(index, "budget_invalid", None, started, started_at, f"budget_invalid: {exc}")
             self.run.event("submit.reject", submit=index, status="budget_invalid", reason=str(exc))
-            return 400, {"status": "budget_invalid", "error": {"message": str(exc)}}
+            return 400, {"submit_id": index, "status": "budget_invalid", "error": {"message": str(exc)}}
         if self.closed:
             return 409, {"status": "run_closed", "error": {"message": "run is not open"}}
         limit = min(self.config.max_per_submit, self.state.remaining)
@@ -183,7 +183,7 @@ class Judge:
         index = self._next_index()
         summary = self._reject(index, status, req.ids, started, started_at, msg)
         self.run.event("submit.reject", submit=index, status=status, n=req.count)
-        return 400, {"submit_id": index, "status": status, "summary": summary}
+        return 400, {"submit_id": index, "status": status, "summary": summary, "error": {"message": msg}}
 
     def _reject(self, index, status, instances, started, started_at, message) -> dict:
         """Phase-1 reject (or parse error): free, recorded, numbered like any submit."""

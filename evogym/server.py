@@ -112,23 +112,52 @@ def build_app(host: Host, token: str | None = None) -> Starlette:
     async def not_found(request: Request, exc=None):
         return _error(404, "not_found", "unknown endpoint")
 
+    async def method_not_allowed(request: Request, exc=None):
+        allowed = next((sorted(r.methods - {"HEAD"}) for r in routes if r.path == request.url.path), [])
+        response = _error(405, "method_not_allowed", f"{request.method} {request.url.path} is not allowed; "
+                          f"use {' or '.join(allowed)}")
+        response.headers["Allow"] = ", ".join(allowed)
+        return response
+
     routes = [Route("/info", guard(info), methods=["GET"]), Route("/task", guard(task), methods=["GET"]),
               Route("/submit", guard(submit), methods=["POST"]), Route("/finish", guard(finish), methods=["POST"]),
               Route("/finalize", guard(finalize), methods=["POST", "GET", "PUT", "DELETE"])]
-    return Starlette(routes=routes, exception_handlers={404: not_found, 405: not_found})
+    return Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
+
+
+def listen(bind: str = "127.0.0.1", port: int = 0) -> socket.socket:
+    """A socket bound to a loopback address, made before anything is written (issue 13).
+
+    A non-loopback address, a malformed one or a port in use is a `ConfigError`, so the
+    CLI refuses with one line and no half-made run directory.
+    """
+    try:
+        loopback = ipaddress.ip_address(bind).is_loopback
+    except ValueError:
+        raise ConfigError(f"--bind {bind!r} is not an IP address", hint="use 127.0.0.1 (default) or ::1") from None
+    if not loopback:
+        raise ConfigError(f"refusing to bind {bind}: the host serves loopback only",
+                          hint="use 127.0.0.1 (default) or ::1")
+    if not 0 <= port <= 65535:
+        raise ConfigError(f"--port {port} is out of range", hint="0 picks a free port")
+    sock = socket.socket(socket.AF_INET6 if ":" in bind else socket.AF_INET, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((bind, port))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"cannot listen on {bind}:{port}: {exc.strerror or exc}",
+                          hint="pick another --port, or 0 for a free one") from None
+    return sock
 
 
 class Server:
     """A uvicorn server on a loopback socket, run in a background thread."""
 
-    def __init__(self, host: Host, bind: str = "127.0.0.1", port: int = 0, token: str | None = None) -> None:
-        if not ipaddress.ip_address(bind).is_loopback:
-            raise ConfigError(f"refusing to bind {bind}: the host serves loopback only",
-                              hint="use 127.0.0.1 (default) or ::1")
-        family = socket.AF_INET6 if ":" in bind else socket.AF_INET
-        self.sock = socket.socket(family, socket.SOCK_STREAM)
-        self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
-        self.sock.bind((bind, port))
+    def __init__(self, host: Host, bind: str = "127.0.0.1", port: int = 0, token: str | None = None,
+                 sock: socket.socket | None = None) -> None:
+        self.sock = sock if sock is not None else listen(bind, port)
+        family = self.sock.family
         self.port = self.sock.getsockname()[1]
         self.url = f"http://{bind if family == socket.AF_INET else f'[{bind}]'}:{self.port}"
         config = uvicorn.Config(build_app(host, token), log_level="warning", access_log=False,

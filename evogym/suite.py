@@ -19,6 +19,7 @@ from pathlib import Path
 
 from evogym import envs, leaderboard
 from evogym.errors import ConfigError
+from evogym.progress import Progress
 
 SMOKE_STEPS = 20
 SMOKE_POLICY = """
@@ -93,17 +94,35 @@ def _run_one(slug: str, args, out: Path) -> dict:
     if args.budget:
         cmd += ["--budget", str(args.budget)]
     cmd += ["--", *shlex.split(args.agent)]
+    cmd.insert(cmd.index("--"), "--quiet")
     t0 = time.monotonic()
     proc = subprocess.run(cmd, capture_output=True, text=True)
     result = {"env": slug, "run_dir": str(run_dir), "seconds": round(time.monotonic() - t0, 1),
-              "returncode": proc.returncode, "final_score": None, "status": "error"}
+              "returncode": proc.returncode, "final_score": None, "status": "error", "agent_exit": None}
     if (run_dir / "run.json").exists():
         outcome = json.loads((run_dir / "run.json").read_text())["outcome"]
         result.update(status=outcome["status"], final_score=outcome["final_score"],
                       normalized_score=outcome.get("normalized_score"))
     else:
         result["error"] = (proc.stderr.strip().splitlines() or ["no run.json"])[-1]
+    summary = _last_json(proc.stdout)
+    result["agent_exit"] = summary.get("agent_exit")
+    if result["agent_exit"]:  # why the agent failed, from its own output
+        log = Path(summary.get("agent_log") or run_dir / "logs" / "agent.log")
+        lines = [ln for ln in (log.read_text(errors="replace").splitlines() if log.is_file() else []) if ln.strip()]
+        result["error"] = f"agent exited {result['agent_exit']}: {(lines or ['(no output)'])[-1][:300]} (log {log})"
     return result
+
+
+def _last_json(stdout: str) -> dict:
+    for line in reversed(stdout.strip().splitlines()):
+        try:
+            doc = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(doc, dict):
+            return doc
+    return {}
 
 
 def cmd_run(args) -> int:
@@ -111,14 +130,16 @@ def cmd_run(args) -> int:
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
     results: dict[str, dict] = {}
-    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool:
+    with ThreadPoolExecutor(max_workers=max(1, args.jobs)) as pool, \
+            Progress(len(slugs), "suite", stream=sys.stderr) as bar:
         futures = {pool.submit(_run_one, s, args, out): s for s in slugs}
         for fut in as_completed(futures):
             r = fut.result()
             results[r["env"]] = r
             score = "–" if r["final_score"] is None else f"{r['final_score']:.4g}"
-            print(f"[{len(results):2d}/{len(slugs)}] {r['env']:42s} {r['status']:12s} score {score:>10s} "
-                  f"{r['seconds']:7.1f}s", flush=True)
+            bar.line(f"[{len(results):2d}/{len(slugs)}] {r['env']:42s} {r['status']:12s} score {score:>10s} "
+                     f"{r['seconds']:7.1f}s" + (f"\n        {r['error']}" if r.get("error") else ""))
+            bar.advance()
     ordered = {s: results[s]["final_score"] if results[s]["status"] == "completed" else None for s in slugs}
     board = leaderboard.build(ordered, name=args.name)
     (out / "leaderboard.json").write_text(json.dumps({"board": board, "runs": results}, indent=2, sort_keys=True))
@@ -128,14 +149,21 @@ def cmd_run(args) -> int:
     if curves:
         leaderboard.plot_curves(curves, out / "curves.png")
     print(leaderboard.markdown(board))
-    print(f"wrote {out / 'leaderboard.md'}, {out / 'curves.png'}")
+    print(f"wrote {out / 'leaderboard.md'}" + (f", {out / 'curves.png'}" if curves else ""))
+    scored = [r for r in results.values() if r["status"] == "completed"]
+    if not scored:  # every run failed: the leaderboard is all dashes, so say why and fail
+        failed = [r for r in results.values() if r.get("error")]
+        print(f"evogym suite: no run was scored ({len(failed)} of {len(results)} with an error, e.g. "
+              f"{failed[0]['error'] if failed else 'no ok submit'})", file=sys.stderr)
+        return 1
     return 0 if all(r["status"] != "error" for r in results.values()) else 1
 
 
 def register(sub) -> None:
     """Add the `suite` subcommands to the evogym parser."""
     p = sub.add_parser("suite", help="many runs across environments")
-    ssub = p.add_subparsers(dest="suite_cmd", required=True)
+    p.set_defaults(func=None, help_parser=p)  # `evogym suite` alone prints its help
+    ssub = p.add_subparsers(dest="suite_verb", metavar="VERB")
     for name, func, helptext in (("run", cmd_run, "one benchmark run per env with an agent command, + leaderboard"),
                                  ("smoke", cmd_smoke, "one short episode per env through the host")):
         q = ssub.add_parser(name, help=helptext)

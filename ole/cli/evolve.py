@@ -169,8 +169,32 @@ def _proposer(spec: str, workdir: Path, cfg: EvolveConfig):
     return LLMProposer(LLMClient.from_model_string(spec, log_path=workdir / "proposer-calls.jsonl"))
 
 
-def _progress(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
+class _Progress:
+    """Progress lines on stderr; on a terminal also a bar over the estimated episodes, with ETA.
+
+    The bar follows the engine's cost meter (episodes charged so far), so it moves with
+    each finished run whatever the driver is doing; without a terminal only the lines appear.
+    """
+
+    def __init__(self, episodes: int | None = None) -> None:
+        from evogym.progress import Progress
+        self.bar = Progress(episodes, "evolve", unit="episode") if episodes else None
+        self.meter = None
+
+    def __call__(self, line: str) -> None:
+        if self.bar is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        self.bar.line(line)
+        if self.meter is not None:
+            self.bar.set(self.meter.episodes)
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.close()
+
+
+_progress = _Progress()
 
 
 def evolve(args: argparse.Namespace) -> Output:
@@ -190,14 +214,19 @@ def evolve(args: argparse.Namespace) -> Output:
         _progress("  " + line)
     if args.estimate_only:
         return Output({"estimate": est.model_dump()}, "")
+    progress = _Progress(est.episodes)
     with open_registry(args) as registry, make_executor(args.executor, workers=cfg.workers,
                                                         address=args.address) as executor:
         engine = open_engine(registry=registry, workdir=workdir, traces_root=Path(args.traces), cfg=cfg,
                              evaluate=run_job, proposer=_proposer(args.proposer, workdir, cfg), gate=gate,
-                             executor=executor, progress=_progress, driver=_driver(args))
-        if args.mode == "offline":
-            return _offline(engine, cfg, registry, est)
-        return _online(engine, cfg, registry, args, est)
+                             executor=executor, progress=progress, driver=_driver(args))
+        progress.meter = engine.meter
+        try:
+            if args.mode == "offline":
+                return _offline(engine, cfg, registry, est)
+            return _online(engine, cfg, registry, args, est)
+        finally:
+            progress.close()
 
 
 def _driver(args: argparse.Namespace) -> dict:

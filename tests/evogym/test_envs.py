@@ -50,8 +50,9 @@ def test_acrobot_meta_is_the_published_info_shape():
         "n_env_instances": 1024,
         "obs_space": {"dtype": "float32", "high": [-x for x in ACROBOT_LOW], "low": ACROBOT_LOW,
                       "shape": [6], "type": "Box"},
-        "obs_storage": "inline",
+        "obs_storage": "external",  # 500 steps x 6 floats exceed 4 KiB: observations.npy (issue 13)
         "reward_components": {"return": "sum of Gymnasium rewards over the episode"},
+        "artifacts": {"observations": True, "video": False},
     }
 
 
@@ -82,7 +83,8 @@ def test_parking_and_fetch_dict_schemas():
     parking = env_meta(resolve("gymnasium/parking-v0"))
     assert parking["obs_space"] == {"type": "Dict", "spaces": {k: _inf_box(6) for k in
                                     ("achieved_goal", "desired_goal", "observation")}}
-    assert parking["obs_storage"] == "inline" and "artifacts" not in parking
+    assert parking["obs_storage"] == "external" and parking["artifacts"]["observations"]
+    assert env_meta(resolve("gym/reacher5"))["obs_storage"] == "inline"  # 50 x 10 floats fit in 4 KiB
     assert parking["max_episode_steps"] == 500
     fetch = env_meta(resolve("gymnasium/FetchPush-v4"))
     assert fetch["obs_space"]["spaces"] == {"achieved_goal": _inf_box(3), "desired_goal": _inf_box(3),
@@ -221,3 +223,17 @@ def test_core16_envs_build_from_four_threads_at_once(repeat):
     out = subprocess.run([sys.executable, "-c", CONCURRENT_BUILD], capture_output=True, text=True, timeout=300,
                          env={**os.environ, "MUJOCO_GL": "egl"})
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+
+
+@pytest.mark.parametrize("slug", ["gym/acrobot", "gym/reacher5", "gymnasium/MiniGrid-FourRooms-v0",
+                                  "gymnasium/roundabout-v0", "gymnasium/CartPole-v1"])
+def test_obs_storage_says_what_the_feedback_writer_does_for_a_max_length_episode(slug):
+    from evogym.feedback import externalize
+    spec = resolve(slug)
+    env = make_env(spec)
+    env.observation_space.seed(7)
+    obs = [env.observation_space.sample() for _ in range(spec.max_steps)]
+    env.close()
+    written = externalize(obs)
+    assert env_meta(spec)["obs_storage"] == ("external" if written is not None else "inline")
+    assert ("artifacts" in env_meta(spec)) == (written is not None)

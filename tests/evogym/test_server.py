@@ -20,7 +20,7 @@ def test_info_shape_and_task(live_host):
                              "finalization": "pending", "early_finish_allowed": True}
     meta = info["env_meta"]
     assert meta["action_space"] == {"n": 3, "type": "Discrete"} and meta["n_env_instances"] == 1024
-    assert meta["max_episode_steps"] == 500 and meta["obs_storage"] == "inline"
+    assert meta["max_episode_steps"] == 500 and meta["obs_storage"] == "external"  # observations.npy (issue 13)
     assert info["resource_limits"]["rollout_wall_s"] > 0 and info["isolation"] == "bwrap"
     status, task = live.get("/task")
     assert status == 200 and "## Policy Contract" in task and "## Submit Notes" in task
@@ -69,7 +69,8 @@ def test_parse_error_consumes_index_and_is_free(live_host):
     live = live_host(budget=6, max_per_submit=4)
     live.write_policy(ZERO_POLICY)
     status, body = live.submit("4-2")
-    assert status == 400 and body == {"status": "budget_invalid", "error": {"message": "bad range '4-2': HI < LO"}}
+    assert status == 400 and body == {"submit_id": 0, "status": "budget_invalid",  # submit_id: issue 13
+                                      "error": {"message": "bad range '4-2': HI < LO"}}
     status, body = live.submit([2000])
     assert status == 400 and body["status"] == "invalid_env_instance" and body["submit_id"] == 1
     assert body["summary"]["n_episodes"] == 0
