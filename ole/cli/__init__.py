@@ -44,6 +44,8 @@ class _Parser(argparse.ArgumentParser):
                 f" (hint: did you mean `{close[0]}`?)" if close else f" (hint: one of {', '.join(choices)})")
         elif "unrecognized arguments" in message:
             message += " (hint: check the spelling; `ole COMMAND --help` lists the options)"
+        elif "required" in message or "expected" in message:
+            message += f" (hint: see `{self.prog} --help`)"
         print(f"{self.prog}: error: {message}", file=sys.stderr)
         sys.exit(2)
 

@@ -2,8 +2,8 @@
 
 With no other arguments, offline mode runs the embedded default: the built-in agent and
 the built-in proposer on three cheap envs from three families (quick profile, 32
-episodes per run), about ten minutes on 2 cores. The cost estimate is printed before
-anything runs. Re-running the same command resumes: stored evaluations are not spent
+episodes per run). The cost estimate (an upper bound: runs, episodes, wall time) is
+printed before anything runs; `--estimate-only` prints only that. Re-running the same command resumes: stored evaluations are not spent
 again. Progress goes to stderr; the summary (or --json) to stdout.
 """
 from __future__ import annotations

@@ -117,3 +117,10 @@ def test_option_prefixes_are_refused(root, capsys):
 def test_unknown_command_keeps_its_did_you_mean(root, capsys):
     err = refused(root, capsys, "bundle", "lst")
     assert "unknown command `lst`" in err and "did you mean `list`" in err
+
+
+@pytest.mark.parametrize("argv, message", [(["bundle", "register"], "required: FILE"),
+                                           (["release", "coder@1"], "required: --reason"),
+                                           (["bundle", "show", "coder", "--root"], "expected one argument")])
+def test_missing_arguments_are_one_line_with_a_hint(root, capsys, argv, message):
+    assert message in refused(root, capsys, *argv)

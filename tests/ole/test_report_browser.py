@@ -118,3 +118,33 @@ def test_the_served_report_loads_over_loopback(site, driver):
         assert console_errors(driver) == []
     finally:
         server.stop()
+
+
+def test_a_run_report_loads_and_marks_the_selected_submit(tmp_path, driver):
+    import json
+    from evogym.report import write_html
+    run = tmp_path / "run"
+    vals = {"0": -190.0, "1": -140.0, "2": -150.0}
+    for i, mean in enumerate((-200.0, -150.0, -145.0)):
+        fb = run / "workspace" / "feedback" / f"submit_{i:03d}"
+        fb.mkdir(parents=True)
+        (fb / "summary.json").write_text(json.dumps({"submit_index": i, "status": "ok", "n_episodes": 4,
+                                                     "mean_return": mean}))
+    metrics = {str(i): {"source_lines": 40 + 5 * i, "functions": 3, "branches": 2, "loops": 1,
+                        "cyclomatic_total": 5 + i, "max_ast_depth": 6} for i in range(3)}
+    (run / "run.json").write_text(json.dumps({
+        "env": "gym/acrobot", "profile": "quick", "model": "builtin", "isolation": {"level": "bwrap"},
+        "outcome": {"status": "completed", "final_score": -142.5, "normalized_score": 86.0, "best_submit_index": 1,
+                    "val_scores": vals, "auxiliary": {"episodes_used": 12, "code_metrics_by_submit": metrics,
+                                                       "edit_kinds": {"0": "synthesis", "1": "tuning",
+                                                                      "2": "tuning"}}}}))
+    write_html(run)
+    _open(driver, (run / "report.html").as_uri())
+    assert console_errors(driver) == []
+    assert driver.find_element("id", "final-score").text == "-142.5"
+    selected = driver.find_element("css selector", "#submits tr.selected")
+    assert selected.get_attribute("data-submit") == "1"
+    rows = driver.find_elements("css selector", "#submits tr[data-submit]")
+    assert [r.find_element("css selector", "td.mean").text for r in rows] == ["-200", "-150", "-145"]
+    assert "(+5)" in rows[1].text
+    assert driver.find_elements("css selector", "svg.chart")
