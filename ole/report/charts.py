@@ -72,8 +72,9 @@ def generations_chart(versions: Sequence[Version]) -> str | None:
     for g, _, v in search:  # candidates of one generation side by side, not on top of each other
         spread.setdefault(g, []).append(v.ref)
     search = [(g + 0.12 * (spread[g].index(v.ref) - (len(spread[g]) - 1) / 2), r, v) for g, r, v in search]
-    for g, r, v in search:
-        ax.annotate(v.ref, (g, r), textcoords="offset points", xytext=(4, 3), fontsize=7, color="#424242")
+    for k, (g, r, v) in enumerate(sorted(search, key=lambda p: (p[0], p[1]))):  # alternate above and below
+        ax.annotate(v.ref, (g, r), textcoords="offset points", xytext=(4, 3 if k % 2 == 0 else -9), fontsize=7,
+                    color="#424242")
     gens = sorted(spread)
     ax.plot(gens, [max(r for g2, r, v in search if v.generation == g) for g in gens], color="#212121", lw=1.0,
             label="best of generation")

@@ -75,7 +75,8 @@ def lineage_svg(versions: Sequence[Version]) -> str:
         return PAD + x * (BOX_W + GAP_X), PAD + d * (BOX_H + GAP_Y)
 
     parts = [f'<svg class="lineage" xmlns="http://www.w3.org/2000/svg" viewBox="0 0 {width} {height}" '
-             f'style="max-width: 100%; width: {width}px" role="img" aria-label="lineage graph">']
+             f'style="max-width: 100%; width: {width}px; min-width: {int(width * 0.75)}px" role="img" '
+             'aria-label="lineage graph">']  # shrink to fit, but scroll before the text gets too small
     for v in versions:
         for i, parent in enumerate(v.parents):
             if parent not in pos:
