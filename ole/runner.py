@@ -163,7 +163,8 @@ def _num(v: float | None) -> str:
     return "-" if v is None else f"{v:.4g}"
 
 
-def _work(agent_name: str, options: dict, ctx: AgentContext) -> AgentResult:
+def work_agent(agent_name: str, options: dict, ctx: AgentContext) -> AgentResult:
+    """Let the agent work; an agent-side failure is a recorded result (`finish_reason="error"`), not a raise."""
     try:
         return get_agent(agent_name, **options).work(ctx)
     except (HostError, OSError, ValueError, RuntimeError) as err:
@@ -235,7 +236,7 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
             client = HostClient(ready["url"])
             budget = int(client.info()["episode_budget"])
             t0 = time.monotonic()
-            result = _work(condition.host, options_for(condition, agent_options), ctx)
+            result = work_agent(condition.host, options_for(condition, agent_options), ctx)
             wall = time.monotonic() - t0
             if not client.info()["state"]["is_finalized"]:
                 client.finish()

@@ -5,14 +5,26 @@ environment variables (`evogym run`, `evogym suite run`, the reference's `comman
 adapter) can run the built-in or LLM agent under a bundle this way. The agent works
 only through `EVOPOLICYGYM_API` and `EVOPOLICYGYM_WORKSPACE`; its iterations go to
 `iterations.jsonl` in its log folder (outside the workspace), and how its bundle was
-chosen to `selection.json` there. No trace is archived: the harness, not the agent, owns
-the verified outcome.
+chosen to `selection.json` there.
+
+Without `--online` no trace is archived: the harness owns the outcome. With `--online`
+each task is one task of an online evolution stream kept in `--workdir`:
+
+    evogym suite run --jobs 2 --profile quick --budget 16 \\
+      --agent "ole agent work --online --every-k 2 --workdir $PWD/runs/online"
+
+the task takes the channel's champion at its boundary, its verified trace (from the
+host's run.json) is archived and told to the engine, and every k finished tasks of the
+stream a challenger is gated on instances the proposer never saw; a release takes effect
+at the next task boundary of whatever the harness runs next, and after an activation the
+next `--monitor` tasks are compared with the parent (automatic rollback).
 """
 from __future__ import annotations
 
 import argparse
 import json
 import os
+import sys
 import tempfile
 from pathlib import Path
 
@@ -21,19 +33,41 @@ from ole.errors import ValidationError
 from ole.trace import RunCondition, TaskSpec
 
 
+def _ints(text: str) -> tuple[int, ...]:
+    return tuple(int(x) for x in text.split(",") if x.strip())
+
+
 def register(subparsers) -> None:
     """Add `ole agent work`."""
     verbs = noun(subparsers, "agent", "run a host agent inside an external harness's workspace")
-    p = leaf(verbs, "work", work, "work the task at $EVOPOLICYGYM_API with a host agent under a bundle")
+    p = leaf(verbs, "work", work, "work the task at $EVOPOLICYGYM_API with a host agent under a bundle",
+             description=__doc__)
     p.add_argument("--agent", default="builtin", choices=("builtin", "llm"), help="host agent")
     p.add_argument("--bundle", metavar="NAME[@VERSION]",
                    help="bundle (default: the channel's most specific champion whose scope matches the task)")
     p.add_argument("--force", action="store_true",
                    help="run --bundle even where its applicability excludes the task (recorded in selection.json)")
-    p.add_argument("--channel", default="default", help="channel whose champion is used without --bundle")
+    p.add_argument("--channel", default="default", help="channel whose champion works the task (default: default)")
     p.add_argument("--model", help="model string (llm agent)")
     p.add_argument("--seed", type=int, default=0, help="agent seed")
     p.add_argument("--log-dir", help="agent log folder (default: a new temporary folder)")
+    o = p.add_argument_group("online evolution beside the harness (--online)")
+    o.add_argument("--online", action="store_true", help="archive this task's verified trace and evolve the channel")
+    o.add_argument("--every-k", type=int, default=3, help="a proposal round after every k finished tasks (default 3)")
+    o.add_argument("--monitor", type=int, default=2, help="tasks compared with the parent after an activation (default 2)")
+    o.add_argument("--rollback-tau", type=float, default=0.1, help="roll back below monitored mean r -tau (default 0.1)")
+    o.add_argument("--recent", type=int, default=6, help="recent stream traces the proposer reads (default 6)")
+    o.add_argument("--workdir", help="absolute stream workspace: store, traces, gate runs "
+                   "(default: $OLE_ONLINE_WORKDIR, else ~/.local/state/ole/online-CHANNEL)")
+    o.add_argument("--gate-envs", help="envs of the gate instances (default: the evolve default suite)")
+    o.add_argument("--gate-pools", type=_ints, help="pool seeds of the gate instances (default 201,202,203,204)")
+    o.add_argument("--gate-budget", type=int, help="episode budget of each gate run (default 32)")
+    o.add_argument("--gate-profile", help="host profile of the gate runs (default quick)")
+    o.add_argument("--gate-config", help="gate YAML (default: ole/gate.yaml)")
+    o.add_argument("--proposer", default="builtin", help="builtin, or an LLM model string (see `ole evolve`)")
+    o.add_argument("--evolve-seed", type=int, default=0, help="proposer seed (default 0)")
+    o.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"), help="sandbox of OLE's own gate runs")
+    o.add_argument("--workers", type=int, default=1, help="parallel gate runs of a round (default 1)")
 
 
 def _env(name: str) -> str:
@@ -44,16 +78,24 @@ def _env(name: str) -> str:
     return value
 
 
+def _log_dir(args: argparse.Namespace) -> Path:
+    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ole-agent-"))
+    log_dir.mkdir(parents=True, exist_ok=True)
+    return log_dir
+
+
 def work(args: argparse.Namespace) -> Output:
     """Work the task until the run is finalized or the agent stops; prints why it stopped."""
-    from ole.agents import get_agent
-    from ole.agents.base import AgentContext
-    from ole.agents.client import HostClient
-    from ole.runner import resolve_bundle
-    from ole.scopes import task_context
     url, workspace = _env("EVOPOLICYGYM_API"), Path(_env("EVOPOLICYGYM_WORKSPACE"))
     if args.agent == "llm" and not args.model:
         raise ValidationError("--agent llm needs --model", hint="e.g. --model replay:calls.jsonl")
+    condition = RunCondition(host=args.agent, seed=args.seed, model=args.model)
+    if args.online:
+        return _work_online(args, url, workspace, condition)
+    from ole.agents.base import AgentContext
+    from ole.agents.client import HostClient
+    from ole.runner import options_for, resolve_bundle, work_agent
+    from ole.scopes import task_context
     if args.force and not args.bundle:
         raise ValidationError("--force only applies to an explicit --bundle",
                               hint="without --bundle the registry picks a bundle whose scope matches the task")
@@ -62,8 +104,7 @@ def work(args: argparse.Namespace) -> Output:
     with open_registry(args) as registry:
         chosen = resolve_bundle(registry, args.bundle, args.channel, task_ctx, force=args.force)
     registered = chosen.bundle
-    log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ole-agent-"))
-    log_dir.mkdir(parents=True, exist_ok=True)
+    log_dir = _log_dir(args)
     (log_dir / "selection.json").write_text(chosen.record().model_dump_json(indent=2) + "\n")
     iterations = log_dir / "iterations.jsonl"
 
@@ -72,11 +113,66 @@ def work(args: argparse.Namespace) -> Output:
             f.write(it.model_dump_json() + "\n")
 
     task = TaskSpec(env=info["env_meta"]["env"], profile="external", budget=info["episode_budget"])
-    ctx = AgentContext(url=url, workspace=workspace, bundle=registered.bundle, task=task,
-                       condition=RunCondition(host=args.agent, seed=args.seed, model=args.model),
+    ctx = AgentContext(url=url, workspace=workspace, bundle=registered.bundle, task=task, condition=condition,
                        log_dir=log_dir, record=record)
-    options = {"model": args.model} if args.agent == "llm" else {}
-    result = get_agent(args.agent, **options).work(ctx)
+    result = work_agent(args.agent, options_for(condition), ctx)
     data = {"finish_reason": result.finish_reason, "log_dir": str(log_dir), "bundle": registered.ref,
             "scope": chosen.scope, "forced": chosen.forced}
+    return Output(data, json.dumps(data))
+
+
+def _say(line: str) -> None:
+    print(f"[ole online] {line}", file=sys.stderr, flush=True)
+
+
+def _stream_config(args: argparse.Namespace, condition: RunCondition):
+    """EvolveConfig (gate suite, pools, seeds) and OnlineConfig from the flags; bad values exit 2."""
+    import pydantic
+
+    from ole.evolve import EvolveConfig, Suite
+    from ole.evolve.online import OnlineConfig
+    given = lambda **kw: {k: v for k, v in kw.items() if v is not None}  # noqa: E731
+    envs = tuple(e for e in args.gate_envs.split(",") if e) if args.gate_envs else None
+    try:
+        suite = Suite(**given(envs=envs, profile=args.gate_profile, budget=args.gate_budget), host=condition.host,
+                      model=condition.model)
+        cfg = EvolveConfig(**given(gate_pools=args.gate_pools), suite=suite, agent_seeds=(condition.seed,),
+                           seed=args.evolve_seed, channel=args.channel, workers=args.workers)
+        online = OnlineConfig(every_k=args.every_k, monitor=args.monitor, rollback_tau=args.rollback_tau,
+                              recent=args.recent)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "config"
+        raise ValidationError(f"bad --online flags: {where}: {first['msg'].removeprefix('Value error, ')}",
+                              hint="see `ole agent work --help`") from None
+    return cfg, online
+
+
+def _work_online(args: argparse.Namespace, url: str, workspace: Path, condition: RunCondition) -> Output:
+    from ole.evolve.harness import check_workdir, open_stream, work_task
+    if args.bundle or args.force:
+        raise ValidationError("--bundle fixes the bundle, --online takes the channel's champion at each task "
+                              "boundary", hint="drop --bundle/--force, or drop --online")
+    default = os.environ.get("OLE_ONLINE_WORKDIR") or str(Path("~/.local/state/ole").expanduser()
+                                                          / f"online-{args.channel}")
+    workdir = check_workdir(args.workdir or default)
+    cfg, online = _stream_config(args, condition)
+    from ole.cli.evolve import _proposer
+    from ole.gate import load_config
+    with open_registry(args) as registry:
+        evo = open_stream(registry=registry, workdir=workdir, cfg=cfg, online=online,
+                          gate=load_config(args.gate_config), proposer=_proposer(args.proposer, workdir, cfg),
+                          isolation=args.isolation, progress=_say)
+        try:
+            trace = work_task(evo, url=url, workspace=workspace, condition=condition, log_dir=_log_dir(args),
+                              progress=_say)
+        finally:
+            evo.e.paired.executor.close()
+        data = {"trace_id": trace.trace_id, "bundle": f"{trace.bundle_name}@{trace.bundle_version}",
+                "status": trace.outcome.status, "final_score": trace.outcome.final_score,
+                "archived": trace.verified, "stream_tasks": evo.index, "workdir": str(workdir),
+                "active": registry.champion(args.channel).ref,
+                "decisions": [{"challenger": d.challenger, "verdict": d.verdict} for d in evo.events.decisions],
+                "releases": evo.events.releases,
+                "rollbacks": [{"bundle": ref, "mean_r": r} for _, ref, r in evo.events.rollbacks]}
     return Output(data, json.dumps(data))

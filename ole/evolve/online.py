@@ -1,17 +1,32 @@
-"""Online mode: evolution alongside a stream of benchmark tasks, driven by ask/tell.
+"""Online mode: evolution alongside a stream of tasks, driven by ask/tell — in one process or many.
 
-`ask()` is the task boundary: it activates whatever was released or rolled back since
-the last boundary and hands out the next task with the active champion; nothing changes
-the bundle of a task in flight. `tell(trace)` records the finished task; every `k`
-tasks it makes one challenger from the recent traces, pairs it with the champion on the
-gate instances (never seen by the proposer), gates it and, on `release`, releases it to
-take effect at the next `ask()`. After an activation, the next `monitor` stream tasks
-are also run by the parent on the identical task; if the mean relative change falls
-below −`rollback_tau` the channel is rolled back to the parent (recorded, effective at
-the next boundary).
+`ask()` is the task boundary: it activates whatever was released or rolled back since the last
+boundary (`Registry.activate_pending`) and hands out the active champion; nothing changes the
+bundle of a task in flight. `tell(trace)` records the finished task as a row of the
+workspace's store, which every process working the stream shares, so "every k tasks" counts
+the stream, not one process. The task that completes the k-th, 2k-th, ... finish runs a
+proposal round: a challenger from the recent traces, paired with the champion on the gate
+instances (which the proposer never saw), gated, and on `release` released — effective at
+the next `ask()` of whichever process comes next. Rounds are serialized across processes by a
+lease in the registry's database (`ole.evolve.lease`); a round is skipped while a release is
+pending or the last activation is still being monitored.
+
+After an activation caused by a release whose parent was the previous champion, the first
+`monitor` tasks worked by the new champion are also run by the parent on the identical task
+(where the task can be reproduced); once all are paired, a mean r below −`rollback_tau`
+records a rollback to the parent, effective at the next boundary. Monitor pairs, verdicts,
+rounds and rollbacks are store steps whose registry events carry idempotency keys, so a
+resumed or concurrent process never repeats them.
+
+Drivers: `run_stream` works a synthetic stream (`ole evolve --mode online`);
+`ole.evolve.harness` feeds the engine the tasks of any external harness (`ole agent work --online`).
 """
 from __future__ import annotations
 
+import os
+import socket
+import time
+import uuid
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -19,10 +34,15 @@ from pydantic import BaseModel, ConfigDict, Field
 
 from ole.errors import ValidationError
 from ole.evolve import Engine, EvolveConfig
+from ole.evolve.lease import Lease
 from ole.gate import GateDecision
 from ole.paired import Instance, Pair, env_family, instance_key, make_pair, run_result, value_score
 from ole.proposers import Parent
+from ole.registry import DB_FILE
 from ole.trace import RunCondition, TaskSpec, Trace
+
+EXTERNAL_PROFILE = "external"
+"""TaskSpec profile of a harness task OLE cannot rerun (unknown profile or pools): never monitored."""
 
 
 class OnlineConfig(BaseModel):
@@ -30,13 +50,13 @@ class OnlineConfig(BaseModel):
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     tasks: int = Field(6, ge=1)
-    """Stream length (tasks worked by the active champion)."""
+    """Stream length (tasks worked by the active champion); synthetic stream only."""
     every_k: int = Field(3, ge=1)
-    """A challenger is made after every k finished tasks."""
+    """A challenger is made after every k finished tasks (of the whole stream, all processes)."""
     recent: int = Field(6, ge=1)
     """How many recent stream traces the proposer reads."""
     stream_pool_base: int = 1000
-    """Stream task i uses pool seed stream_pool_base + i (fresh instances)."""
+    """Synthetic stream task i uses pool seed stream_pool_base + i (fresh instances)."""
     monitor: int = Field(2, ge=1)
     """Stream tasks after an activation on which the parent runs alongside."""
     rollback_tau: float = Field(0.1, gt=0.0)
@@ -48,14 +68,20 @@ class Assignment:
     """One stream task handed out by `ask()`."""
 
     index: int
-    task: TaskSpec
+    """Tasks of the stream finished before this boundary (the synthetic stream's task index)."""
+    task: TaskSpec | None
+    """The task (synthetic stream), or None when the harness decides it."""
     condition: RunCondition
+    """The run condition the task is worked under."""
     bundle_ref: str
+    """The bundle fixed for this task at its boundary."""
+    activation: int
+    """Seq of the channel's activation event in force at the boundary (0: none yet)."""
 
 
 @dataclass
 class OnlineEvents:
-    """What happened during an online run (for the summary and the experiments)."""
+    """What this process saw happen during an online run (for summaries and experiments)."""
 
     decisions: list[GateDecision] = field(default_factory=list)
     releases: list[str] = field(default_factory=list)
@@ -65,34 +91,50 @@ class OnlineEvents:
     worked: list[tuple[int, str, float | None]] = field(default_factory=list)
 
 
-class OnlineEvolution:
-    """Ask/tell surface over the shared engine."""
+def holder_id() -> str:
+    """A lease holder name unique to this process: host, pid and a random tag."""
+    return f"{socket.gethostname()}:{os.getpid()}:{uuid.uuid4().hex[:6]}"
 
-    def __init__(self, engine: Engine, cfg: EvolveConfig, online: OnlineConfig) -> None:
-        self.e, self.cfg, self.online = engine, cfg, online
-        self.gate_set: list[Instance] = cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)
-        self.index = 0
+
+class OnlineEvolution:
+    """Ask/tell surface over the shared engine; its stream state lives in the engine's store."""
+
+    def __init__(self, engine: Engine, cfg: EvolveConfig, online: OnlineConfig, *, external: bool = False) -> None:
+        self.e, self.cfg, self.online, self.external = engine, cfg, online, external
+        self.gate_looks: list[list[Instance]] = [cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)] + [
+            cfg.suite.instances((p,), cfg.agent_seeds) for p in cfg.gate_extra_pools]
         self.in_flight: Assignment | None = None
-        self.recent: list[Trace] = []
-        self.seen: set[str] = set()
-        self.monitoring: tuple[str, str, list[Pair]] | None = None
         self.events = OnlineEvents()
-        gate_pools = set(cfg.gate_pools)
+        self.holder = holder_id()
+        self._active: str | None = None
+        self._monitored: dict[int, tuple[str, str] | None] = {}
+        gate_pools = {*cfg.gate_pools, *cfg.gate_extra_pools}
         stream = set(range(online.stream_pool_base, online.stream_pool_base + online.tasks))
-        if gate_pools & stream:
+        if not external and gate_pools & stream:
             raise ValidationError(f"gate pools {sorted(gate_pools & stream)} overlap the stream's pool seeds",
                                   hint="move --gate-pools or the stream base so the gate judges unseen instances")
-        self._active = self._boundary()
 
-    def _boundary(self) -> str:
-        active = self.e.registry.activate_pending(self.e.channel)
-        return active.ref
+    @property
+    def gate_set(self) -> list[Instance]:
+        return [i for look in self.gate_looks for i in look]
+
+    @property
+    def index(self) -> int:
+        """Finished tasks of the stream (all processes)."""
+        return len(self.e.store.tasks())
+
+    # ----- task boundaries -----------------------------------------------------------------------
+    def _boundary(self) -> tuple[str, int]:
+        reg = self.e.registry
+        active = reg.activate_pending(self.e.channel)
+        acts = reg.events(kind="activation", channel=self.e.channel)
+        return active.ref, (acts[-1].seq if acts else 0)
 
     def finish(self) -> str:
         """Final task boundary: whatever is pending (a late rollback) takes effect; returns the active ref."""
         before = self._active
-        self._active = self._boundary()
-        if self._active != before:
+        self._active, _ = self._boundary()
+        if before is not None and self._active != before:
             self.events.activations.append((self.index, self._active))
         return self._active
 
@@ -102,88 +144,162 @@ class OnlineEvolution:
         return (TaskSpec(env=env, profile=s.profile, budget=s.budget, pool_seed=self.online.stream_pool_base + i),
                 s.condition(self.cfg.agent_seeds[i % len(self.cfg.agent_seeds)]))
 
-    def ask(self) -> Assignment:
-        """Next task at a task boundary: pending releases and rollbacks take effect here only."""
+    def ask(self, condition: RunCondition | None = None) -> Assignment:
+        """Next task at a task boundary: pending releases and rollbacks take effect here only.
+
+        Without `condition` the next task of the synthetic stream is handed out; with it (a
+        harness task) only the bundle is fixed and the harness's own task is worked.
+        """
         if self.in_flight is not None:
             raise RuntimeError(f"task {self.in_flight.index} is still in flight; tell() its trace first")
         before = self._active
-        self._active = self._boundary()
-        if self._active != before:
-            self.e.progress(f"task boundary {self.index}: {self._active} is now active (was {before})")
-            self.events.activations.append((self.index, self._active))
-            self._start_monitoring(before)
-        task, cond = self.stream_task(self.index)
-        self.in_flight = Assignment(self.index, task, cond, self._active)
+        self._active, activation = self._boundary()
+        index = self.index
+        if before is not None and self._active != before:
+            self.e.progress(f"task boundary {index}: {self._active} is now active (was {before})")
+            self.events.activations.append((index, self._active))
+        task, cond = (None, condition) if condition is not None else self.stream_task(index)
+        self.in_flight = Assignment(index, task, cond, self._active, activation)
         return self.in_flight
 
-    def _start_monitoring(self, previous: str) -> None:
-        bundle = self.e.registry.get(self._active).bundle
-        parents = bundle.provenance.parents
-        name = self._active.split("@")[0]
-        parent = f"{name}@{parents[0]}" if parents else None
-        self.monitoring = (self._active, parent, []) if parent == previous else None
-
+    # ----- finished tasks ------------------------------------------------------------------------
     def tell(self, trace: Trace) -> None:
         """Record the finished task; monitor, propose, evaluate, gate and release as due."""
         a = self.in_flight
-        if a is None or trace.task != a.task or trace.condition != a.condition:
+        if a is None or trace.condition != a.condition or (a.task is not None and trace.task != a.task):
             raise RuntimeError("tell() needs the trace of the task handed out by the last ask()")
+        if trace.bundle_hash != self.e.registry.get(a.bundle_ref).content_hash:
+            raise RuntimeError(f"the trace was worked by bundle {trace.bundle_hash[:12]}, not by {a.bundle_ref}")
         self.in_flight = None
-        self.index += 1
-        self.recent = (self.recent + [trace])[-self.online.recent:]
-        self.seen.add(instance_key(trace.task, trace.condition))
-        self.events.worked.append((a.index, a.bundle_ref, value_score(trace)[0]))
-        if self.monitoring is not None:
-            self._monitor(a, trace)
-        if self.index % self.online.every_k == 0 and self.monitoring is None:
-            self._round()
+        q = value_score(trace)[0]
+        n = self.e.store.add_task(trace.trace_id, {
+            "trace_id": trace.trace_id, "bundle_ref": a.bundle_ref, "activation": a.activation, "q": q,
+            "instance": instance_key(trace.task, trace.condition), "verified": trace.verified,
+            "reproducible": trace.task.profile != EXTERNAL_PROFILE})
+        self.events.worked.append((n - 1, a.bundle_ref, q))
+        self._monitor(n, a, trace)
+        if n % self.online.every_k == 0:
+            self._round(n // self.online.every_k)
 
-    def _monitor(self, a: Assignment, trace: Trace) -> None:
-        active, parent, pairs = self.monitoring
-        parent_bundle = self.e.registry.get(parent).bundle
-        champ_res = self.e.paired.run([(parent, parent_bundle)], [(a.task, a.condition)])
-        (res, family), = champ_res.values()
-        pair = make_pair(a.task, a.condition, env_family(a.task.env), res, run_result(trace))
-        pairs.append(pair)
-        self.events.monitor_pairs.append(pair)
-        self.e.record_monitor(active, f"monitor|{active}|{trace.trace_id}",
-                              {"parent": parent, "task_index": a.index, "r": pair.r, "trace_id": trace.trace_id})
-        if len(pairs) < self.online.monitor:
+    # ----- monitoring ------------------------------------------------------------------------------
+    def _monitored_activation(self, seq: int) -> tuple[str, str] | None:
+        """(activated ref, parent ref) when activation `seq` is a release of a child of the previous champion."""
+        if seq not in self._monitored:
+            found = [e for e in self.e.registry.events(kind="activation", channel=self.e.channel, since=seq - 1)
+                     if e.seq == seq] if seq else []
+            out = None
+            if found and found[0].payload.get("cause") == "release":
+                ev = found[0]
+                parents = self.e.registry.get(ev.ref).bundle.provenance.parents
+                parent = f"{ev.name}@{parents[0]}" if parents else None
+                out = (ev.ref, parent) if parent is not None and ev.payload.get("from") == parent else None
+            self._monitored[seq] = out
+        return self._monitored[seq]
+
+    def _window(self, activation: int) -> list[dict]:
+        """The first `monitor` reproducible stream tasks worked under an activation, in finish order."""
+        rows = [p for _, p in self.e.store.tasks() if p["activation"] == activation and p["reproducible"]]
+        return rows[:self.online.monitor]
+
+    def _monitor(self, n: int, a: Assignment, trace: Trace) -> None:
+        watched = self._monitored_activation(a.activation)
+        if watched is None:
             return
-        mean_r = sum(p.r for p in pairs) / len(pairs)
-        self.monitoring = None
-        if mean_r < -self.online.rollback_tau:
+        active, parent = watched
+        if trace.task.profile == EXTERNAL_PROFILE:
+            self.e.progress(f"task {n} cannot be rerun by OLE (profile {EXTERNAL_PROFILE}): not monitored")
+            return
+        if trace.trace_id not in {p["trace_id"] for p in self._window(a.activation)}:
+            return
+        step = f"monitor|{a.activation}|{trace.trace_id}"
+        if self.e.store.step(step) is None:
+            parent_bundle = self.e.registry.get(parent).bundle
+            (res, family), = self.e.paired.run([(parent, parent_bundle)], [(trace.task, trace.condition)]).values()
+            pair = make_pair(trace.task, trace.condition, family, res, run_result(trace))
+            self.events.monitor_pairs.append(pair)
+            self.e.record_monitor(active, step, {"parent": parent, "activation": a.activation, "task_index": n,
+                                                 "r": pair.r, "trace_id": trace.trace_id})
+        self._verdict(n, a.activation, active, parent)
+
+    def _verdict(self, n: int, activation: int, active: str, parent: str) -> None:
+        step = f"monitor-verdict|{activation}"
+        window = self._window(activation)
+        pairs = [self.e.store.step(f"monitor|{activation}|{p['trace_id']}") for p in window]
+        if len(pairs) < self.online.monitor or any(p is None for p in pairs) or self.e.store.step(step) is not None:
+            return
+        mean_r = sum(p["r"] for p in pairs) / len(pairs)
+        rolled = mean_r < -self.online.rollback_tau
+        if rolled and self.e.registry.champion(self.e.channel).ref != active:
+            self.e.progress(f"monitoring of {active}: mean r {mean_r:+.3f}, but the channel moved on; no rollback")
+            rolled = False
+        elif rolled:
             reason = (f"monitoring after activation: mean r {mean_r:+.3f} over {len(pairs)} tasks "
                       f"< -{self.online.rollback_tau:g} against parent {parent}")
-            self.e.rollback(parent, reason, step=f"rollback|{active}|{a.index}")
-            self.events.rollbacks.append((a.index, active, mean_r))
+            self.e.rollback(parent, reason, step=f"rollback|{activation}")
+            self.events.rollbacks.append((n - 1, active, mean_r))
             self.e.progress(f"ROLLBACK recorded: {active} -> {parent} ({reason}); effective at the next boundary")
         else:
             self.e.progress(f"monitoring of {active} passed: mean r {mean_r:+.3f} over {len(pairs)} tasks")
+        self.e.store.mark(step, {"active": active, "parent": parent, "mean_r": mean_r, "rolled_back": rolled})
 
-    def _round(self) -> None:
-        round_no = self.index // self.online.every_k
-        champ = self.e.registry.get(self._active)
-        ev = self.e.evidence(self.recent)
+    def _monitoring(self) -> bool:
+        """True while the channel's last activation is monitored and has no verdict yet."""
+        acts = self.e.registry.events(kind="activation", channel=self.e.channel)
+        if not acts or self._monitored_activation(acts[-1].seq) is None:
+            return False
+        return self.e.store.step(f"monitor-verdict|{acts[-1].seq}") is None
+
+    def _pending(self) -> bool:
+        state = self.e.registry.state()
+        return state.target(self.e.channel) not in (None, state.champion(self.e.channel))
+
+    # ----- proposal rounds -------------------------------------------------------------------------
+    def _round(self, r: int) -> None:
+        step = f"round|{r}"
+        if self.e.store.step(step) is not None:
+            return
+        lease = Lease(self.e.registry.home / DB_FILE, f"round:{self.e.channel}", self.holder,
+                      on_wait=lambda other: self.e.progress(f"round {r}: waiting for the round lease held by {other}"))
+        with lease:
+            if self.e.store.step(step) is not None:
+                return
+            started = time.time()
+            if self._pending() or self._monitoring():
+                why = "a release is pending" if self._pending() else "the last activation is being monitored"
+                self.e.progress(f"round {r}: skipped, {why}")
+                out = {"skipped": why}
+            else:
+                out = self._propose_and_gate(r)
+            self.e.store.mark(step, {**out, "holder": self.holder, "started": started, "ended": time.time()})
+
+    def _propose_and_gate(self, r: int) -> dict:
+        champ = self.e.registry.champion(self.e.channel)
+        rows = [p for _, p in self.e.store.tasks(r * self.online.every_k)][-self.online.recent:]
+        recent = [self.e.archive.get(p["trace_id"]) for p in rows if p["verified"]]
+        ev = self.e.evidence(recent)
         prop = self.e.proposer.mutate(Parent(champ.ref, champ.bundle), ev, edge="online",
-                                      generation=round_no, seed=self.cfg.seed * 100_000 + round_no)
+                                      generation=r, seed=self.cfg.seed * 100_000 + r)
         cand = self.e.register(prop, champ.bundle)
         if cand is None:
-            return
-        self.e.progress(f"round {round_no}: challenger {cand.ref} vs {champ.ref} on {len(self.gate_set)} gate instances")
-        self.e.evaluate((champ.ref, champ.bundle), [cand], self.gate_set, stage=f"online-r{round_no}")
-        decision = self.e.judge(champ.ref, cand, self.seen, stage=f"online-r{round_no}")
+            return {"champion": champ.ref, "candidate": None}
+        seen = {p["instance"] for _, p in self.e.store.tasks()}
+        self.e.progress(f"round {r}: challenger {cand.ref} vs {champ.ref} on {len(self.gate_looks[0])} gate instances")
+        decision = self.e.decide_gate((champ.ref, champ.bundle), cand, self.gate_looks, seen, stage=f"online-r{r}")
         self.events.decisions.append(decision)
-        self.e.progress(f"round {round_no}: gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
+        self.e.progress(f"round {r}: gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
         if decision.verdict == "release":
-            self.e.release(cand.ref, f"online gate round {round_no}: mean r {decision.stats.mean_r:+.3f}",
-                           stage=f"online-r{round_no}")
+            self.e.release(cand.ref, f"online gate round {r}: mean r {decision.stats.mean_r:+.3f}",
+                           stage=f"online-r{r}")
             self.events.releases.append(cand.ref)
+        return {"champion": champ.ref, "candidate": cand.ref, "verdict": decision.verdict}
 
 
 def run_stream(evo: OnlineEvolution, work: Callable[[Assignment], Trace]) -> OnlineEvents:
-    """Drive a whole stream: ask, let `work` run the task with the assigned bundle, tell."""
-    for _ in range(evo.online.tasks):
+    """Drive the synthetic stream to its length: ask, let `work` run the task with the assigned bundle, tell.
+
+    Resumable: tasks already in the workspace's stream are not worked again.
+    """
+    while evo.index < evo.online.tasks:
         a = evo.ask()
         evo.tell(work(a))
     evo.finish()

@@ -105,3 +105,10 @@ def slow_logged_evaluate(job) -> Trace:
         f.write(eval_key(job.bundle_hash, job.task, job.condition) + "\n")
     time.sleep(1.0)
     return fake_evaluate(job)
+
+
+def paced_evaluate(job) -> Trace:
+    """fake_evaluate taking 0.1 s, like a (very) short run: concurrent rounds would overlap in time."""
+    import time
+    time.sleep(0.1)
+    return fake_evaluate(job)

@@ -1,0 +1,112 @@
+"""A lease in the registry's database: one holder at a time across processes and machines' processes.
+
+Online proposal rounds of a channel must not run twice at once (two harness tasks that finish
+together would both propose, evaluate and gate). The round holder takes the lease in a
+`BEGIN IMMEDIATE` transaction on the registry's SQLite file, so acquisition is serialized by
+SQLite's write lock; a heartbeat thread renews it while the round runs. A holder that dies
+(kill -9, a harness timeout) stops renewing and its lease expires after `LEASE_TTL_S`, so the
+next process takes over; the work it finished is in the evaluation store and is not repeated.
+The `leases` table holds only this mutable state — the registry's events stay append-only.
+"""
+from __future__ import annotations
+
+import sqlite3
+import threading
+import time
+from pathlib import Path
+
+from ole.errors import Conflict, StorageError
+
+LEASE_TTL_S = 120.0
+"""A lease not renewed for this long is free (the holder died); renewals come every TTL/4."""
+LEASE_WAIT_S = 7200.0
+"""Longest wait for a lease held by a live holder (a gate round of real runs takes minutes)."""
+POLL_S = 0.5
+"""How often a waiting process retries."""
+BUSY_TIMEOUT_S = 30.0
+
+_SCHEMA = "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL)"
+
+
+class LeaseTimeout(Conflict):
+    """The lease stayed held by another live holder for longer than the wait allowed."""
+
+
+class Lease:
+    """`with Lease(db, name, holder): ...` holds `name` for the block (waiting for it first)."""
+
+    def __init__(self, db_path: Path | str, name: str, holder: str, *, ttl_s: float = LEASE_TTL_S,
+                 wait_s: float = LEASE_WAIT_S, on_wait=lambda holder: None) -> None:
+        self.db_path, self.name, self.holder = Path(db_path), name, holder
+        self.ttl_s, self.wait_s, self.on_wait = ttl_s, wait_s, on_wait
+        self._stop = threading.Event()
+        self._beat: threading.Thread | None = None
+
+    def _connect(self) -> sqlite3.Connection:
+        try:
+            db = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
+            db.execute(_SCHEMA)
+            return db
+        except sqlite3.Error as exc:
+            raise StorageError(f"cannot open the lease table in {self.db_path}: {exc}",
+                               hint="check the registry's permissions and free space") from None
+
+    def try_acquire(self) -> str | None:
+        """Take the lease if it is free, expired or ours; returns None on success, else the holder."""
+        db = self._connect()
+        try:
+            db.execute("BEGIN IMMEDIATE")
+            row = db.execute("SELECT holder, expires_at FROM leases WHERE name = ?", (self.name,)).fetchone()
+            now = time.time()
+            if row is not None and row[0] != self.holder and row[1] > now:
+                db.execute("ROLLBACK")
+                return row[0]
+            db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (self.name, self.holder, now + self.ttl_s))
+            db.execute("COMMIT")
+            return None
+        finally:
+            db.close()
+
+    def acquire(self) -> None:
+        """Wait until the lease is ours (at most `wait_s`), then keep renewing it in the background."""
+        deadline = time.monotonic() + self.wait_s
+        told = None
+        while (other := self.try_acquire()) is not None:
+            if other != told:
+                self.on_wait(other)
+                told = other
+            if time.monotonic() > deadline:
+                raise LeaseTimeout(f"lease `{self.name}` is still held by {other} after {self.wait_s:.0f} s",
+                                   hint="a live process is running a proposal round; try again later")
+            time.sleep(POLL_S)
+        self._stop.clear()
+        self._beat = threading.Thread(target=self._renew, name=f"lease:{self.name}", daemon=True)
+        self._beat.start()
+
+    def _renew(self) -> None:
+        db = self._connect()
+        try:
+            while not self._stop.wait(self.ttl_s / 4):
+                db.execute("UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ?",
+                           (time.time() + self.ttl_s, self.name, self.holder))
+        finally:
+            db.close()
+
+    def release(self) -> None:
+        """Stop renewing and free the lease (only if still ours)."""
+        self._stop.set()
+        if self._beat is not None:
+            self._beat.join(timeout=10)
+            self._beat = None
+        db = self._connect()
+        try:
+            db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (self.name, self.holder))
+        finally:
+            db.close()
+
+    def __enter__(self) -> "Lease":
+        self.acquire()
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.release()
