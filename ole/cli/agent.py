@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ole.cli.common import Output, leaf, noun, open_registry
+from ole.cli.common import Output, agent_command, leaf, noun, open_registry
 from ole.errors import ValidationError
 from ole.trace import RunCondition, TaskSpec
 
@@ -42,7 +42,8 @@ def register(subparsers) -> None:
     verbs = noun(subparsers, "agent", "run a host agent inside an external harness's workspace")
     p = leaf(verbs, "work", work, "work the task at $EVOPOLICYGYM_API with a host agent under a bundle",
              description=__doc__)
-    p.add_argument("--agent", default="builtin", choices=("builtin", "llm"), help="host agent")
+    p.add_argument("--agent", default="builtin", choices=("builtin", "llm", "command"),
+                   help="host agent (`command`: the command line after `--`, briefed by the loop policy)")
     p.add_argument("--bundle", metavar="NAME[@VERSION]",
                    help="bundle (default: the channel's most specific champion whose scope matches the task)")
     p.add_argument("--force", action="store_true",
@@ -68,6 +69,8 @@ def register(subparsers) -> None:
     o.add_argument("--evolve-seed", type=int, default=0, help="proposer seed (default 0)")
     o.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"), help="sandbox of OLE's own gate runs")
     o.add_argument("--workers", type=int, default=1, help="parallel gate runs of a round (default 1)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="the command agent's command line (with --agent command), after `--`")
 
 
 def _env(name: str) -> str:
@@ -89,7 +92,8 @@ def work(args: argparse.Namespace) -> Output:
     url, workspace = _env("EVOPOLICYGYM_API"), Path(_env("EVOPOLICYGYM_WORKSPACE"))
     if args.agent == "llm" and not args.model:
         raise ValidationError("--agent llm needs --model", hint="e.g. --model replay:calls.jsonl")
-    condition = RunCondition(host=args.agent, seed=args.seed, model=args.model)
+    command = agent_command(args.agent, args.command, example="ole agent work --agent command -- python my_agent.py")
+    condition = RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
     if args.online:
         return _work_online(args, url, workspace, condition)
     from ole.agents.base import AgentContext
@@ -135,7 +139,7 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
     envs = tuple(e for e in args.gate_envs.split(",") if e) if args.gate_envs else None
     try:
         suite = Suite(**given(envs=envs, profile=args.gate_profile, budget=args.gate_budget), host=condition.host,
-                      model=condition.model)
+                      model=condition.model, command=condition.command)
         cfg = EvolveConfig(**given(gate_pools=args.gate_pools), suite=suite, agent_seeds=(condition.seed,),
                            seed=args.evolve_seed, channel=args.channel, workers=args.workers)
         online = OnlineConfig(every_k=args.every_k, monitor=args.monitor, rollback_tau=args.rollback_tau,

@@ -21,7 +21,7 @@ from ole.runner import run_task
 from ole.trace import RunCondition, TaskSpec, TraceArchive
 
 ROOT = Path(__file__).resolve().parents[2]
-AGENT = str(Path(__file__).with_name("instructed_agent.py"))
+AGENT = str(Path(__file__).resolve().parents[2] / "experiments" / "agents" / "instructed_agent.py")
 COMMAND = (sys.executable, AGENT)
 
 

@@ -4,7 +4,8 @@ Fast tests drive the engine from concurrent processes with a fake evaluator (rou
 by the registry lease, no lost or duplicated events, a task keeps its bundle), the lease's
 expiry after its holder is killed, and one real `evogym run -- ole agent work --online` task.
 The slow test runs `evogym suite run --jobs 2` twice with an injected harmful release between
-them: gate decisions, an activation at a task boundary and a rollback.
+them (a command agent that obeys its brief; the harm's wall-clock cap kills it before any
+submit): gate decisions, an activation at a task boundary and a rollback.
 """
 from __future__ import annotations
 
@@ -134,9 +135,13 @@ def test_a_dead_holders_lease_expires_and_a_live_one_is_waited_for(tmp_path):
     assert Lease(db, "round:default", "other").try_acquire() is None
 
 
-def _agent(root: Path, work: Path, *extra: str) -> str:
+INSTRUCTED = ROOT / "experiments" / "agents" / "instructed_agent.py"
+
+
+def _agent(root: Path, work: Path, *extra: str, command: bool = False) -> str:
+    tail = ["--agent", "command", "--", PY, str(INSTRUCTED)] if command else []
     return " ".join([PY, "-m", "ole.cli", "--root", str(root), "agent", "work", "--online", "--workdir", str(work),
-                     "--isolation", "none", *extra])
+                     "--isolation", "none", *extra, *tail])
 
 
 @pytest.mark.sandbox
@@ -171,7 +176,7 @@ def _suite(tmp: Path, envs: list[str], jobs: int, agent: str, out: str) -> subpr
 
 
 def harmful_release(root: Path) -> str:
-    """Release a child of the champion whose wall-clock cap stops the agent before its first submit."""
+    """Release a child of the champion whose wall-clock cap kills the command agent before its first submit."""
     with Registry(root) as reg:
         champ = reg.champion()
         lp = champ.bundle.loop_policy
@@ -190,7 +195,7 @@ def test_a_suite_stream_gates_activates_at_a_boundary_and_rolls_back_an_injected
     gate.write_text((ROOT / "ole" / "gate.yaml").read_text().replace("min_pairs: 6", "min_pairs: 2")
                     .replace("min_families: 2", "min_families: 1"))
     agent = _agent(tmp / "bundles", tmp / "work", "--every-k", "2", "--monitor", "1", "--gate-envs", "gym/acrobot",
-                   "--gate-pools", "201,202", "--gate-budget", "2", "--gate-config", str(gate))
+                   "--gate-pools", "201,202", "--gate-budget", "2", "--gate-config", str(gate), command=True)
     first = _suite(tmp, ["gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"], 2, agent, "suite1")
     assert first.returncode == 0, first.stdout + first.stderr
     with Registry(tmp / "bundles") as reg:
@@ -213,3 +218,15 @@ def test_a_suite_stream_gates_activates_at_a_boundary_and_rolls_back_an_injected
         worked = [json.loads(p)["bundle_ref"] for (p,) in db.execute("SELECT payload FROM stream ORDER BY n")]
     assert len(worked) == 4 and worked[2] == bad and worked[3] == rollback[0].ref
     assert not [t for t in TraceArchive(tmp / "work" / "traces") if f"{t.bundle_name}@{t.bundle_version}" == bad]
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_online_harness_experiment_smoke(tmp_path):
+    out = tmp_path / "report.md"
+    subprocess.run([PY, str(ROOT / "experiments" / "online_harness.py"), "--envs", "gym/acrobot,gym/reacher5",
+                    "--budget", "2", "--jobs", "1", "--every-k", "2", "--monitor", "1", "--gate-envs", "gym/acrobot",
+                    "--gate-pools", "201,202", "--isolation", "none", "--workdir", str(tmp_path / "work"),
+                    "--out", str(out)], check=True, cwd=ROOT, timeout=1500)
+    text = out.read_text()
+    assert "| n | phase |" in text and "rollback →" in text and "activation of" in text
