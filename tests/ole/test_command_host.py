@@ -25,6 +25,15 @@ AGENT = str(Path(__file__).resolve().parents[2] / "experiments" / "agents" / "in
 COMMAND = (sys.executable, AGENT)
 
 
+def tiny_gate_yaml() -> str:
+    """The default gate with room for one- or two-pair samples and no adaptive extension."""
+    import yaml
+
+    from ole.gate import load_config
+    cfg = load_config().model_copy(update={"min_pairs": 2, "min_families": 1, "max_pairs": None})
+    return yaml.safe_dump(cfg.model_dump(mode="json"))
+
+
 @pytest.fixture
 def registry_root(tmp_path):
     root = tmp_path / "reg"
@@ -74,8 +83,7 @@ def test_cli_refuses_a_command_host_without_a_command(capsys):
 def test_ole_evolve_with_a_command_host_end_to_end(tmp_path, registry_root):
     """Tiny offline run: bootstrap, one candidate, gate; every run is the command agent obeying its bundle."""
     gate = tmp_path / "gate.yaml"
-    gate.write_text((ROOT / "ole" / "gate.yaml").read_text().replace("min_pairs: 6", "min_pairs: 2")
-                    .replace("min_families: 2", "min_families: 1").replace("max_pairs: 24", "max_pairs: null"))
+    gate.write_text(tiny_gate_yaml())
     out = subprocess.run(
         [sys.executable, "-m", "ole.cli", "--root", str(registry_root), "evolve", "--mode", "offline", "--json",
          "--host", "command", "--envs", "gym/acrobot", "--budget", "4", "--search-pools", "101",

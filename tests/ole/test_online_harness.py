@@ -68,6 +68,14 @@ TASK = """
 """
 
 
+def tiny_gate_yaml() -> str:
+    """The default gate with room for one- or two-pair samples and no adaptive extension."""
+    import yaml
+
+    from ole.gate import load_config
+    cfg = load_config().model_copy(update={"min_pairs": 2, "min_families": 1, "max_pairs": None})
+    return yaml.safe_dump(cfg.model_dump(mode="json"))
+
 def _workspace(tmp: Path) -> Path:
     (tmp / "bundles").mkdir(parents=True)
     shutil.copy(ROOT / "bundles" / "coder.yaml", tmp / "bundles")
@@ -192,8 +200,7 @@ def harmful_release(root: Path) -> str:
 def test_a_suite_stream_gates_activates_at_a_boundary_and_rolls_back_an_injected_harm(tmp_path):
     tmp = _workspace(tmp_path)
     gate = tmp / "gate.yaml"
-    gate.write_text((ROOT / "ole" / "gate.yaml").read_text().replace("min_pairs: 6", "min_pairs: 2")
-                    .replace("min_families: 2", "min_families: 1"))
+    gate.write_text(tiny_gate_yaml())
     agent = _agent(tmp / "bundles", tmp / "work", "--every-k", "2", "--monitor", "1", "--gate-envs", "gym/acrobot",
                    "--gate-pools", "201,202", "--gate-budget", "2", "--gate-config", str(gate), command=True)
     first = _suite(tmp, ["gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"], 2, agent, "suite1")

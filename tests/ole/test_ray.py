@@ -40,6 +40,14 @@ INSTANCES = [(TaskSpec(env=env, budget=16, pool_seed=p), RunCondition(host="buil
              for env in ("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0") for p in (1, 2, 3)]
 
 
+def tiny_gate_yaml() -> str:
+    """The default gate with room for one- or two-pair samples and no adaptive extension."""
+    import yaml
+
+    from ole.gate import load_config
+    cfg = load_config().model_copy(update={"min_pairs": 2, "min_families": 1, "max_pairs": None})
+    return yaml.safe_dump(cfg.model_dump(mode="json"))
+
 def _workers_path() -> str:
     return os.pathsep.join([str(HERE), str(ROOT), os.environ.get("PYTHONPATH", "")])
 
@@ -165,8 +173,7 @@ def test_ole_evolve_on_ray_end_to_end(tmp_path):
     import json
     root = _workspace(tmp_path)
     gate = tmp_path / "gate.yaml"
-    gate.write_text((ROOT / "ole" / "gate.yaml").read_text().replace("min_pairs: 6", "min_pairs: 2")
-                    .replace("min_families: 2", "min_families: 1"))
+    gate.write_text(tiny_gate_yaml())
     out = subprocess.run(
         [sys.executable, "-m", "ole.cli", "--root", str(root / "bundles"), "evolve", "--mode", "offline", "--json",
          "--executor", "ray", "--workers", "2", "--envs", "gym/acrobot", "--budget", "2", "--search-pools", "101",
