@@ -309,10 +309,10 @@ class Engine:
             stored = payload
         return stored
 
-    def rollback(self, to: str, reason: str, step: str) -> None:
-        """Roll the channel back to `to` (effective at the next task boundary), once."""
+    def rollback(self, to: str, reason: str, step: str, scope: str = "general") -> None:
+        """Roll one scope of the channel back to `to` (effective at the next task boundary), once."""
         if self.store.step(step) is None:
-            self.registry.rollback(self.channel, to=to, reason=reason, key=self.store.key(step))
+            self.registry.rollback(self.channel, scope=scope, to=to, reason=reason, key=self.store.key(step))
             self.store.mark(step, {"to": to, "reason": reason})
 
 

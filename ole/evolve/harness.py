@@ -87,11 +87,13 @@ def finalized_run_json(client: HostClient, workspace: Path) -> tuple[Path, dict,
 def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: RunCondition, log_dir: Path,
               progress: Callable[[str], None] = lambda line: None) -> Trace:
     """Work the harness's task as one stream task: boundary, agent, verified trace, tell. Returns the trace."""
-    a = evo.ask(condition=condition)
-    registered = evo.e.registry.get(a.bundle_ref)
+    from ole.scopes import task_context
     client = HostClient(url)
     info = client.info()
-    progress(f"task boundary: {a.bundle_ref} works this task ({info['env_meta'].get('env')})")
+    ctx = task_context(info["env_meta"]["env"], condition.host, int(info["episode_budget"]), condition.model)
+    a = evo.ask(condition=condition, ctx=ctx)
+    registered = evo.e.registry.get(a.bundle_ref)
+    progress(f"task boundary: {a.bundle_ref} (scope {a.scope}) works this task ({info['env_meta'].get('env')})")
     history: list[Iteration] = []
 
     def record(it: Iteration) -> None:

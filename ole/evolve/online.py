@@ -1,8 +1,8 @@
 """Online mode: evolution alongside a stream of tasks, driven by ask/tell — in one process or many.
 
 `ask()` is the task boundary: it activates whatever was released or rolled back since the last
-boundary (`Registry.activate_pending`) and hands out the active champion; nothing changes the
-bundle of a task in flight. `tell(trace)` records the finished task as a row of the
+boundary and hands out the most specific champion whose scope matches the task
+(`Registry.select`); nothing changes the bundle of a task in flight. `tell(trace)` records the finished task as a row of the
 workspace's store, which every process working the stream shares, so "every k tasks" counts
 the stream, not one process. The task that completes the k-th, 2k-th, ... finish runs a
 proposal round: a challenger from the recent traces, paired with the champion on the gate
@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ole.bundle import GENERAL_SCOPE, TaskContext
 from ole.errors import ValidationError
 from ole.evolve import Engine, EvolveConfig
 from ole.evolve.lease import Lease
@@ -76,7 +77,9 @@ class Assignment:
     bundle_ref: str
     """The bundle fixed for this task at its boundary."""
     activation: int
-    """Seq of the channel's activation event in force at the boundary (0: none yet)."""
+    """Seq of the activation event of the chosen scope in force at the boundary (0: none yet)."""
+    scope: str = GENERAL_SCOPE
+    """Scope key the bundle was chosen for."""
 
 
 @dataclass
@@ -124,16 +127,18 @@ class OnlineEvolution:
         return len(self.e.store.tasks())
 
     # ----- task boundaries -----------------------------------------------------------------------
-    def _boundary(self) -> tuple[str, int]:
+    def _boundary(self, ctx: TaskContext) -> tuple[str, int, str]:
+        """(chosen ref, seq of its scope's last activation, scope) after activating what is pending."""
         reg = self.e.registry
-        active = reg.activate_pending(self.e.channel)
-        acts = reg.events(kind="activation", channel=self.e.channel)
-        return active.ref, (acts[-1].seq if acts else 0)
+        chosen = reg.select(self.e.channel, ctx)
+        acts = [e for e in reg.events(kind="activation", channel=self.e.channel)
+                if e.payload.get("scope", GENERAL_SCOPE) == chosen.scope]
+        return chosen.ref, (acts[-1].seq if acts else 0), chosen.scope
 
     def finish(self) -> str:
-        """Final task boundary: whatever is pending (a late rollback) takes effect; returns the active ref."""
+        """Final task boundary: whatever is pending (a late rollback) takes effect; returns the general champion."""
         before = self._active
-        self._active, _ = self._boundary()
+        self._active = self.e.registry.activate_pending(self.e.channel).ref
         if before is not None and self._active != before:
             self.events.activations.append((self.index, self._active))
         return self._active
@@ -144,22 +149,28 @@ class OnlineEvolution:
         return (TaskSpec(env=env, profile=s.profile, budget=s.budget, pool_seed=self.online.stream_pool_base + i),
                 s.condition(self.cfg.agent_seeds[i % len(self.cfg.agent_seeds)]))
 
-    def ask(self, condition: RunCondition | None = None) -> Assignment:
+    def ask(self, condition: RunCondition | None = None, ctx: TaskContext | None = None) -> Assignment:
         """Next task at a task boundary: pending releases and rollbacks take effect here only.
 
         Without `condition` the next task of the synthetic stream is handed out; with it (a
-        harness task) only the bundle is fixed and the harness's own task is worked.
+        harness task, whose `ctx` says what the task is) only the bundle is fixed and the
+        harness's own task is worked.
         """
+        from ole.scopes import context_for
         if self.in_flight is not None:
             raise RuntimeError(f"task {self.in_flight.index} is still in flight; tell() its trace first")
-        before = self._active
-        self._active, activation = self._boundary()
         index = self.index
+        task, cond = (None, condition) if condition is not None else self.stream_task(index)
+        if ctx is None:
+            if task is None:
+                raise ValueError("a harness task needs its TaskContext")
+            ctx = context_for(task, cond)
+        before = self._active
+        self._active, activation, scope = self._boundary(ctx)
         if before is not None and self._active != before:
             self.e.progress(f"task boundary {index}: {self._active} is now active (was {before})")
             self.events.activations.append((index, self._active))
-        task, cond = (None, condition) if condition is not None else self.stream_task(index)
-        self.in_flight = Assignment(index, task, cond, self._active, activation)
+        self.in_flight = Assignment(index, task, cond, self._active, activation, scope)
         return self.in_flight
 
     # ----- finished tasks ------------------------------------------------------------------------
@@ -182,8 +193,9 @@ class OnlineEvolution:
             self._round(n // self.online.every_k)
 
     # ----- monitoring ------------------------------------------------------------------------------
-    def _monitored_activation(self, seq: int) -> tuple[str, str] | None:
-        """(activated ref, parent ref) when activation `seq` is a release of a child of the previous champion."""
+    def _monitored_activation(self, seq: int) -> tuple[str, str, str] | None:
+        """(activated ref, parent ref, scope) when activation `seq` is a release of a child of the
+        previous champion of that scope."""
         if seq not in self._monitored:
             found = [e for e in self.e.registry.events(kind="activation", channel=self.e.channel, since=seq - 1)
                      if e.seq == seq] if seq else []
@@ -192,7 +204,8 @@ class OnlineEvolution:
                 ev = found[0]
                 parents = self.e.registry.get(ev.ref).bundle.provenance.parents
                 parent = f"{ev.name}@{parents[0]}" if parents else None
-                out = (ev.ref, parent) if parent is not None and ev.payload.get("from") == parent else None
+                scope = ev.payload.get("scope", GENERAL_SCOPE)
+                out = (ev.ref, parent, scope) if parent is not None and ev.payload.get("from") == parent else None
             self._monitored[seq] = out
         return self._monitored[seq]
 
@@ -205,7 +218,7 @@ class OnlineEvolution:
         watched = self._monitored_activation(a.activation)
         if watched is None:
             return
-        active, parent = watched
+        active, parent, scope = watched
         if trace.task.profile == EXTERNAL_PROFILE:
             self.e.progress(f"task {n} cannot be rerun by OLE (profile {EXTERNAL_PROFILE}): not monitored")
             return
@@ -219,9 +232,9 @@ class OnlineEvolution:
             self.events.monitor_pairs.append(pair)
             self.e.record_monitor(active, step, {"parent": parent, "activation": a.activation, "task_index": n,
                                                  "r": pair.r, "trace_id": trace.trace_id})
-        self._verdict(n, a.activation, active, parent)
+        self._verdict(n, a.activation, active, parent, scope)
 
-    def _verdict(self, n: int, activation: int, active: str, parent: str) -> None:
+    def _verdict(self, n: int, activation: int, active: str, parent: str, scope: str) -> None:
         step = f"monitor-verdict|{activation}"
         window = self._window(activation)
         pairs = [self.e.store.step(f"monitor|{activation}|{p['trace_id']}") for p in window]
@@ -229,13 +242,14 @@ class OnlineEvolution:
             return
         mean_r = sum(p["r"] for p in pairs) / len(pairs)
         rolled = mean_r < -self.online.rollback_tau
-        if rolled and self.e.registry.champion(self.e.channel).ref != active:
+        champion = self.e.registry.state().champion(self.e.channel, scope)
+        if rolled and (champion is None or f"{champion[0]}@{champion[1]}" != active):
             self.e.progress(f"monitoring of {active}: mean r {mean_r:+.3f}, but the channel moved on; no rollback")
             rolled = False
         elif rolled:
             reason = (f"monitoring after activation: mean r {mean_r:+.3f} over {len(pairs)} tasks "
                       f"< -{self.online.rollback_tau:g} against parent {parent}")
-            self.e.rollback(parent, reason, step=f"rollback|{activation}")
+            self.e.rollback(parent, reason, step=f"rollback|{activation}", scope=scope)
             self.events.rollbacks.append((n - 1, active, mean_r))
             self.e.progress(f"ROLLBACK recorded: {active} -> {parent} ({reason}); effective at the next boundary")
         else:
@@ -251,7 +265,7 @@ class OnlineEvolution:
 
     def _pending(self) -> bool:
         state = self.e.registry.state()
-        return state.target(self.e.channel) not in (None, state.champion(self.e.channel))
+        return any(state.is_pending(self.e.channel, s) for s in state.scopes(self.e.channel))
 
     # ----- proposal rounds -------------------------------------------------------------------------
     def _round(self, r: int) -> None:

@@ -55,10 +55,11 @@ TASK = """
                              driver={"mode": "online-harness", **online.model_dump(mode="json", exclude={"tasks", "stream_pool_base"})})
         evo = OnlineEvolution(engine, cfg, online, external=True)
         cond = RunCondition(host="builtin", seed=0)
-        a = evo.ask(condition=cond)
+        env = cfg.suite.envs[i % 2]
+        from ole.scopes import task_context
+        a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
         bundle = reg.get(a.bundle_ref).bundle
         time.sleep(0.3)  # a task in flight: others may release and activate meanwhile
-        env = cfg.suite.envs[i % 2]
         trace = synthetic.fake_evaluate(EvalJob(bundle_ref=a.bundle_ref, bundle=bundle, runs_root=str(tmp / "r"),
                                                 task=TaskSpec(env=env, budget=8, pool_seed=500 + i), condition=cond))
         trace = trace.model_copy(update={"trace_id": f"task-{i}"})
