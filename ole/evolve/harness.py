@@ -118,7 +118,7 @@ def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: Run
     trace = trace_from_run_json(run_json, run_id=f"{slug}-{a.bundle_ref}-s{condition.seed}-{stamp}-{secrets.token_hex(3)}",
                                 task=task, condition=condition, ref=a.bundle_ref, bundle=registered.bundle,
                                 budget=int(info["episode_budget"]), history=history, result=result, wall=wall,
-                                extras_dir=log_dir)
+                                extras_dir=log_dir, selection=evo.selection.record())
     if trace.verified:
         evo.e.archive.append(trace)
     o = trace.outcome

@@ -110,6 +110,8 @@ class OnlineEvolution:
         self.events = OnlineEvents()
         self.holder = holder_id()
         self._active: str | None = None
+        self.selection = None
+        """The `Selection` of the last task boundary (which bundle, which scope, why)."""
         self._monitored: dict[int, tuple[str, str] | None] = {}
         gate_pools = {*cfg.gate_pools, *cfg.gate_extra_pools}
         stream = set(range(online.stream_pool_base, online.stream_pool_base + online.tasks))
@@ -131,6 +133,7 @@ class OnlineEvolution:
         """(chosen ref, seq of its scope's last activation, scope) after activating what is pending."""
         reg = self.e.registry
         chosen = reg.select(self.e.channel, ctx)
+        self.selection = chosen
         acts = [e for e in reg.events(kind="activation", channel=self.e.channel)
                 if e.payload.get("scope", GENERAL_SCOPE) == chosen.scope]
         return chosen.ref, (acts[-1].seq if acts else 0), chosen.scope
