@@ -37,7 +37,7 @@ from ole.errors import ValidationError
 from ole.evolve import Engine, EvolveConfig
 from ole.evolve.lease import Lease
 from ole.gate import GateDecision
-from ole.paired import Instance, Pair, env_family, instance_key, make_pair, run_result, value_score
+from ole.paired import Instance, Pair, RunResult, instance_key, make_pair, run_result, value_score
 from ole.proposers import Parent
 from ole.registry import DB_FILE
 from ole.trace import RunCondition, TaskSpec, Trace
@@ -189,7 +189,8 @@ class OnlineEvolution:
         n = self.e.store.add_task(trace.trace_id, {
             "trace_id": trace.trace_id, "bundle_ref": a.bundle_ref, "activation": a.activation, "q": q,
             "instance": instance_key(trace.task, trace.condition), "verified": trace.verified,
-            "reproducible": trace.task.profile != EXTERNAL_PROFILE})
+            "reproducible": trace.task.profile != EXTERNAL_PROFILE, "task": trace.task.model_dump(mode="json"),
+            "condition": trace.condition.model_dump(mode="json"), "result": run_result(trace).model_dump(mode="json")})
         self.events.worked.append((n - 1, a.bundle_ref, q))
         self._monitor(n, a, trace)
         if n % self.online.every_k == 0:
@@ -212,9 +213,9 @@ class OnlineEvolution:
             self._monitored[seq] = out
         return self._monitored[seq]
 
-    def _window(self, activation: int) -> list[dict]:
-        """The first `monitor` reproducible stream tasks worked under an activation, in finish order."""
-        rows = [p for _, p in self.e.store.tasks() if p["activation"] == activation and p["reproducible"]]
+    def _window(self, activation: int) -> list[tuple[int, dict]]:
+        """The first `monitor` reproducible stream tasks (n, row) worked under an activation, in finish order."""
+        rows = [(n, p) for n, p in self.e.store.tasks() if p["activation"] == activation and p["reproducible"]]
         return rows[:self.online.monitor]
 
     def _monitor(self, n: int, a: Assignment, trace: Trace) -> None:
@@ -224,23 +225,27 @@ class OnlineEvolution:
         active, parent, scope = watched
         if trace.task.profile == EXTERNAL_PROFILE:
             self.e.progress(f"task {n} cannot be rerun by OLE (profile {EXTERNAL_PROFILE}): not monitored")
-            return
-        if trace.trace_id not in {p["trace_id"] for p in self._window(a.activation)}:
-            return
-        step = f"monitor|{a.activation}|{trace.trace_id}"
-        if self.e.store.step(step) is None:
-            parent_bundle = self.e.registry.get(parent).bundle
-            (res, family), = self.e.paired.run([(parent, parent_bundle)], [(trace.task, trace.condition)]).values()
-            pair = make_pair(trace.task, trace.condition, family, res, run_result(trace))
-            self.events.monitor_pairs.append(pair)
-            self.e.record_monitor(active, step, {"parent": parent, "activation": a.activation, "task_index": n,
-                                                 "r": pair.r, "trace_id": trace.trace_id})
+        for m, row in self._window(a.activation):  # also any pair a crashed process left unrecorded
+            self._pair(m, row, a.activation, active, parent)
         self._verdict(n, a.activation, active, parent, scope)
+
+    def _pair(self, n: int, row: dict, activation: int, active: str, parent: str) -> None:
+        """The monitor pair of stream task n: the parent reruns its identical task (recorded once)."""
+        step = f"monitor|{activation}|{row['trace_id']}"
+        if self.e.store.step(step) is not None:
+            return
+        task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
+        parent_bundle = self.e.registry.get(parent).bundle
+        (res, family), = self.e.paired.run([(parent, parent_bundle)], [(task, cond)]).values()
+        pair = make_pair(task, cond, family, res, RunResult.model_validate(row["result"]))
+        self.events.monitor_pairs.append(pair)
+        self.e.record_monitor(active, step, {"parent": parent, "activation": activation, "task_index": n,
+                                             "r": pair.r, "trace_id": row["trace_id"]})
 
     def _verdict(self, n: int, activation: int, active: str, parent: str, scope: str) -> None:
         step = f"monitor-verdict|{activation}"
         window = self._window(activation)
-        pairs = [self.e.store.step(f"monitor|{activation}|{p['trace_id']}") for p in window]
+        pairs = [self.e.store.step(f"monitor|{activation}|{p['trace_id']}") for _, p in window]
         if len(pairs) < self.online.monitor or any(p is None for p in pairs) or self.e.store.step(step) is not None:
             return
         mean_r = sum(p["r"] for p in pairs) / len(pairs)

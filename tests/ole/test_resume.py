@@ -179,3 +179,61 @@ def test_a_workspace_made_by_other_code_is_refused(tmp_path, monkeypatch):
     monkeypatch.setattr(ole.evolve, "source_digest", lambda: "0" * 64)
     with pytest.raises(ResumeMismatch, match="source"):
         _engine(tmp_path)
+
+
+ONLINE = """
+    import sys
+    from pathlib import Path
+    sys.path.insert(0, sys.argv[2])
+    from ole.evolve import EvolveConfig, Suite, open_engine
+    from ole.evolve.online import OnlineConfig, OnlineEvolution, engine_worker, run_stream
+    from ole.executors import LocalExecutor
+    from ole.gate import GateConfig
+    from ole.proposers.builtin import BuiltinProposer
+    from ole.registry import Registry
+    from synthetic import fake_evaluate
+    tmp = Path(sys.argv[1])
+    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+                       search_pools=(101,), gate_pools=(201, 202, 203), seed=2)
+    online = OnlineConfig(tasks=5, every_k=100, monitor=2)
+    reg = Registry(tmp / "bundles")
+    engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
+                         evaluate=fake_evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2),
+                         executor=LocalExecutor(1), progress=lambda line: None, driver={"mode": "online"})
+    evo = OnlineEvolution(engine, cfg, online)
+    work = engine_worker(engine)
+    if evo.index == 0:
+        evo.tell(work(evo.ask()))
+    if not reg.events(kind="release"):
+        champ = reg.champion()
+        lp = champ.bundle.loop_policy
+        bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(update={
+            "observation": lp.observation.model_copy(update={"worst_k_episodes": 0})})}), parents=[champ.version])
+        reg.release(bad.ref, reason="injected")
+    run_stream(evo, work)
+    print(reg.champion().ref)
+"""
+
+
+@pytest.mark.parametrize("step", ["evaluation_after_commit", "rollback_after_commit"])
+def test_an_online_crash_after_a_monitor_or_rollback_commit_leaves_no_duplicate(tmp_path, step):
+    import os
+
+    def run(where, env=None):
+        return subprocess.run([sys.executable, "-c", textwrap.dedent(ONLINE), str(where), str(Path(__file__).parent)],
+                              capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
+    clean = tmp_path / "clean"
+    (clean / "bundles").mkdir(parents=True)
+    shutil.copy(ROOT / "bundles" / "coder.yaml", clean / "bundles")
+    assert run(clean).stdout.strip() == "coder@1"  # the harm was rolled back
+    expected = Counter(e.kind for e in Registry(clean / "bundles").events())
+    assert expected["rollback"] == 1 and expected["evaluation"] >= 2
+    crashed = tmp_path / "crashed"
+    (crashed / "bundles").mkdir(parents=True)
+    shutil.copy(ROOT / "bundles" / "coder.yaml", crashed / "bundles")
+    died = run(crashed, {"OLE_TEST_MODE": "1", "OLE_CRASH_AT": step})
+    assert died.returncode == CRASH_EXIT, died.stderr[-2000:]
+    resumed = run(crashed)
+    assert resumed.returncode == 0 and resumed.stdout.strip() == "coder@1", resumed.stderr[-2000:]
+    got = Counter(e.kind for e in Registry(crashed / "bundles").events())
+    assert got["rollback"] == 1 and got["evaluation"] == expected["evaluation"]
