@@ -12,8 +12,10 @@ from __future__ import annotations
 import io
 import json
 import os
+import queue
 import shutil
 import tempfile
+import threading
 from pathlib import Path
 from typing import Iterable
 
@@ -185,23 +187,82 @@ _ROW_ENCODER = json.JSONEncoder(allow_nan=False)
 """`json.dumps(row, allow_nan=False)` without building an encoder per row."""
 
 
+DURABLE_NOW = frozenset({"summary.json", "errors.txt"})
+"""Files of a tree fsynced before it is renamed into place: the budget is recomputed from
+summaries on resume. The episode files are fsynced right after, off the request
+(`_syncer`): 256 fsyncs cost a 64-episode submit 0.22 s here, and until a machine
+crash (not a host crash: the page cache survives that) nothing can tell the difference."""
+
+
 def write_tree(target: Path, files: dict[str, bytes]) -> None:
     """Write {relative path: bytes} as a new directory `target`, atomically as a whole."""
     target = Path(target)
     tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
+    later = []
     try:
         for rel, data in files.items():
             path = tmp / rel
             path.parent.mkdir(parents=True, exist_ok=True)
             with open(path, "wb") as f:
                 f.write(data)
-                f.flush()
-                os.fsync(f.fileno())
+                if rel in DURABLE_NOW:
+                    f.flush()
+                    os.fsync(f.fileno())
+                else:
+                    later.append(rel)
+        fsync_dir(tmp)
         os.rename(tmp, target)
     except BaseException:
         shutil.rmtree(tmp, ignore_errors=True)
         raise
     fsync_dir(target.parent)
+    if later:
+        _syncer().put((target, later))
+
+
+_SYNC_QUEUE: "queue.Queue | None" = None
+_SYNC_LOCK = threading.Lock()
+
+
+def _syncer() -> "queue.Queue":
+    """The queue of the background thread that fsyncs trees' remaining files (and dirs)."""
+    global _SYNC_QUEUE
+    with _SYNC_LOCK:
+        if _SYNC_QUEUE is None:
+            _SYNC_QUEUE = queue.Queue()
+            threading.Thread(target=_sync_forever, args=(_SYNC_QUEUE,), name="evogym-fsync", daemon=True).start()
+        return _SYNC_QUEUE
+
+
+def _sync_forever(jobs: "queue.Queue") -> None:
+    while True:
+        target, rels = jobs.get()
+        dirs = set()
+        for rel in rels:
+            path = target / rel
+            try:
+                fd = os.open(path, os.O_RDONLY)
+            except OSError:  # the run directory was removed meanwhile: nothing left to make durable
+                continue
+            try:
+                os.fsync(fd)
+            except OSError:
+                pass
+            finally:
+                os.close(fd)
+            dirs.update(p for p in path.parents if p != target and target in p.parents)
+        for d in sorted(dirs, key=lambda d: -len(d.parts)):
+            try:
+                fsync_dir(d)
+            except OSError:
+                pass
+        jobs.task_done()
+
+
+def flush_syncs() -> None:
+    """Wait until every tree written so far is fully fsynced (tests, orderly shutdown)."""
+    if _SYNC_QUEUE is not None:
+        _SYNC_QUEUE.join()
 
 
 def sweep_temporaries(root: Path) -> int:

@@ -25,7 +25,7 @@ from typing import Callable
 import numpy as np
 
 from evogym import PROTOCOL_VERSION, anchors
-from evogym.feedback import atomic_write_json
+from evogym.feedback import atomic_write_json, flush_syncs
 from evogym.code_metrics import edit_kind
 from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
 
@@ -78,6 +78,7 @@ def _mean(batch: BatchResult) -> float | None:
 def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Score the run; returns the run.json document (also written to disk)."""
     run, config, judge = host.run, host.config, host.judge
+    flush_syncs()  # every feedback file is on disk before the run is scored
     cands = candidates(run)
     groups: dict[str, list[Candidate]] = {}
     for c in cands:

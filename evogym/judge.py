@@ -200,8 +200,10 @@ class Judge:
         self.run.event("submit.charge", submit=index, cost=cost, remaining=self.state.remaining)
         ckpt = self.run.checkpoints / self.run.submit_name(index)
         pending: list[PendingFiles] = []
+        t0 = time.monotonic()
         status, batch, errors = self._run_checkpoint(index, ckpt, instances, cost,
                                                      lambda i, ep: pending.append(Formatter.submit(ep.data())))
+        timing = {"rollout_s": time.monotonic() - t0}
         files = {"summary.json": b""}
         fields = {"n_episodes": cost, "env_instances": instances}
         if batch is not None and batch.episodes:
@@ -210,16 +212,24 @@ class Judge:
             fields["first_global_episode"] = first
             fields["errors"] = [i for i, e in enumerate(eps) if e.error_category]
             fields["timeouts"] = [i for i, e in enumerate(eps) if e.error_category == "act_timeout"]
+            t0 = time.monotonic()
             for i, made in enumerate(pending):
                 for name, data in made.result().items():
                     files[f"episodes/ep_{first + i:0{self.ep_width}d}/{name}"] = data
+            timing["files_wait_s"] = time.monotonic() - t0
+        if batch is not None:
+            timing.update(start_s=batch.start_s, episodes_s=batch.episodes_s)
+            timing["snapshot_s"] = timing["rollout_s"] - batch.start_s - batch.episodes_s
         if errors:
             files["errors.txt"] = ("\n".join(errors) + "\n").encode()
         summary = self._summary(index, status, instances, started, started_at, **fields)
         files["summary.json"] = _pretty(summary)
+        t0 = time.monotonic()
         write_tree(self.run.feedback / self.run.submit_name(index), files)
+        timing["write_s"] = time.monotonic() - t0
         self.run.event("submit.finish", submit=index, status=status, cost=cost,
-                       mean_return=summary["mean_return"], wall=summary["wall_time_seconds"])
+                       mean_return=summary["mean_return"], wall=summary["wall_time_seconds"],
+                       timing={k: round(v, 6) for k, v in timing.items()})
         return 200, {"submit_id": index, "status": status, "summary": summary}
 
     def _run_checkpoint(self, index, ckpt, instances, cost, on_episode) -> tuple[str, BatchResult | None, list[str]]:

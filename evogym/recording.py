@@ -147,7 +147,7 @@ class EpisodeRecorder:
 class EpisodeData:
     """Everything one episode directory is made from (picklable)."""
 
-    observations: object = None
+    observations: object = field(default_factory=list)
     """`ObsStore.values()` / `DictObsStore.values()`, or [] for an episode without steps."""
     steps: list = field(default_factory=list)
     """(raw action, reward, terminated, truncated, info, action_invalid) per step."""
@@ -176,11 +176,29 @@ class Formatter:
     def parallel(cls) -> bool:
         return len(os.sched_getaffinity(0)) > 1
 
+    _warming: Future | None = None
+
     @classmethod
     def prewarm(cls) -> None:
         """Start the helper now (in the background) so the first submit does not wait for it."""
         if cls.parallel():
-            cls._executor().submit(cls._helper)
+            cls._warming = cls._executor().submit(cls._warm)
+
+    @classmethod
+    def ready(cls) -> None:
+        """Wait until a prewarm started by `prewarm` has finished (benchmarks: a running host)."""
+        if cls._warming is not None:
+            cls._warming.result()
+
+    @classmethod
+    def _warm(cls) -> None:
+        proc = cls._helper()
+        try:
+            _send(proc.stdin, EpisodeData())  # an empty episode: imports done, one answer back
+            _receive(proc.stdout)
+        except (OSError, EOFError, pickle.UnpicklingError):
+            _stop(proc)
+            cls._proc = None  # the next episode starts a new helper (or is made in-process)
 
     @classmethod
     def submit(cls, data: EpisodeData) -> "PendingFiles":

@@ -89,6 +89,10 @@ class BatchResult:
     episodes: list[EpisodeResult]
     init_stdout: str = ""
     init_stderr: str = ""
+    start_s: float = 0.0
+    """Wall time of the first sandbox start (bwrap, interpreter, import policy.py, Policy(...))."""
+    episodes_s: float = 0.0
+    """Wall time of the episodes (restarts after a killed policy included)."""
 
     @property
     def returns(self) -> list[float]:
@@ -215,10 +219,12 @@ def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], Non
     meta = envs.env_meta(spec, n_env_instances=0)
     sess = _Session(job, meta["obs_space"], meta["action_space"])
     try:
+        t0 = time.monotonic()
         failure = sess.ensure()
+        start_s = time.monotonic() - t0
         init_out, init_err = sess.proc.take_output() if sess.proc is not None else ("", "")
         if failure is not None:  # import or __init__ failed: the whole batch fails, no episode runs
-            return BatchResult(failure, [], init_out, init_err)
+            return BatchResult(failure, [], init_out, init_err, start_s=start_s)
         episodes = []
         for i, seed in enumerate(job.seeds):
             ep = _episode(sess, spec, i, seed, job.record)
@@ -227,6 +233,7 @@ def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], Non
             episodes.append(ep)
             if on_episode is not None:
                 on_episode(i, ep)
-        return BatchResult(None, episodes, init_out, init_err)
+        return BatchResult(None, episodes, init_out, init_err, start_s=start_s,
+                           episodes_s=time.monotonic() - t0 - start_s)
     finally:
         sess.drop()

@@ -1,21 +1,36 @@
-"""Host overhead: raw in-process stepping vs a sandboxed host submit, side by side.
+"""Host overhead: raw in-process stepping vs our sandboxed submit vs the reference v0.1.0's
+submit of the same episodes, side by side in one run.
 
-For each env, the same episodes (same seeds, same trivial policy, a fresh env per
-episode as the host does) are run (a) in this process with the policy called directly
-and (b) as one `/submit` through a live host over loopback HTTP with the bubblewrap
-sandbox on. The ratio (b)/(a) is the host's overhead. Where the time goes is measured
-separately in the same run: sandbox start (bwrap + interpreter + policy import),
-per-step round trip to the policy process, observation encoding, and feedback writing.
+For each env the same episodes (the same train seeds, a fresh env per episode, seeded as
+both hosts seed them) are run three ways with the same heuristic policy:
 
-    python experiments/bench_host_overhead.py [--episodes 16] [--repeats 3] [--out experiments/results/host_overhead.md]
+- raw: in this process, the policy called directly on the env's numpy observations;
+- ours: one `POST /submit` over loopback HTTP to a live host, bubblewrap sandbox on
+  (snapshot, code metrics, sandbox start, every act() across the process boundary,
+  trajectories, observations and the feedback tree included);
+- reference: the EvoPolicyGym v0.1.0 host's in-process `Service.submit` (its own
+  snapshot, metrics, rollout in its process, feedback), from `--reference-src`
+  (skipped with a message when the folder is absent).
+
+Repeats are interleaved (raw, ours, reference, raw, ...) so load changes hit all three;
+medians are reported. Where the time of our submit goes is read from the host's own
+`submit.finish` timing event; the act() round trip is measured alone with the env's
+observation. Finalize: a run with identical and distinct checkpoints, our finalize
+(identical trees share one evaluation, distinct ones in parallel) vs the reference's
+serial validation of every candidate.
+
+    python experiments/bench_host_overhead.py --episodes 64 --repeats 3 \\
+        --reference-src ../shared/reference/evopolicygym-v0.1.0/src --out experiments/results/host_overhead.md
 """
 from __future__ import annotations
 
 import argparse
 import json
+import os
 import statistics
 import sys
 import tempfile
+import textwrap
 import time
 import urllib.request
 from pathlib import Path
@@ -24,125 +39,296 @@ import numpy as np
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 
-from evogym import envs, pools, spaces  # noqa: E402
+from evogym import envs, pools  # noqa: E402
 from evogym.host import Host, make_config  # noqa: E402
+from evogym.recording import Formatter  # noqa: E402
 from evogym.sandbox import Limits, PolicyProcess  # noqa: E402
 from evogym.server import Server  # noqa: E402
 
 ENVS = ("gym/acrobot", "gym/halfcheetah5", "gymnasium/MiniGrid-FourRooms-v0")
-POLICY = """
-class Policy:
-    def __init__(self, obs_space, action_space, env_meta):
-        a = action_space
-        self.action = 0 if a["type"] == "Discrete" else [0.0] * a["shape"][0]
-    def reset(self, episode_index):
-        pass
-    def act(self, obs):
-        return self.action
-"""
+POLICIES = {
+    "gym/acrobot": """
+        class Policy:
+            def __init__(self, obs_space, action_space, env_meta):
+                pass
+            def reset(self, episode_index):
+                pass
+            def act(self, obs):
+                # pump energy: torque with the first link's angular velocity
+                return 2 if obs[4] + 0.5 * obs[5] > 0 else 0
+        """,
+    "gym/halfcheetah5": """
+        import math
+        class Policy:
+            def __init__(self, obs_space, action_space, env_meta):
+                self.t = 0
+            def reset(self, episode_index):
+                self.t = 0
+            def act(self, obs):
+                # a fixed gait, phase-shifted per joint, damped by the joint velocities
+                self.t += 1
+                return [max(-1.0, min(1.0, 0.8 * math.sin(0.35 * self.t + 1.3 * i) - 0.05 * obs[11 + i]))
+                        for i in range(6)]
+        """,
+    "gymnasium/MiniGrid-FourRooms-v0": """
+        class Policy:
+            def __init__(self, obs_space, action_space, env_meta):
+                self.t = 0
+            def reset(self, episode_index):
+                self.t = 0
+            def act(self, obs):
+                # forward until a wall or lava is ahead, then turn
+                self.t += 1
+                ahead = obs["image"][3][5][0]
+                if ahead in (2, 9):
+                    return 1 if (self.t + obs["direction"]) % 2 else 0
+                return 2
+        """,
+}
 
 
-class Trivial:
-    """The same trivial policy, called in-process on the raw numpy observation."""
-
-    def __init__(self, action_schema: dict) -> None:
-        self.action = 0 if action_schema["type"] == "Discrete" else np.zeros(action_schema["shape"], np.float32)
-
-    def act(self, obs):
-        return self.action
+def policy_source(slug: str) -> str:
+    return textwrap.dedent(POLICIES[slug])
 
 
-def raw_episodes(slug: str, seeds: list[int]) -> tuple[float, int]:
-    """Raw: fresh env per episode seeded as the host, the policy called directly on numpy observations."""
+def load_policy(slug: str):
+    namespace: dict = {}
+    exec(compile(policy_source(slug), f"<policy {slug}>", "exec"), namespace)  # noqa: S102 - our own source
+    obs_schema, act_schema = envs.spaces_of(envs.resolve(slug))
+    return namespace["Policy"](obs_schema, act_schema, {"env": slug})
+
+
+def raw_episodes(slug: str, seeds: list[int]) -> tuple[float, int, float]:
+    """(seconds, steps, mean return): the policy called in-process on numpy observations."""
     spec = envs.resolve(slug)
-    _, act_schema = envs.spaces_of(spec)
-    policy, steps = Trivial(act_schema), 0
+    policy, steps, returns = load_policy(slug), 0, []
+    box = None
     t0 = time.perf_counter()
-    for seed in seeds:
+    for i, seed in enumerate(seeds):
         env = envs.make_env(spec)
+        if box is None:
+            box = env.action_space.dtype if hasattr(env.action_space, "shape") and env.action_space.shape else None
         obs, _ = envs.reset_episode(env, seed)
+        policy.reset(i)
+        ret = 0.0
         for _ in range(spec.max_steps):
-            obs, _, term, trunc, _ = env.step(policy.act(obs))
+            action = policy.act(obs)
+            obs, reward, term, trunc, _ = env.step(np.asarray(action, dtype=box) if box is not None else action)
+            ret += float(reward)
             steps += 1
             if term or trunc:
                 break
         env.close()
-    return time.perf_counter() - t0, steps
+        returns.append(ret)
+    return time.perf_counter() - t0, steps, float(np.mean(returns))
 
 
-def host_submit(slug: str, n: int, workdir: Path) -> tuple[float, dict]:
-    host = Host(workdir / f"run-{slug.replace('/', '_')}-{time.time_ns()}",
-                make_config(slug, "bench", budget=n + 1, max_per_submit=n))  # +1: no auto-finalize
+def our_submit(slug: str, n: int, workdir: Path) -> tuple[float, dict, dict]:
+    """(seconds, summary, timing of the host's submit.finish event)."""
+    host = Host(workdir / f"ours-{slug.replace('/', '_')}-{time.time_ns()}",
+                make_config(slug, "bench", budget=n + 1, max_per_submit=n, finalize_jobs=1))  # +1: no finalize
     server = Server(host).start()
     try:
-        (host.run.system / "policy.py").write_text(POLICY)
+        (host.run.system / "policy.py").write_text(policy_source(slug))
+        Formatter.ready()  # a running host has its formatter started (it starts at host open)
         req = urllib.request.Request(server.url + "/submit", data=json.dumps({"env_instances": f"0-{n - 1}"}).encode(),
                                      headers={"Content-Type": "application/json"})
         t0 = time.perf_counter()
         body = json.load(urllib.request.urlopen(req, timeout=3600))
         wall = time.perf_counter() - t0
-        return wall, body["summary"]
     finally:
         server.stop()
+    events = [json.loads(line) for line in host.run.events_path.read_text().splitlines()]
+    timing = next(e for e in events if e["event"] == "submit.finish").get("timing", {})
+    return wall, body["summary"], timing
 
 
-def breakdown(slug: str, workdir: Path, steps: int = 2000) -> dict:
-    """Sandbox start time and per-step round trip with the same trivial policy."""
+class Reference:
+    """The reference v0.1.0 host, imported from its source folder (never installed, never copied)."""
+
+    def __init__(self, src: Path) -> None:
+        sys.path.insert(0, str(src))
+        from evopolicygym.envs import registry
+        from evopolicygym.host.local import local
+        from evopolicygym.infra.http.api import SubmitRequest
+        from evopolicygym.judge.close import JudgeClose
+        self.registry, self.local, self.request, self.close = registry, local, SubmitRequest, JudgeClose
+
+    def host(self, slug: str, workdir: Path, budget: int, maximum: int, valid: int = 1, final: int = 1):
+        data = workdir / "data"
+        if not (data / slug / "train.json").exists():
+            pools.write_data(data, slug)  # the same train/valid/heldout seeds as ours
+        env = self.registry(bulk=slug.startswith("gymnasium/"), filters=(slug,)).get(slug)
+        host = self.local(workdir / f"ref-{slug.replace('/', '_')}-{time.time_ns()}", env, key="bench", model="bench",
+                          exp="bench", budget=budget, maximum=maximum, valid_size=valid, final_size=final,
+                          data=data / slug)
+        return host
+
+    def submit(self, slug: str, n: int, workdir: Path, source: str) -> tuple[float, dict]:
+        host = self.host(slug, workdir, n + 1, n)
+        (host.store.root / "workspace" / "system" / "policy.py").write_text(source)
+        t0 = time.perf_counter()
+        resp = host.service.submit(self.request(f"0-{n - 1}"))
+        return time.perf_counter() - t0, resp.summary
+
+
+def act_round_trip(slug: str, workdir: Path, calls: int = 2000) -> float:
+    """Median µs of one act() round trip (transport + worker + this policy), the env's observation."""
     spec = envs.resolve(slug)
     obs_schema, act_schema = envs.spaces_of(spec)
-    code = workdir / "bd"
+    code = workdir / f"rt-{slug.replace('/', '_')}"
     code.mkdir(exist_ok=True)
-    (code / "policy.py").write_text(POLICY)
+    (code / "policy.py").write_text(policy_source(slug))
     env = envs.make_env(spec)
     obs, _ = envs.reset_episode(env, 1)
-    enc = spaces.to_jsonable(obs)
+    env.close()
+    with PolicyProcess(code, isolation="bwrap", limits=Limits()) as proc:
+        proc.start(obs_schema, act_schema, {"env": slug})
+        proc.begin_episode(600)
+        times = []
+        for _ in range(calls):
+            t0 = time.perf_counter()
+            proc.act(obs)
+            times.append(time.perf_counter() - t0)
+    return statistics.median(times) * 1e6
+
+
+FINALIZE_VARIANTS = 4
+"""Distinct programs in the finalize run (each submitted twice: identical checkpoints)."""
+
+
+def finalize_variants(slug: str) -> list[str]:
+    base = policy_source(slug)
+    return [base.replace("0.5 * obs[5]", f"{0.5 + 0.1 * k:.1f} * obs[5]") for k in range(FINALIZE_VARIANTS)]
+
+
+def our_finalize(slug: str, workdir: Path, valid: int, heldout: int) -> tuple[float, int, int]:
+    """(seconds, validation episodes, checkpoints) of our finalize over 2 x FINALIZE_VARIANTS ok checkpoints."""
+    variants = finalize_variants(slug)
+    host = Host(workdir / f"fin-{time.time_ns()}", make_config(slug, "bench", budget=2 * len(variants) + 1,
+                                                                max_per_submit=1))
+    for source in variants + variants:
+        (host.run.system / "policy.py").write_text(source)
+        assert host.judge.submit({"env_instances": [0]})[1]["status"] == "ok"
     t0 = time.perf_counter()
-    proc = PolicyProcess(code, isolation="bwrap", limits=Limits())
-    proc.start(obs_schema, act_schema, {"env": slug})
-    start_s = time.perf_counter() - t0
-    proc.begin_episode(600)
+    host.start_finalize("finish")
+    host.done.wait(3600)
+    wall = time.perf_counter() - t0
+    events = [json.loads(line) for line in host.run.events_path.read_text().splitlines()]
+    runs = sum(1 for e in events if e["event"] == "eval.run" and e.get("kind") == "valid")
+    assert host.config.valid_size == valid and host.config.heldout_size == heldout
+    return wall, runs * valid, 2 * len(variants)
+
+
+def reference_finalize(ref: Reference, slug: str, workdir: Path, valid: int, heldout: int) -> tuple[float, int]:
+    """(seconds, validation episodes) of the reference's close over the same checkpoints."""
+    variants = finalize_variants(slug)
+    host = ref.host(slug, workdir, 2 * len(variants) + 1, 1, valid=valid, final=heldout)
+    for source in variants + variants:
+        (host.store.root / "workspace" / "system" / "policy.py").write_text(source)
+        host.service.submit(ref.request([0]))
+    svc = host.service
     t0 = time.perf_counter()
-    for _ in range(steps):
-        proc.act(enc)
-    act_us = (time.perf_counter() - t0) / steps * 1e6
-    proc.close()
-    t0 = time.perf_counter()
-    for _ in range(steps):
-        spaces.to_jsonable(obs)
-    enc_us = (time.perf_counter() - t0) / steps * 1e6
-    return {"sandbox_start_ms": start_s * 1e3, "act_roundtrip_us": act_us, "encode_us": enc_us}
+    outcome = ref.close(svc.store, svc.runtime)(svc.run, tuple(svc._snaps), svc.task, svc.valid, svc.final)
+    return time.perf_counter() - t0, len(outcome.vals) * valid
+
+
+def median(values: list[float]) -> float:
+    return statistics.median(values) if values else float("nan")
+
+
+def bench_env(slug: str, args, ref: Reference | None, tmp: Path) -> dict:
+    seeds = pools.pools_for(slug, "bench").train[: args.episodes]
+    raw, ours, theirs, timings = [], [], [], []
+    for _ in range(args.repeats):
+        r, steps, raw_mean = raw_episodes(slug, seeds)
+        o, summary, timing = our_submit(slug, args.episodes, tmp)
+        raw.append(r)
+        ours.append(o)
+        timings.append(timing)
+        if ref is not None:
+            t, ref_summary = ref.submit(slug, args.episodes, tmp, policy_source(slug))
+            theirs.append(t)
+            assert ref_summary["mean_return"] == summary["mean_return"], "not the same episodes"
+    assert abs(summary["mean_return"] - raw_mean) < 1e-9 * max(1.0, abs(raw_mean)), "raw ran other episodes"
+    row = {"env": slug, "episodes": args.episodes, "steps": steps, "raw_s": median(raw), "ours_s": median(ours),
+           "reference_s": median(theirs) if theirs else None, "raw_all": raw, "ours_all": ours, "reference_all": theirs,
+           "act_us": act_round_trip(slug, tmp)}
+    row["ours_vs_raw"] = row["ours_s"] / row["raw_s"]
+    row["ours_vs_reference"] = row["ours_s"] / row["reference_s"] if theirs else None
+    row["reference_vs_raw"] = row["reference_s"] / row["raw_s"] if theirs else None
+    row["timing"] = {k: median([t.get(k, float("nan")) for t in timings]) for k in timings[0]}
+    row["overhead_us_per_step"] = (row["ours_s"] - row["raw_s"]) / steps * 1e6
+    return row
+
+
+def fmt(x, spec=".3f") -> str:
+    return "–" if x is None else format(x, spec)
+
+
+def tables(rows: list[dict], fin: dict | None, load: tuple[float, float]) -> str:
+    out = [f"Load average (1 min) at start / end: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores.", "",
+           "| env | episodes | steps | raw s | ours s | reference s | ours / reference | ours / raw "
+           "| reference / raw |", "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        out.append(f"| {r['env']} | {r['episodes']} | {r['steps']} | {r['raw_s']:.3f} | {r['ours_s']:.3f} "
+                   f"| {fmt(r['reference_s'])} | **{fmt(r['ours_vs_reference'], '.2f')}×** "
+                   f"| **{r['ours_vs_raw']:.2f}×** | {fmt(r['reference_vs_raw'], '.2f')}× |")
+    out += ["", "Where our submit's time goes (medians; the host's `submit.finish` timing event):", "",
+            "| env | snapshot + metrics ms | sandbox start ms | episodes s | of which raw stepping s | "
+            "overhead µs/step | act round trip µs | waiting for episode files ms | feedback write ms |",
+            "|---|---|---|---|---|---|---|---|---|"]
+    for r in rows:
+        t = r["timing"]
+        out.append(f"| {r['env']} | {1e3 * t.get('snapshot_s', 0):.0f} | {1e3 * t.get('start_s', 0):.0f} "
+                   f"| {t.get('episodes_s', 0):.3f} | {r['raw_s']:.3f} "
+                   f"| {(t.get('episodes_s', 0) - r['raw_s']) / r['steps'] * 1e6:.1f} | {r['act_us']:.1f} "
+                   f"| {1e3 * t.get('files_wait_s', 0):.0f} | {1e3 * t.get('write_s', 0):.0f} |")
+    if fin:
+        out += ["", f"Finalize on {fin['env']}: {fin['checkpoints']} ok checkpoints ({FINALIZE_VARIANTS} distinct "
+                f"programs, each submitted twice), {fin['valid']} validation and {fin['heldout']} held-out episodes "
+                "per evaluation:", "",
+                "| host | validation episodes | + held-out episodes | wall s |", "|---|---|---|---|",
+                f"| ours (identical trees share, distinct in parallel) | {fin['ours_episodes']} | {fin['heldout']} "
+                f"| {fin['ours_s']:.2f} |"]
+        if fin.get("reference_s") is not None:
+            out.append(f"| reference (serial, every candidate) | {fin['reference_episodes']} | {fin['heldout']} "
+                       f"| {fin['reference_s']:.2f} |")
+    return "\n".join(out)
 
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--episodes", type=int, default=16, help="episodes per submit")
-    ap.add_argument("--repeats", type=int, default=3, help="repeats; the median is reported")
-    ap.add_argument("--envs", nargs="*", default=list(ENVS))
-    ap.add_argument("--out", type=Path, help="write a markdown table here")
+    ap.add_argument("--episodes", type=int, default=64, help="episodes per submit")
+    ap.add_argument("--repeats", type=int, default=3, help="interleaved repeats; medians are reported")
+    ap.add_argument("--envs", nargs="*", default=list(ENVS), help=f"env ids (default: {' '.join(ENVS)})")
+    ap.add_argument("--reference-src", type=Path, help="the reference v0.1.0 src/ folder (its host runs beside ours)")
+    ap.add_argument("--no-finalize", action="store_true", help="skip the finalize comparison")
+    ap.add_argument("--out", type=Path, help="write the markdown tables here")
     args = ap.parse_args()
-    seeds = pools.pools_for(ENVS[0], "bench").train[: args.episodes]
-    rows = []
+    ref = None
+    if args.reference_src is not None and (args.reference_src / "evopolicygym").is_dir():
+        ref = Reference(args.reference_src)
+    else:
+        print(f"reference skipped: no evopolicygym package under {args.reference_src}" if args.reference_src
+              else "reference skipped: pass --reference-src DIR to run the reference v0.1.0 host beside ours",
+              file=sys.stderr)
+    load0 = os.getloadavg()[0]
+    rows, fin = [], None
     with tempfile.TemporaryDirectory() as tmp:
         for slug in args.envs:
-            raw, host, summ = [], [], None
-            for _ in range(args.repeats):
-                r, steps = raw_episodes(slug, seeds)
-                h, summ = host_submit(slug, args.episodes, Path(tmp))
-                raw.append(r)
-                host.append(h)
-            bd = breakdown(slug, Path(tmp))
-            r, h = statistics.median(raw), statistics.median(host)
-            per_step_overhead = (h - r) / max(steps, 1) * 1e6
-            rows.append({"env": slug, "episodes": args.episodes, "steps": steps, "raw_s": r, "host_s": h,
-                         "ratio": h / r, "overhead_per_step_us": per_step_overhead, **bd})
-            print(json.dumps(rows[-1]), flush=True)
-    lines = ["| env | episodes | steps | raw s | host s | ratio | overhead µs/step | sandbox start ms "
-             "| act round trip µs | obs encode µs |", "|---|---|---|---|---|---|---|---|---|---|"]
-    for x in rows:
-        lines.append(f"| {x['env']} | {x['episodes']} | {x['steps']} | {x['raw_s']:.3f} | {x['host_s']:.3f} "
-                     f"| **{x['ratio']:.2f}×** | {x['overhead_per_step_us']:.1f} | {x['sandbox_start_ms']:.0f} "
-                     f"| {x['act_roundtrip_us']:.1f} | {x['encode_us']:.1f} |")
-    table = "\n".join(lines)
+            rows.append(bench_env(slug, args, ref, Path(tmp)))
+            print(json.dumps({k: v for k, v in rows[-1].items()}), flush=True)
+        if not args.no_finalize and "gym/acrobot" in args.envs:
+            prof = pools.profile("bench")
+            ours_s, ours_eps, n = our_finalize("gym/acrobot", Path(tmp), prof.valid, prof.heldout)
+            fin = {"env": "gym/acrobot", "checkpoints": n, "valid": prof.valid, "heldout": prof.heldout,
+                   "ours_s": ours_s, "ours_episodes": ours_eps}
+            if ref is not None:
+                fin["reference_s"], fin["reference_episodes"] = reference_finalize(
+                    ref, "gym/acrobot", Path(tmp), prof.valid, prof.heldout)
+            print(json.dumps(fin), flush=True)
+    table = tables(rows, fin, (load0, os.getloadavg()[0]))
     print(table)
     if args.out:
         args.out.parent.mkdir(parents=True, exist_ok=True)

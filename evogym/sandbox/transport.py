@@ -59,17 +59,18 @@ _DTYPES = {f: np.dtype(f) for f in FORMATS}
 ORDERED_STORES = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
 """x86 keeps stores in order, so a reader that sees the sequence word sees the payload."""
 
-SPIN_S = 200e-6
-"""How long the host busy-waits for a reply before blocking in poll(): a quick act()
-answers within microseconds, and a blocking wait adds the scheduler's wake-up latency
-(5-20 µs idle, more under load) to every step (experiments/results/host_overhead.md)."""
+SPIN_S = 1e-3
+"""The longest the host busy-waits for a reply before blocking in poll() (`SpinBudget`
+learns the budget below it): a quick act() answers within microseconds, and a blocking
+wait adds the scheduler's wake-up latency (5-20 µs idle, milliseconds on an
+oversubscribed machine) to every step (experiments/results/host_overhead.md)."""
 SPIN_MIN_S = 2e-6
 """The shortest spin budget: a few checks, so a reply already on its way is not slept through."""
 PREEMPTED_S = 30e-6
-"""A gap this long between two clock reads of a spin loop (~0.1 µs apart) means the
-spinner lost its core."""
+"""(worker) A gap this long between two clock reads of a spin loop (~0.1 µs apart) means
+the spinner lost its core."""
 MAX_BACKOFF = 1024
-"""Most consecutive waits that block without spinning after preemptions."""
+"""(worker) Most consecutive waits that block without spinning after preemptions."""
 WAIT_SLICE_S = 0.002
 """Longest single poll() while blocked; bounds the cost of a lost wake-up."""
 WAKE_READ = 4096
@@ -288,22 +289,14 @@ class Channel:
         ctl, seq, clock = self.ctl, self.seq, time.perf_counter
         if ctl[RESP_SEQ] == seq:
             return True
-        prev = self._wait_t0 = clock()
-        budget = self.budget.allowed() if ORDERED_STORES else 0.0
-        if not budget:
+        t0 = self._wait_t0 = clock()
+        if not ORDERED_STORES:
             return False
-        end = prev + budget
-        while True:
-            now = clock()
+        end = t0 + self.budget.budget
+        while clock() < end:
             if ctl[RESP_SEQ] == seq:
-                self.budget.quiet()
                 return True
-            if now - prev > PREEMPTED_S:
-                self.budget.preempted()
-                return False
-            if now >= end:
-                return False
-            prev = now
+        return ctl[RESP_SEQ] == seq
 
     def begin_block(self) -> bool:
         """Announce that the host is about to block; True if the reply came meanwhile."""
@@ -361,42 +354,25 @@ class Channel:
 
 
 class SpinBudget:
-    """How long to busy-wait before blocking, learned from the waits themselves.
+    """How long the host busy-waits for a reply before blocking, learned from the waits.
 
-    Two signals. A wait that had to block and still ended within half the maximum would
-    have been caught by spinning twice as long, so the budget grows to that; a longer
-    one (a slow act()) halves it, down to `SPIN_MIN_S`. And a spin that lost its core
-    (two clock reads more than `PREEMPTED_S` apart) means the machine is oversubscribed:
-    there, spinning only takes CPU from the peer it waits for, so the next waits block
-    (for 1, 2, 4, ... up to `MAX_BACKOFF` waits, halved again by each spin that succeeds
-    undisturbed). So an idle machine spins and a loaded one blocks. (The worker applies
-    the same rules in worker.py.)
+    A wait that had to block and still ended within half the maximum would have been
+    caught by spinning twice as long, so the budget grows to that; a longer one (a slow
+    act()) halves it, down to `SPIN_MIN_S`. Being preempted while spinning is no reason
+    to stop: the host is busy stepping the env anyway, and a blocked host waits for a
+    core of its own again, while the worker, which mostly sleeps, is woken ahead of
+    busy processes. (The worker's rule differs: worker.py stops spinning when it loses
+    its core, since a spinning worker turns from a sleeper into one more busy process.)
     """
 
-    __slots__ = ("budget", "maximum", "skip", "backoff")
+    __slots__ = ("budget", "maximum")
 
     def __init__(self, maximum: float) -> None:
         self.budget = self.maximum = maximum
-        self.skip, self.backoff = 0, 1
-
-    def allowed(self) -> float:
-        """The budget for this wait (0: block at once)."""
-        if self.skip:
-            self.skip -= 1
-            return 0.0
-        return self.budget
-
-    def preempted(self) -> None:
-        self.skip = self.backoff
-        self.backoff = min(2 * self.backoff, MAX_BACKOFF)
-
-    def quiet(self) -> None:
-        if self.backoff > 1:
-            self.backoff //= 2
 
     def blocked(self, waited_s: float) -> None:
         if waited_s < self.maximum / 2:
-            self.budget = max(self.budget, 2 * waited_s)
+            self.budget = min(self.maximum, max(self.budget, 2 * waited_s))
         else:
             self.budget = max(SPIN_MIN_S, self.budget / 2)
 

@@ -114,6 +114,8 @@ WAIT_SLICE_MS = 2
 SPIN_MIN_S = 2e-6
 PREEMPTED_S = 30e-6
 MAX_BACKOFF = 1024
+LOAD_CHECK_S = 0.02
+"""How often the worker re-reads the machine's runnable-task count (a few µs per read)."""
 INT64 = (-(1 << 63), 1 << 63)
 
 
@@ -139,6 +141,8 @@ class Channel:
         self.frame_bytes = frame_bytes
         self.spin_max = self.budget = spin_s if ordered else 0.0
         self.skip, self.backoff = 0, 1
+        self.cores = len(os.sched_getaffinity(0))
+        self.load_checked, self.spare = -LOAD_CHECK_S, True
         self.ordered = ordered
         self.seq = 0
         self.poller = select.poll()
@@ -170,7 +174,7 @@ class Channel:
         if self.skip:
             self.skip -= 1
             budget = 0.0
-        if not budget:
+        if not budget or not self._spare_core(t0):
             return False
         ctl, clock = self.ctl, time.perf_counter
         end, prev = t0 + budget, t0
@@ -188,13 +192,30 @@ class Channel:
                 return False
             prev = now
 
+    def _spare_core(self, now):
+        """Whether the machine has a core for a spinning worker: at most as many runnable
+        tasks as usable cores (`/proc/loadavg`, read at most every LOAD_CHECK_S). On a full
+        machine a spinning worker is one more busy process and its host's next request
+        waits for the scheduler; a sleeping one is woken ahead of busy ones."""
+        if now >= self.load_checked + LOAD_CHECK_S:
+            self.load_checked = now
+            try:
+                with open("/proc/loadavg", "rb") as f:
+                    running = int(f.read().split()[3].split(b"/")[0])
+                self.spare = running <= self.cores
+            except (OSError, ValueError, IndexError):
+                self.spare = True  # no load figure: the preemption check alone decides
+        return self.spare
+
     def _learn(self, waited):
-        """The host's SpinBudget rules (transport.py): grow to catch waits under half the
-        maximum, else halve."""
+        """Grow the budget to catch waits under half the maximum, else halve it (the host's
+        SpinBudget rule). The worker also stops spinning for 1, 2, 4 ... waits whenever a
+        spin loses its core (`_spin`): on a loaded machine a spinning worker is one more
+        busy process, while a sleeping one is woken ahead of busy ones."""
         if not self.spin_max:
             return
         if waited < self.spin_max / 2:
-            self.budget = max(self.budget, 2 * waited)
+            self.budget = min(self.spin_max, max(self.budget, 2 * waited))
         else:
             self.budget = max(SPIN_MIN_S, self.budget / 2)
 
