@@ -39,8 +39,12 @@ test-all: install
 evolve: install
 	$(BIN)/ole evolve --mode offline
 
+# The reference v0.1.0 host runs beside ours when its source is there (skipped with a message otherwise).
+REFERENCE_SRC ?= ../shared/reference/evopolicygym-v0.1.0/src
+
 bench: install
-	$(BIN)/python experiments/bench_host_overhead.py
+	$(BIN)/python experiments/bench_host_overhead.py --episodes 64 --repeats 3 --reference-src $(REFERENCE_SRC) \
+	  --out experiments/results/host_overhead.md
 
 smoke: install
 	$(BIN)/evogym suite smoke

@@ -1,8 +1,9 @@
 """The feedback tree an agent reads: `feedback/submit_NNN/...`, written atomically.
 
-Every file is written to a temporary name in the same directory, fsynced and renamed,
-and a submit's directory is assembled under a hidden temporary name and renamed into
-place as a whole, so an agent never sees a half-written submit (invariants F1–F9 of
+Single files are written to a temporary name in the same directory, fsynced and
+renamed; a submit's directory is assembled under a hidden temporary name and renamed
+into place as a whole (its summary fsynced first, its episode files right after, off
+the request: `DURABLE_NOW`), so an agent never sees a half-written submit (invariants F1–F9 of
 the spec: summary present for every recorded submit, episode dirs contiguous and
 numbered by budget used, trajectory line count = episode length, external
 observations row count = episode length, errors as JSON lines).

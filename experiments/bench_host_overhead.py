@@ -331,8 +331,23 @@ def main() -> None:
     table = tables(rows, fin, (load0, os.getloadavg()[0]))
     print(table)
     if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(table + "\n")
+        write_results(args.out, table)
+
+
+ACCOUNT = "## Account"
+"""The hand-written part of the results file below this heading is kept when the tables are rewritten."""
+
+
+def write_results(out: Path, table: str) -> None:
+    command = "python experiments/bench_host_overhead.py " + " ".join(sys.argv[1:])
+    head = ["# Host overhead: raw stepping vs our sandboxed submit vs the reference v0.1.0 submit", "",
+            f"Command ({time.strftime('%Y-%m-%d')}; medians of the interleaved repeats; the machine is shared, "
+            "see the load line):", "", f"    {command}", "", table, ""]
+    kept = ""
+    if out.exists() and ACCOUNT in out.read_text():
+        kept = out.read_text()[out.read_text().index(ACCOUNT):]
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(head) + ("\n" + kept if kept else ""))
 
 
 if __name__ == "__main__":
