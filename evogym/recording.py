@@ -113,14 +113,16 @@ def _copy_obs(obs):
     return obs
 
 
+_MUTABLE = frozenset({np.ndarray, dict, list})
+
+
 def _copy_info(info: dict) -> dict:
     """A copy that later steps of the env cannot change (arrays and containers copied)."""
-    if not info:
-        return _EMPTY_INFO
-    out = {}
-    for key, value in info.items():
-        t = type(value)
-        out[key] = value.copy() if t is np.ndarray or t is dict or t is list else value
+    out = dict(info)
+    if not _MUTABLE.isdisjoint(map(type, out.values())):
+        for key, value in out.items():
+            if type(value) in _MUTABLE:
+                out[key] = value.copy()
     return out
 
 
@@ -139,8 +141,14 @@ class EpisodeRecorder:
         store = self.obs
         if store is None:
             store = self.obs = DictObsStore(self.capacity, obs) if type(obs) is dict else ObsStore(self.capacity)
-        store.add(obs)
-        self.steps.append((raw, reward, terminated, truncated, _copy_info(info), invalid))
+        buf = getattr(store, "buf", None)
+        n = store.n if buf is not None else -1
+        if 0 <= n < len(buf) and type(obs) is np.ndarray and obs.dtype is buf.dtype and obs.shape == buf.shape[1:]:
+            buf[n] = obs  # the common case, inlined: one row copy
+            store.n = n + 1
+        else:
+            store.add(obs)
+        self.steps.append((raw, reward, terminated, truncated, _copy_info(info) if info else _EMPTY_INFO, invalid))
 
 
 @dataclass

@@ -222,7 +222,7 @@ def action_coercer(space: gs.Space):
 class _FlatBox:
     """The in-bounds fast path of a one-dimensional float32/float64 Box."""
 
-    __slots__ = ("space", "n", "typecode", "dtype", "bounds")
+    __slots__ = ("space", "n", "typecode", "dtype", "bounds", "uniform")
 
     @classmethod
     def of(cls, space: gs.Space) -> "_FlatBox | None":
@@ -237,6 +237,7 @@ class _FlatBox:
         low = np.maximum(space.low.astype(np.float64), -big).tolist()
         high = np.minimum(space.high.astype(np.float64), big).tolist()
         self.bounds = list(zip(low, high))
+        self.uniform = (low[0], high[0]) if len(set(low)) == 1 and len(set(high)) == 1 else None
 
     def coerce(self, raw, is_array: bool):
         if is_array:
@@ -246,7 +247,10 @@ class _FlatBox:
                 all(type(v) is float for v in raw) else None
         if values is not None:
             rounded = array(self.typecode, values)
-            if all(lo <= v <= hi for v, (lo, hi) in zip(rounded, self.bounds)):
+            # the values are finite here (JSON and the transport give non-finite ones as
+            # strings), so min/max are exact; rounding may still overflow to inf: out of bounds
+            if (self.uniform is not None and self.uniform[0] <= min(rounded) and max(rounded) <= self.uniform[1]) \
+                    or (self.uniform is None and all(lo <= v <= hi for v, (lo, hi) in zip(rounded, self.bounds))):
                 return np.frombuffer(rounded, dtype=self.dtype), False
         return coerce_action(self.space, to_jsonable(raw) if is_array else raw)
 

@@ -98,7 +98,7 @@ def install_seccomp(lib_dir):
 
 # Wire layout: the same numbers as evogym/sandbox/transport.py (a test compares them).
 CONTROL_BYTES = 4096
-REQ_SEQ, REQ_OP, REQ_KIND, REQ_LEN, REQ_FMT, REQ_NDIM, REQ_AUX = 0, 1, 2, 3, 4, 5, 6
+REQ_SEQ, REQ_OP, REQ_KIND, REQ_LEN, REQ_FMT, REQ_NDIM, REQ_AUX, REQ_LAYOUT = 0, 1, 2, 3, 4, 5, 6, 7
 REQ_SHAPE = 8
 HOST_WAITING = 32
 RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM = 64, 65, 66, 67, 68, 69
@@ -145,6 +145,7 @@ class Channel:
         self.load_checked, self.spare = -LOAD_CHECK_S, True
         self.ordered = ordered
         self.seq = 0
+        self.layout, self.view, self.flat, self.floats = None, None, None, False  # see value()
         self.poller = select.poll()
         self.poller.register(req_fd, select.POLLIN)
 
@@ -231,7 +232,18 @@ class Channel:
         ctl = self.ctl
         kind, size = ctl[REQ_KIND], ctl[REQ_LEN]
         if kind == KIND_ARRAY:
-            return self._array(0, chr(ctl[REQ_FMT]), ctl[REQ_SHAPE:REQ_SHAPE + ctl[REQ_NDIM]].tolist())
+            if ctl[REQ_LAYOUT] != self.layout:  # a new dtype or shape: describe it once
+                self.layout = ctl[REQ_LAYOUT]
+                fmt, shape = chr(ctl[REQ_FMT]), ctl[REQ_SHAPE:REQ_SHAPE + ctl[REQ_NDIM]].tolist()
+                self.view = self.req[:_prod(shape) * _ITEMSIZE[fmt]].cast(fmt, shape)
+                self.flat = self.view if len(shape) == 1 else self.view.cast("B").cast(fmt)
+                self.floats = fmt in "fd"
+            value = self.view.tolist()
+            if self.floats:  # non-finite floats cross as "nan"/"inf"/"-inf", as in JSON
+                total = sum(value) if self.flat is self.view else sum(self.flat)
+                if total - total != 0.0:
+                    value = _finite(value)
+            return value
         if kind == KIND_INT:
             return int.from_bytes(self.req[:8], "little", signed=True)
         if kind == KIND_DICT:

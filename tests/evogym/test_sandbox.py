@@ -231,7 +231,7 @@ def test_nan_action_crosses_as_a_string_and_the_process_survives(tmp_path):
     with PolicyProcess(code, isolation="bwrap", limits=QUICK) as proc:
         assert proc.start({}, {}, {}).ok
         first, second = proc.act([float("inf")]), proc.act([1.0])
-    assert first.ok and first.array and to_jsonable(first.value) == ["nan", 0.5] and second.ok
+    assert first.ok and not first.array and first.value == ["nan", 0.5] and second.ok
 
 
 @pytest.mark.sandbox
