@@ -44,7 +44,7 @@ CONTROL_BYTES = 4096
 REQ_SEQ, REQ_OP, REQ_KIND, REQ_LEN, REQ_FMT, REQ_NDIM, REQ_AUX, REQ_LAYOUT = 0, 1, 2, 3, 4, 5, 6, 7
 REQ_SHAPE = 8
 HOST_WAITING = 32
-RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM = 64, 65, 66, 67, 68, 69
+RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM, RESP_BUSY_US = 64, 65, 66, 67, 68, 69, 70
 RESP_SHAPE = 72
 WORKER_WAITING = 96
 MAX_NDIM = 8
@@ -61,10 +61,12 @@ ORDERED_STORES = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386
 """x86 keeps stores in order, so a reader that sees the sequence word sees the payload."""
 
 SPIN_S = 1e-3
-"""The longest the host busy-waits for a reply before blocking in poll() (`SpinBudget`
-learns the budget below it): a quick act() answers within microseconds, and a blocking
-wait adds the scheduler's wake-up latency (5-20 µs idle, milliseconds on an
-oversubscribed machine) to every step (experiments/results/host_overhead.md)."""
+"""The longest the host busy-waits for the reply of a quick policy before blocking in
+poll() (`SpinBudget`): a quick act() answers within microseconds, and a blocking wait
+adds the scheduler's wake-up latency (5-20 µs idle, milliseconds on an oversubscribed
+machine) to every step (experiments/results/host_overhead.md)."""
+FAST_ACT_S = 200e-6
+"""A policy whose act() takes less than this (as the worker reports) is waited for by spinning."""
 SPIN_MIN_S = 2e-6
 """The shortest spin budget: a few checks, so a reply already on its way is not slept through."""
 PREEMPTED_S = 30e-6
@@ -149,7 +151,6 @@ class Channel:
         self._last_shape: tuple = ()
         self._last_nbytes = 0
         self.budget = SpinBudget(SPIN_S)
-        self._wait_t0 = 0.0
 
     @property
     def child_fds(self) -> tuple[int, int, int]:
@@ -305,7 +306,7 @@ class Channel:
         ctl, seq, clock = self.ctl, self.seq, time.perf_counter
         if ctl[RESP_SEQ] == seq:
             return True
-        t0 = self._wait_t0 = clock()
+        t0 = clock()
         if not ORDERED_STORES:
             return False
         end = t0 + self.budget.budget
@@ -320,9 +321,8 @@ class Channel:
         return self.ctl[RESP_SEQ] == self.seq
 
     def end_block(self) -> None:
-        """The blocking wait is over (reply, death or deadline); learn from how long it took."""
+        """The blocking wait is over (reply, death or deadline)."""
         self.ctl[HOST_WAITING] = 0
-        self.budget.blocked(time.perf_counter() - self._wait_t0)
 
     def drain_wake(self) -> None:
         """Consume wake bytes; raises WorkerGone at EOF (the worker's end is closed)."""
@@ -339,6 +339,7 @@ class Channel:
         Raises ValueError with a reason for a malformed header or payload."""
         ctl = self.ctl
         status, kind, size = ctl[RESP_STATUS], ctl[RESP_KIND], ctl[RESP_LEN]
+        self.budget.update(ctl[RESP_BUSY_US])
         if size > self.frame_bytes:
             raise ValueError(f"reply announces {size} bytes; the limit is {self.frame_bytes}")
         if status not in (STATUS_OK, STATUS_ERROR):
@@ -379,27 +380,27 @@ class Channel:
 
 
 class SpinBudget:
-    """How long the host busy-waits for a reply before blocking, learned from the waits.
+    """How long the host busy-waits for a reply before blocking.
 
-    A wait that had to block and still ended within half the maximum would have been
-    caught by spinning twice as long, so the budget grows to that; a longer one (a slow
-    act()) halves it, down to `SPIN_MIN_S`. Being preempted while spinning is no reason
-    to stop: the host is busy stepping the env anyway, and a blocked host waits for a
-    core of its own again, while the worker, which mostly sleeps, is woken ahead of
-    busy processes. (The worker's rule differs: worker.py stops spinning when it loses
-    its core, since a spinning worker turns from a sleeper into one more busy process.)
+    The worker reports how long the policy itself took (`RESP_BUSY_US`). While that is
+    short (< `FAST_ACT_S`), anything beyond it is transport or scheduling latency: the
+    host spins up to `maximum`, because a blocked host must win a core back before it
+    can step the env (milliseconds on an oversubscribed machine), while a spinning one
+    keeps the core it would use anyway. A slow policy makes the host block almost at
+    once (`SPIN_MIN_S`): spinning through a long act() only burns a core. The report
+    is untrusted and steers nothing but this budget.
     """
 
-    __slots__ = ("budget", "maximum")
+    __slots__ = ("budget", "maximum", "busy")
 
     def __init__(self, maximum: float) -> None:
         self.budget = self.maximum = maximum
+        self.busy = 0.0
 
-    def blocked(self, waited_s: float) -> None:
-        if waited_s < self.maximum / 2:
-            self.budget = min(self.maximum, max(self.budget, 2 * waited_s))
-        else:
-            self.budget = max(SPIN_MIN_S, self.budget / 2)
+    def update(self, busy_us: int) -> None:
+        """After a reply: fold the policy's reported time into the estimate (EWMA, 1/4)."""
+        self.busy += (busy_us * 1e-6 - self.busy) * 0.25
+        self.budget = self.maximum if self.busy < FAST_ACT_S else SPIN_MIN_S
 
 
 def poll_fds(poller: select.poll, timeout_s: float) -> list[tuple[int, int]]:

@@ -101,7 +101,7 @@ CONTROL_BYTES = 4096
 REQ_SEQ, REQ_OP, REQ_KIND, REQ_LEN, REQ_FMT, REQ_NDIM, REQ_AUX, REQ_LAYOUT = 0, 1, 2, 3, 4, 5, 6, 7
 REQ_SHAPE = 8
 HOST_WAITING = 32
-RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM = 64, 65, 66, 67, 68, 69
+RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM, RESP_BUSY_US = 64, 65, 66, 67, 68, 69, 70
 RESP_SHAPE = 72
 WORKER_WAITING = 96
 MAX_NDIM = 8
@@ -447,17 +447,19 @@ def _flush_output():
 
 def serve(channel, policy):
     """Answer reset/act requests until the host closes the request pipe."""
-    act, reset = policy.act, policy.reset
+    act, reset, clock, ctl = policy.act, policy.reset, time.perf_counter, channel.ctl
     while True:
         op = channel.receive()
         if op is None:
             return
+        t0 = clock()
         try:
             if op == OP_ACT:
                 value = act(channel.value())
             else:
                 reset(channel.value())
                 value = None
+            ctl[RESP_BUSY_US] = min(int((clock() - t0) * 1e6), 0xFFFFFFFF)  # the host's spin hint
         except Exception as exc:  # noqa: BLE001 - the policy's error is the verdict
             _flush_output()
             channel.reply_error(failure(PHASE_ERRORS.get(op, "act_error"), exc, 1))
