@@ -23,7 +23,7 @@ from evogym.feedback import atomic_write_json, error_line, summary_stats, write_
 from evogym.recording import Formatter, PendingFiles
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
 from evogym.rundir import BudgetState, RunConfig, RunDir
-from evogym.sandbox import validate_snapshot
+from evogym.sandbox import PolicyProcess, validate_snapshot
 from evogym.verdicts import rollout_verdict, start_failure
 from evogym.instances import ParseError, parse as parse_instances
 
@@ -42,16 +42,18 @@ class SnapshotError(Exception):
 
 
 def snapshot(src: Path, dst: Path) -> None:
-    """Copy regular files of `src` into a new `dst`: no symlinks, FIFOs or devices, no caches, capped."""
-    tmp = dst.with_name(f".{dst.name}.tmp")
-    shutil.rmtree(tmp, ignore_errors=True)
-    tmp.mkdir(parents=True)
+    """Copy regular files of `src` into the empty directory `dst`: no symlinks, FIFOs or
+    devices, no caches, capped (over the caps `dst` is left empty and SnapshotError raised).
+
+    `dst` exists before the copy so a sandbox can be launched on it meanwhile; a host that
+    dies mid-copy leaves a checkpoint without feedback, which the next start records as
+    `host_interrupted` and refunds."""
     files = size = 0
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in SNAPSHOT_SKIP_DIRS
                              and not os.path.islink(os.path.join(dirpath, d)))
         rel = Path(dirpath).relative_to(src)
-        (tmp / rel).mkdir(parents=True, exist_ok=True)
+        (dst / rel).mkdir(parents=True, exist_ok=True)
         for name in sorted(filenames):
             path = Path(dirpath) / name
             st = path.lstat()
@@ -60,7 +62,11 @@ def snapshot(src: Path, dst: Path) -> None:
             files += 1
             size += st.st_size
             if files > SNAPSHOT_MAX_FILES or size > SNAPSHOT_MAX_BYTES:
-                shutil.rmtree(tmp, ignore_errors=True)
+                for child in list(dst.iterdir()):
+                    if child.is_dir() and not child.is_symlink():
+                        shutil.rmtree(child)
+                    else:
+                        child.unlink()
                 raise SnapshotError(f"system/ exceeds the snapshot limits ({SNAPSHOT_MAX_FILES} files, "
                                     f"{SNAPSHOT_MAX_BYTES >> 20} MiB)")
             # O_NONBLOCK: a file swapped for a FIFO after the check must not block the host
@@ -68,9 +74,8 @@ def snapshot(src: Path, dst: Path) -> None:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 continue
-            with os.fdopen(fd, "rb") as f_in, open(tmp / rel / name, "wb") as f_out:
+            with os.fdopen(fd, "rb") as f_in, open(dst / rel / name, "wb") as f_out:
                 shutil.copyfileobj(f_in, f_out)
-    os.rename(tmp, dst)
 
 
 def denied_imports(code_dir: Path, denied=DENIED_IMPORTS) -> list[str]:
@@ -233,26 +238,34 @@ class Judge:
         return 200, {"submit_id": index, "status": status, "summary": summary}
 
     def _run_checkpoint(self, index, ckpt, instances, cost, on_episode) -> tuple[str, BatchResult | None, list[str]]:
+        ckpt.mkdir(parents=True)
+        proc = PolicyProcess(ckpt, isolation=self.config.isolation, limits=self.config.limits)
+        proc.launch()  # the sandbox starts while the snapshot is copied and checked
         try:
             snapshot(self.run.system, ckpt)
         except SnapshotError as exc:
-            ckpt.mkdir(exist_ok=True)
+            proc.close()
             self.write_metrics(ckpt)
             return "import_error", None, [error_line("import_error", f"import_error: {exc}", utc_stamp())]
+        except BaseException:
+            proc.close()
+            raise
         self.write_metrics(ckpt)
         self.run.event("submit.snapshot", submit=index, checkpoint=f"checkpoints/{ckpt.name}")
         static = validate_snapshot(ckpt)
+        denied = denied_imports(ckpt) if static is None else []
+        if static is not None or denied:
+            proc.close()
         if static is not None:
             return static.category, None, [error_line(static.category, f"{static.category}: {static.message}",
                                                       utc_stamp(), static.traceback)]
-        denied = denied_imports(ckpt)
         if denied:
             return "denied_import", None, [error_line("denied_import", f"denied_import: {', '.join(denied)} "
                                                       "may not be imported by policies", utc_stamp())]
         meta = self.policy_env_meta(index, cost, self.state.remaining)
         job = EpisodeJob(self.config.env, str(ckpt), tuple(self.train[i] for i in instances), meta,
                          self.config.limits, self.config.isolation, record=True, max_steps=self.config.max_steps)
-        batch = run_episodes(job, on_episode)
+        batch = run_episodes(job, on_episode, proc)
         if batch.start_failure is not None:
             fail = batch.start_failure
             verdict, category = start_failure(fail.category)

@@ -113,15 +113,17 @@ def _fail(ep: EpisodeResult, category: str, res: CallResult | str) -> None:
 class _Session:
     """One Policy instance; restarted (fresh process) after a fatal episode."""
 
-    def __init__(self, job: EpisodeJob, obs_schema: dict, act_schema: dict) -> None:
+    def __init__(self, job: EpisodeJob, obs_schema: dict, act_schema: dict,
+                 launched: PolicyProcess | None = None) -> None:
         self.job, self.obs_schema, self.act_schema = job, obs_schema, act_schema
         self.proc: PolicyProcess | None = None
         self.start_failure: CallResult | None = None
+        self.launched = launched
 
     def ensure(self) -> CallResult | None:
         if self.proc is None:
-            self.proc = PolicyProcess(Path(self.job.code_dir), isolation=self.job.isolation,
-                                      limits=self.job.limits)
+            self.proc, self.launched = self.launched or PolicyProcess(
+                Path(self.job.code_dir), isolation=self.job.isolation, limits=self.job.limits), None
             res = self.proc.start(self.obs_schema, self.act_schema, self.job.policy_env_meta)
             if not res.ok:
                 self.start_failure = res
@@ -129,9 +131,10 @@ class _Session:
         return self.start_failure
 
     def drop(self) -> None:
-        if self.proc is not None:
-            self.proc.close()
-        self.proc = None
+        for proc in (self.proc, self.launched):
+            if proc is not None:
+                proc.close()
+        self.proc = self.launched = None
         self.start_failure = None
 
 
@@ -210,14 +213,17 @@ def _run_steps(sess: _Session, env, obs, ep: EpisodeResult, steps: int) -> None:
         ep.ret, ep.length = ret, length
 
 
-def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], None] | None = None) -> BatchResult:
+def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], None] | None = None,
+                 launched: PolicyProcess | None = None) -> BatchResult:
     """Run `job.seeds` in order with one Policy instance (`reset(i)` for local index i).
 
     `on_episode(i, episode)` is called as each episode ends (the judge hands its
-    recording to the formatter there, so formatting overlaps the next episode)."""
+    recording to the formatter there, so formatting overlaps the next episode).
+    `launched`: a `PolicyProcess` for `job.code_dir` already launched (not started) by
+    the caller; this function owns and closes it."""
     spec = envs.resolve(job.slug)
     meta = envs.env_meta(spec, n_env_instances=0)
-    sess = _Session(job, meta["obs_space"], meta["action_space"])
+    sess = _Session(job, meta["obs_space"], meta["action_space"], launched)
     try:
         t0 = time.monotonic()
         failure = sess.ensure()

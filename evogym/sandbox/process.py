@@ -219,22 +219,32 @@ class PolicyProcess:
         self._deadline: float | None = None
         self._armed = False
         self._ch: Channel | None = None
+        self._started = False
         self._streams: list[Stream] = []
         self._poll = select.poll()
 
     # -- lifecycle ---------------------------------------------------------------------
 
+    def launch(self) -> None:
+        """Start the sandbox and the worker now, before the snapshot is complete if need be:
+        the worker imports nothing of the policy until start(). The judge overlaps the
+        sandbox start (bwrap, interpreter, seccomp: tens of ms) with its snapshot copy."""
+        if self._h.proc is None and self._dead is None:
+            self._launch()
+
     def start(self, obs_space: dict, action_space: dict, env_meta: dict) -> CallResult:
-        """Validate, launch the sandbox, import policy.py and construct Policy."""
-        if self._h.proc is not None or self._dead is not None:
+        """Validate, launch the sandbox (unless launch() did), import policy.py and construct Policy."""
+        if self._started or self._dead is not None:
             raise ProtocolError("start() called twice on one PolicyProcess",
                                 hint="create a new PolicyProcess per Policy instance")
+        self._started = True
         t0 = time.monotonic()
         invalid = validate_snapshot(self.code_dir)
         if invalid is not None:
+            self.close()
             self._dead = invalid
             return invalid
-        self._launch()
+        self.launch()
         request = dumps({"obs_space": obs_space, "action_space": action_space, "env_meta": env_meta})
         self._send("start", self._ch.send_json, transport.OP_START, request)
         result = self._await("start", t0 + self.limits.init_wall_s)
@@ -249,6 +259,7 @@ class PolicyProcess:
         """Kill the whole sandbox (pid namespace + cgroup), release fds; idempotent."""
         self._finalizer()
         self._ch = None
+        self._streams = []
         if self._dead is None:
             self._dead = _failure("crashed", "the policy process was closed")
 
@@ -311,7 +322,7 @@ class PolicyProcess:
     def _check(self, phase: str) -> CallResult | None:
         if self._dead is not None:
             return _failure(self._dead.category, self._dead.message, self._dead.traceback)
-        if self._h.proc is None:
+        if not self._started:
             raise ProtocolError(f"{phase}() before start()", hint="call start() first")
         return None
 
