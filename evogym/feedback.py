@@ -195,30 +195,59 @@ summaries on resume. The episode files are fsynced right after, off the request
 crash (not a host crash: the page cache survives that) nothing can tell the difference."""
 
 
+def write_episode(files: dict[str, bytes], directory: Path) -> list[str]:
+    """Write one episode's files into `directory` (created; its parent must exist, so a
+    tree aborted meanwhile is not recreated), unsynced; returns their names."""
+    directory.mkdir(exist_ok=True)
+    for name, data in files.items():
+        with open(directory / name, "wb") as f:
+            f.write(data)
+    return list(files)
+
+
+class PartialTree:
+    """A feedback directory assembled under a hidden name next to `target` (episode files
+    may be written into `tmp` by the formatter meanwhile); `commit` renames it into place
+    as a whole, `abort` removes it. Half-written ones left by a crash are swept at start."""
+
+    def __init__(self, target: Path) -> None:
+        self.target = Path(target)
+        self.tmp = Path(tempfile.mkdtemp(dir=self.target.parent, prefix=f".{self.target.name}."))
+        self.later: list[str] = []
+
+    def written(self, rels: list[str]) -> None:
+        """Files someone else wrote below `tmp` (relative paths), to be fsynced after the commit."""
+        self.later.extend(rels)
+
+    def commit(self, files: dict[str, bytes]) -> None:
+        """Write the remaining files (`DURABLE_NOW` ones fsynced), rename into place."""
+        try:
+            for rel, data in files.items():
+                path = self.tmp / rel
+                path.parent.mkdir(parents=True, exist_ok=True)
+                with open(path, "wb") as f:
+                    f.write(data)
+                    if rel in DURABLE_NOW:
+                        f.flush()
+                        os.fsync(f.fileno())
+                    else:
+                        self.later.append(rel)
+            fsync_dir(self.tmp)
+            os.rename(self.tmp, self.target)
+        except BaseException:
+            self.abort()
+            raise
+        fsync_dir(self.target.parent)
+        if self.later:
+            _syncer().put((self.target, self.later))
+
+    def abort(self) -> None:
+        shutil.rmtree(self.tmp, ignore_errors=True)
+
+
 def write_tree(target: Path, files: dict[str, bytes]) -> None:
     """Write {relative path: bytes} as a new directory `target`, atomically as a whole."""
-    target = Path(target)
-    tmp = Path(tempfile.mkdtemp(dir=target.parent, prefix=f".{target.name}."))
-    later = []
-    try:
-        for rel, data in files.items():
-            path = tmp / rel
-            path.parent.mkdir(parents=True, exist_ok=True)
-            with open(path, "wb") as f:
-                f.write(data)
-                if rel in DURABLE_NOW:
-                    f.flush()
-                    os.fsync(f.fileno())
-                else:
-                    later.append(rel)
-        fsync_dir(tmp)
-        os.rename(tmp, target)
-    except BaseException:
-        shutil.rmtree(tmp, ignore_errors=True)
-        raise
-    fsync_dir(target.parent)
-    if later:
-        _syncer().put((target, later))
+    PartialTree(target).commit(files)
 
 
 _SYNC_QUEUE: "queue.Queue | None" = None

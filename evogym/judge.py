@@ -19,7 +19,7 @@ from pathlib import Path
 from typing import Callable
 
 from evogym import code_metrics, envs
-from evogym.feedback import atomic_write_json, error_line, summary_stats, write_tree
+from evogym.feedback import PartialTree, atomic_write_json, error_line, summary_stats, write_tree
 from evogym.recording import Formatter, PendingFiles
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
 from evogym.rundir import BudgetState, RunConfig, RunDir
@@ -204,10 +204,30 @@ class Judge:
         self.state.used += cost
         self.run.event("submit.charge", submit=index, cost=cost, remaining=self.state.remaining)
         ckpt = self.run.checkpoints / self.run.submit_name(index)
-        pending: list[PendingFiles] = []
+        tree = PartialTree(self.run.feedback / self.run.submit_name(index))
+        try:
+            summary, status, timing = self._fill_tree(tree, index, ckpt, instances, cost, first, started,
+                                                      started_at)
+        except BaseException:
+            tree.abort()
+            raise
+        self.run.event("submit.finish", submit=index, status=status, cost=cost,
+                       mean_return=summary["mean_return"], wall=summary["wall_time_seconds"],
+                       timing={k: round(v, 6) for k, v in timing.items()})
+        return 200, {"submit_id": index, "status": status, "summary": summary}
+
+    def _fill_tree(self, tree: PartialTree, index, ckpt, instances, cost, first, started, started_at):
+        """Run the checkpoint with its episode files written into `tree` as each episode ends
+        (by the formatter, meanwhile), then commit the tree with its summary."""
+        pending: list[tuple[str, PendingFiles]] = []
+
+        def episode_done(i: int, ep) -> None:
+            (tree.tmp / "episodes").mkdir(exist_ok=True)  # only trees with episodes have the folder
+            rel = f"episodes/ep_{first + i:0{self.ep_width}d}"
+            pending.append((rel, Formatter.submit(ep.data(), tree.tmp / rel)))
+
         t0 = time.monotonic()
-        status, batch, errors = self._run_checkpoint(index, ckpt, instances, cost,
-                                                     lambda i, ep: pending.append(Formatter.submit(ep.data())))
+        status, batch, errors = self._run_checkpoint(index, ckpt, instances, cost, episode_done)
         timing = {"rollout_s": time.monotonic() - t0}
         files = {"summary.json": b""}
         fields = {"n_episodes": cost, "env_instances": instances}
@@ -218,9 +238,8 @@ class Judge:
             fields["errors"] = [i for i, e in enumerate(eps) if e.error_category]
             fields["timeouts"] = [i for i, e in enumerate(eps) if e.error_category == "act_timeout"]
             t0 = time.monotonic()
-            for i, made in enumerate(pending):
-                for name, data in made.result().items():
-                    files[f"episodes/ep_{first + i:0{self.ep_width}d}/{name}"] = data
+            for rel, made in pending:
+                tree.written([f"{rel}/{name}" for name in made.result()])
             timing["files_wait_s"] = time.monotonic() - t0
         if batch is not None:
             timing.update(start_s=batch.start_s, episodes_s=batch.episodes_s)
@@ -230,12 +249,9 @@ class Judge:
         summary = self._summary(index, status, instances, started, started_at, **fields)
         files["summary.json"] = _pretty(summary)
         t0 = time.monotonic()
-        write_tree(self.run.feedback / self.run.submit_name(index), files)
+        tree.commit(files)
         timing["write_s"] = time.monotonic() - t0
-        self.run.event("submit.finish", submit=index, status=status, cost=cost,
-                       mean_return=summary["mean_return"], wall=summary["wall_time_seconds"],
-                       timing={k: round(v, 6) for k, v in timing.items()})
-        return 200, {"submit_id": index, "status": status, "summary": summary}
+        return summary, status, timing
 
     def _run_checkpoint(self, index, ckpt, instances, cost, on_episode) -> tuple[str, BatchResult | None, list[str]]:
         ckpt.mkdir(parents=True)

@@ -202,17 +202,18 @@ class Formatter:
     def _warm(cls) -> None:
         proc = cls._helper()
         try:
-            _send(proc.stdin, EpisodeData())  # an empty episode: imports done, one answer back
+            _send(proc.stdin, None)  # no episode: the helper's imports are done when it answers
             _receive(proc.stdout)
         except (OSError, EOFError, pickle.UnpicklingError):
             _stop(proc)
             cls._proc = None  # the next episode starts a new helper (or is made in-process)
 
     @classmethod
-    def submit(cls, data: EpisodeData) -> "PendingFiles":
+    def submit(cls, data: EpisodeData, directory: Path) -> "PendingFiles":
+        """Make the episode's files and write them into `directory` (which must not exist yet)."""
         if data.steps and cls.parallel():
-            return PendingFiles(data, cls._executor().submit(cls._round_trip, data))
-        return PendingFiles(data, None)
+            return PendingFiles(data, directory, cls._executor().submit(cls._round_trip, data, directory))
+        return PendingFiles(data, directory, None)
 
     @classmethod
     def shutdown(cls) -> None:
@@ -243,41 +244,42 @@ class Formatter:
         return cls._proc
 
     @classmethod
-    def _round_trip(cls, data: EpisodeData) -> dict[str, bytes]:
+    def _round_trip(cls, data: EpisodeData, directory: Path) -> list[str]:
         proc = cls._helper()
         try:
-            _send(proc.stdin, data)
-            files = _receive(proc.stdout)
+            _send(proc.stdin, (data, str(directory)))
+            names = _receive(proc.stdout)
         except (OSError, EOFError, pickle.UnpicklingError):
-            files = None
-        if not isinstance(files, dict):
+            names = None
+        if not isinstance(names, list):
             _stop(proc)
             cls._proc = None
-            return _episode_files(data)
-        return files
+            return _write_episode(data, directory)
+        return names
 
 
 class PendingFiles:
-    """The files of one episode, being made; `result()` waits for them."""
+    """The files of one episode, being made; `result()` waits until they are written and
+    returns their names."""
 
-    __slots__ = ("data", "future")
+    __slots__ = ("data", "directory", "future")
 
-    def __init__(self, data: EpisodeData, future: Future | None) -> None:
-        self.data, self.future = data, future
+    def __init__(self, data: EpisodeData, directory: Path, future: Future | None) -> None:
+        self.data, self.directory, self.future = data, directory, future
 
-    def result(self) -> dict[str, bytes]:
+    def result(self) -> list[str]:
         if self.future is not None:
             try:
                 return self.future.result()
             except CancelledError:  # the formatter thread was shut down (interpreter exit)
                 pass
-        return _episode_files(self.data)
+        return _write_episode(self.data, self.directory)
 
 
-def _episode_files(data: EpisodeData) -> dict[str, bytes]:
-    from evogym.feedback import episode_files
+def _write_episode(data: EpisodeData, directory: Path) -> list[str]:
+    from evogym.feedback import episode_files, write_episode
 
-    return episode_files(data)
+    return write_episode(episode_files(data), Path(directory))
 
 
 def _send(stream, obj) -> None:
@@ -310,17 +312,23 @@ def _stop(proc: subprocess.Popen) -> None:
 
 
 def _serve() -> None:
-    """The helper's loop: one EpisodeData in, its files out, until the host closes stdin."""
+    """The helper's loop: (EpisodeData, directory) in, the episode's files written there and
+    their names out, until the host closes stdin."""
     import signal
 
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the host's Ctrl-C is the host's to handle
     stdin, stdout = sys.stdin.buffer, sys.stdout.buffer
+    import evogym.feedback  # noqa: F401 - the imports a first episode would otherwise wait for
     while True:
         try:
-            data = _receive(stdin)
+            job = _receive(stdin)
         except EOFError:
             return
-        _send(stdout, _episode_files(data))
+        try:
+            answer = [] if job is None else _write_episode(*job)
+        except OSError as exc:  # the tree was aborted meanwhile; the host decides what that means
+            answer = f"{type(exc).__name__}: {exc}"
+        _send(stdout, answer)
 
 
 if __name__ == "__main__":

@@ -37,6 +37,7 @@ def test_broken_policy_verdicts_are_charged(live_host, case):
     fb = live.workspace / "feedback" / "submit_000"
     errors = [json.loads(line) for line in (fb / "errors.txt").read_text().splitlines()]
     assert errors and errors[0]["schema_version"] == "0.1"
+    assert sorted(p.name for p in fb.iterdir()) == ["errors.txt", "summary.json"]  # no episodes/ folder
     assert (live.run_dir / "checkpoints" / "submit_000" / "metrics.json").exists()
 
 

@@ -66,9 +66,18 @@ def test_empty_episode_files():
     assert externalize([]) is None and externalize({}) is None
 
 
-def test_formatter_result_matches_inline_formatting():
+def test_formatter_writes_what_inline_formatting_makes(tmp_path):
     rec = EpisodeRecorder(600)
     for t in range(600):
         rec.add(np.full(3, t * 0.1, np.float32), t % 3, -1.0, False, t == 599, {"x": np.float64(t)}, t == 5)
     data = EpisodeData(rec.obs.values(), rec.steps, "o", "e", [])
-    assert Formatter.submit(data).result() == episode_files(data)
+    names = Formatter.submit(data, tmp_path / "ep").result()
+    want = episode_files(data)
+    assert sorted(names) == sorted(want) and {n: (tmp_path / "ep" / n).read_bytes() for n in names} == want
+
+
+def test_formatter_does_not_recreate_an_aborted_tree(tmp_path):
+    data = EpisodeData(np.zeros((1, 2)), [(0, 0.0, True, False, {}, False)])
+    with pytest.raises(OSError):
+        Formatter.submit(data, tmp_path / "gone" / "ep").result()
+    assert not (tmp_path / "gone").exists()
