@@ -47,15 +47,18 @@ from evogym.server import Server  # noqa: E402
 
 ENVS = ("gym/acrobot", "gym/halfcheetah5", "gymnasium/MiniGrid-FourRooms-v0")
 POLICIES = {
+    # a first attempt that never swings up: every episode runs to the 500-step cap, so the
+    # 64 episodes are 32000 steps and per-step costs dominate (as in issue 12's measurement)
     "gym/acrobot": """
+        THRESHOLD = 0.0
         class Policy:
             def __init__(self, obs_space, action_space, env_meta):
                 pass
             def reset(self, episode_index):
                 pass
             def act(self, obs):
-                # pump energy: torque with the first link's angular velocity
-                return 2 if obs[4] + 0.5 * obs[5] > 0 else 0
+                # torque along the first link's angular velocity
+                return 2 if obs[4] > THRESHOLD else 0
         """,
     "gym/halfcheetah5": """
         import math
@@ -199,7 +202,7 @@ FINALIZE_VARIANTS = 4
 
 def finalize_variants(slug: str) -> list[str]:
     base = policy_source(slug)
-    return [base.replace("0.5 * obs[5]", f"{0.5 + 0.1 * k:.1f} * obs[5]") for k in range(FINALIZE_VARIANTS)]
+    return [base.replace("THRESHOLD = 0.0", f"THRESHOLD = {0.001 * k}") for k in range(FINALIZE_VARIANTS)]
 
 
 def our_finalize(slug: str, workdir: Path, valid: int, heldout: int) -> tuple[float, int, int]:
