@@ -87,6 +87,7 @@ def _sandbox_steps(result: CheckResult, code: Path, spec, isolation: str, limits
                 result.steps.append((step, res.category or "error", detail.strip()))
                 return
             result.steps.append((step, "ok", ""))
-        _, invalid = spaces.coerce_action(action_space, res.value)
+        raw = spaces.to_jsonable(res.value) if res.array else res.value  # a multi-dim array reply
+        _, invalid = spaces.coerce_action(action_space, raw)
         result.steps.append(("action fits the action space", "invalid_action" if invalid else "ok",
-                             f"returned {str(res.value)[:120]}"))
+                             f"returned {str(raw)[:120]}"))
