@@ -1,8 +1,9 @@
 """`ole evolve --mode offline|online`: evolve the champion's loop policy.
 
 With no other arguments, offline mode runs the embedded default: the built-in agent and
-the built-in proposer on three cheap envs from three families (quick profile, 32
-episodes per run). The cost estimate (an upper bound: runs, episodes, wall time) is
+the built-in proposer on three cheap envs from three families (acrobot, FetchPickAndPlace,
+LunarLanderContinuous; quick profile, 32 episodes per run), with staged evaluation of 12
+candidates per generation and an adaptive gate. The cost estimate (an upper bound: runs, episodes, wall time) is
 printed before anything runs; `--estimate-only` prints only that. Re-running the same command resumes: stored evaluations are not spent
 again. Progress goes to stderr; the summary (or --json) to stdout.
 """
