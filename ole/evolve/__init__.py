@@ -121,6 +121,11 @@ class EvolveConfig(BaseModel):
         pools = self.gate_extra_pools
         return [pools[i:i + step] for i in range(0, len(pools), step)]
 
+    def gate_looks(self) -> list[list[Instance]]:
+        """The gate instances look by look: the first gate pools, then each extra chunk."""
+        return [self.suite.instances(self.gate_pools, self.agent_seeds)] + [
+            self.suite.instances(chunk, self.agent_seeds) for chunk in self.gate_extra_chunks()]
+
     def rungs(self) -> list[int]:
         """Instance counts of the staged search evaluation's rungs (the last is every search instance)."""
         total = len(self.suite.envs) * len(self.search_pools) * len(self.agent_seeds)

@@ -131,8 +131,7 @@ class OfflineEvolution:
         self.e, self.cfg = engine, cfg
         self.champ = (champion_ref, champion)
         self.search: list[Instance] = cfg.suite.instances(cfg.search_pools, cfg.agent_seeds)
-        self.gate_looks: list[list[Instance]] = [cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)] + [
-            cfg.suite.instances(chunk, cfg.agent_seeds) for chunk in cfg.gate_extra_chunks()]
+        self.gate_looks: list[list[Instance]] = cfg.gate_looks()
         self.report = OfflineReport(champion=champion_ref)
         self.traces_by_ref: dict[str, list] = {}
 

@@ -104,8 +104,7 @@ class OnlineEvolution:
 
     def __init__(self, engine: Engine, cfg: EvolveConfig, online: OnlineConfig, *, external: bool = False) -> None:
         self.e, self.cfg, self.online, self.external = engine, cfg, online, external
-        self.gate_looks: list[list[Instance]] = [cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)] + [
-            cfg.suite.instances((p,), cfg.agent_seeds) for p in cfg.gate_extra_pools]
+        self.gate_looks: list[list[Instance]] = cfg.gate_looks()
         self.in_flight: Assignment | None = None
         self.events = OnlineEvents()
         self.holder = holder_id()
