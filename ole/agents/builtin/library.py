@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 
-from ole.agents.builtin import control, goal, grid, vision
+from ole.agents.builtin import control, goal, grid, pendulum, vision
 from ole.agents.builtin.mechanism import Mechanism
 
 Builder = Callable[[dict, dict], Mechanism | list[Mechanism] | None]
@@ -33,6 +33,8 @@ def _order(obs_space: dict, action_space: dict, brief: str) -> list[Builder]:
         return [goal.goal_vehicle, *effector, control.affine]
     if control.threshold_rules(obs_space, action_space) is not None:
         return [control.threshold_rules, control.affine]
+    if pendulum.swing_up(obs_space, action_space) is not None:
+        return [pendulum.swing_up, control.energy_pump, control.affine]
     momentum = any(w in text for w in MOMENTUM_WORDS)
     if action_space.get("type") == "Discrete" or momentum:
         return [control.energy_pump, control.affine, control.oscillator]

@@ -57,6 +57,9 @@ class Mechanism:
     params: tuple[Param, ...]
     note: str = ""
     """Why the library proposed it (schema and brief features that matched)."""
+    fixed: tuple[tuple[str, tuple[float, ...]], ...] = ()
+    """Constants the program reads from `P` that tuning never moves (e.g. which observation
+    entries hold an angle); part of the structure the library chose."""
 
     @property
     def dim(self) -> int:
@@ -82,7 +85,7 @@ class Mechanism:
 
     def values(self, x: np.ndarray) -> dict[str, list[float]]:
         """Normalized coordinates x (0 = defaults) -> clipped parameter values."""
-        out: dict[str, list[float]] = {}
+        out: dict[str, list[float]] = {name: [float(v) for v in value] for name, value in self.fixed}
         i = 0
         for p in self.params:
             raw = np.asarray(p.default) + p.scale * np.asarray(x[i:i + p.size])
