@@ -91,6 +91,9 @@ class Action(_Component):
     """Initial search step size for parametric tuning, relative to each parameter's scale."""
     population: int = Field(6, ge=2, le=64)
     """Candidates per search generation during tuning (CMA-ES population size)."""
+    screen_episodes: int = Field(0, ge=0, le=128)
+    """Racing: a candidate is first scored on this many of its round's episodes and only the better half is
+    scored on the rest (0, or at least episodes_per_submit, = every candidate gets the full submit)."""
     edit_granularity: Literal["parameters", "function", "file"] = "parameters"
     """Unit of one edit: constants only, one function of the program, or the whole file (LLM agents: diff vs full file)."""
 

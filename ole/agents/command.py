@@ -255,7 +255,9 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
         "## Action",
         f"- Submit {k} episodes per exploratory submit (a candidate); {selection[a.index_selection]}. Re-tests and "
         "confirmations use ids never submitted before.",
-        f"- Tune in rounds of {a.population} candidates.",
+        f"- Tune in rounds of {a.population} candidates, all on the same ids."
+        + (f" Score each candidate on {a.screen_episodes} of them first and finish only the better half that "
+           "also matches the best program there." if 0 < a.screen_episodes < k else ""),
         f"- Edit unit: {_GRANULARITY[a.edit_granularity]}; change constants by about {a.step_size:g} of their "
         "scale.", "",
         "## Verification",

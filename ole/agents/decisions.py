@@ -100,16 +100,43 @@ def submit_size(lp: LoopPolicy, remaining: int, lo: int, hi: int, want: int | No
     return k
 
 
+def screen_size(lp: LoopPolicy, k: int) -> int:
+    """Episodes of a candidate's first (screening) submit when its full evaluation is k episodes.
+
+    `action.screen_episodes` between 1 and k - 1 races the candidates: each is scored on
+    that many of its round's ids first, and only `survivors` get the remaining ids.
+    """
+    s = lp.action.screen_episodes
+    return k if s <= 0 or s >= k else s
+
+
+def survivors(scores: Sequence[float | None], reference: float | None = None) -> list[int]:
+    """Which screened candidates of a round get their full evaluation, best first.
+
+    The better half (rounded up) of the scored candidates, keeping only those that score
+    at least `reference` (the incumbent's mean on the same screening ids, when it has
+    one): a candidate that cannot match the incumbent there would not replace it. Ties
+    keep the earlier candidate. For a one-proposal round (an LLM) that leaves the test
+    against the incumbent.
+    """
+    scored = [(float(v), i) for i, v in enumerate(scores) if v is not None and math.isfinite(v)]
+    scored.sort(key=lambda t: (-t[0], t[1]))
+    half = scored[: (len(scored) + 1) // 2]
+    return [i for v, i in half if reference is None or v >= reference]
+
+
 # ---- action: episode ids --------------------------------------------------------------------------
 
 class IndexPlan:
-    """Train episode ids per submit (`action.index_selection`).
+    """Train episode ids per round (`action.index_selection`).
 
-    Ids are a permutation of [0, n) drawn from the agent seed. `matched` takes the same
-    leading ids every time (common random numbers: every program meets the same
-    episodes); `fresh` takes ids never used before, from the other end of the
-    permutation; `mixed` takes ceil(k/2) matched ids and the rest fresh. Re-tests and
-    confirmations always take fresh ids, so they are evidence the search has not seen.
+    Ids are a permutation of [0, n) drawn from the agent seed; one `pick` serves one round
+    (every synthesis candidate, every candidate of a tuning round, or one LLM proposal),
+    so the candidates of a round always meet the same episodes (common random numbers).
+    `matched` takes the same leading ids for every round; `fresh` takes ids never used
+    before, from the other end of the permutation; `mixed` takes ceil(k/2) matched ids and
+    the rest fresh. Re-tests and confirmations always take fresh ids, so they are evidence
+    the search has not seen.
     """
 
     def __init__(self, lp: LoopPolicy, n_instances: int, seed: int) -> None:
@@ -130,7 +157,7 @@ class IndexPlan:
         return [self.order[j % n] for j in range(k)]
 
     def pick(self, k: int) -> list[int]:
-        """Ids for the next exploratory (candidate) submit of size k."""
+        """Ids for the next round of candidates, k per candidate."""
         if self.mode == "matched":
             return self.matched(k)
         if self.mode == "fresh":

@@ -186,12 +186,24 @@ class _Session:
         search_round = None
         if turn_phase == "tuning":
             search_round, self.rounds = self.rounds, self.rounds + 1
-        answer = self._submit(proposal.source, self._indices(), turn_phase, kind, f"{proposal.form} edit",
+        ids = self._indices()
+        ks = decisions.screen_size(self.pol, len(ids))
+        answer = self._submit(proposal.source, ids[:ks], turn_phase, kind, f"{proposal.form} edit",
                               mechanism, calls0, base_program=turn.program,
                               role="retry" if turn_phase == "recovery" else "candidate", base=base,
                               search_round=search_round)
-        if answer is not None:
-            self._judge(proposal.source, mechanism, answer)
+        if answer is None:
+            return
+        survived = True
+        if ks < len(ids) and answer.status == "ok":
+            inc = self.memory.incumbent
+            score = self.memory.score_of(answer.summary)
+            survived = bool(decisions.survivors([score], inc.mean(set(ids[:ks])) if inc else None))
+            if survived and self._size(len(ids) - ks) > 0:
+                self._submit(proposal.source, ids[ks:ks + self._size(len(ids) - ks)], turn_phase, "none",
+                             "full evaluation of a screened candidate", mechanism, self._usage(), role="retest",
+                             base=self.memory.first_submit(proposal.source), search_round=search_round)
+        self._judge(proposal.source, mechanism, answer, screened_out=not survived)
 
     def _base_of(self, program: str | None) -> int | None:
         """Submit id of the program an edit was made to (also when it failed and is not kept)."""
@@ -324,7 +336,7 @@ class _Session:
             self.memory.add_result(source, mechanism or "?", answer)
         return answer
 
-    def _judge(self, source: str, mechanism: str, answer: SubmitAnswer) -> None:
+    def _judge(self, source: str, mechanism: str, answer: SubmitAnswer, *, screened_out: bool = False) -> None:
         """What the last candidate's verdict means: improvement, regression or failure."""
         if answer.status != "ok":
             self._on_error(source, answer.status)
@@ -332,7 +344,7 @@ class _Session:
         self.progress.ok()
         self.recovering = False
         incumbent = self.memory.incumbent
-        improved = self.memory.beats(source, incumbent)
+        improved = not screened_out and self.memory.beats(source, incumbent)
         if improved and incumbent is not None and self.pol.verification.retest_episodes > 0 and self._size() > 0:
             improved = self._retest(source, mechanism, incumbent)
         outcome = "improved" if improved else "no improvement"

@@ -152,3 +152,12 @@ def test_ranking_keeps_top_k_by_mean():
     lp = policy()
     progs = [results(lp, s, {0: v}) for s, v in (("a", 1.0), ("b", 3.0), ("c", 2.0))]
     assert [p.source for p in decisions.ranked(progs, 2)] == ["b", "c"]
+
+
+def test_racing_screens_then_keeps_the_better_half_that_matches_the_incumbent():
+    assert decisions.screen_size(policy(), 4) == 4  # off by default
+    assert decisions.screen_size(policy(action__screen_episodes=1), 4) == 1
+    assert decisions.screen_size(policy(action__screen_episodes=4), 4) == 4
+    assert decisions.survivors([1.0, 5.0, None, 3.0, 2.0]) == [1, 3]
+    assert decisions.survivors([1.0, 5.0, None, 3.0, 2.0], reference=4.0) == [1]
+    assert decisions.survivors([2.0], reference=2.5) == [] and decisions.survivors([2.0]) == [0]

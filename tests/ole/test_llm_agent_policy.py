@@ -64,6 +64,7 @@ VARIANTS = {
     ("action", "episodes_per_submit"): 2,
     ("action", "index_selection"): "fresh",
     ("action", "step_size"): 1.0,
+    ("action", "screen_episodes"): 1,  # runs in its own scenario (OWN_SCENARIO): needs 2-episode submits
     ("action", "edit_granularity"): "file",
     ("verification", "static_checks"): False,
     ("verification", "retest_episodes"): 0,
@@ -103,7 +104,8 @@ the second is better by 7.0 with a paired standard error of 4.9, so it becomes t
 next prompt edits it) when the policy asks for one standard error, but not for two."""
 NOISY_BASE = {"planning": {"phases": ["synthesis", "tuning"], "max_mechanisms": 1},
               "action": {"episodes_per_submit": 4, "edit_granularity": "file"}, "verification": {"retest_episodes": 0}}
-OWN_SCENARIO = {("verification", "stderr_multiple"): (NOISY_SCRIPT, NOISY_BASE, 2.0)}
+OWN_SCENARIO = {("verification", "stderr_multiple"): (NOISY_SCRIPT, NOISY_BASE, 2.0),
+                ("action", "screen_episodes"): (SCRIPT, {**BASE, "action": {"episodes_per_submit": 2}}, 1)}
 """Fields whose effect needs close, noisy rivals: (script, base policy, variant value) of their own scenario."""
 
 

@@ -23,6 +23,7 @@ import pytest
 
 from evogym.spaces import coerce_action, space_schema, to_jsonable
 from ole.agents.base import AgentContext
+from ole.agents.builtin import control
 from ole.agents.builtin.loop import Worker
 from ole.agents.builtin.mechanism import Mechanism, Param
 from ole.agents.client import SubmitAnswer
@@ -192,15 +193,20 @@ def base(**changes) -> LoopPolicy:
 
 LESSON_FILE = "lessons.jsonl"
 ENERGY_ONLY = {"planning__max_mechanisms": 1}
+_PENDULUM = gym.make(ENV_ID)
+PUMP = (control.energy_pump(space_schema(_PENDULUM.observation_space), space_schema(_PENDULUM.action_space))[0],)
+"""The library's energy pump, tried first: it saturates the torque, so trajectory diagnoses have something to find."""
+PUMP_FIRST = {"planning__max_mechanisms": 2}
+"""The pump, then the swing-up: the second beats the first, so verification has an improvement to check."""
 """Tune the energy pump (saturating torques), so trajectory diagnoses have something to find."""
 
 # field -> (alternative value, base-policy changes that make the field matter, extra mechanisms)
 CASES = {
     ("observation", "summary_fields"): (("status", "mean_return", "episode_lengths", "errors"), {}, ()),
-    ("observation", "worst_k_episodes"): (0, ENERGY_ONLY, ()),
-    ("observation", "trajectory_window"): (0, ENERGY_ONLY, ()),
+    ("observation", "worst_k_episodes"): (0, ENERGY_ONLY, PUMP),
+    ("observation", "trajectory_window"): (0, ENERGY_ONLY, PUMP),
     ("observation", "read_stdout"): (False, {}, (NOISY,)),
-    ("observation", "max_context_chars"): (500, ENERGY_ONLY, ()),
+    ("observation", "max_context_chars"): (500, ENERGY_ONLY, PUMP),
     ("planning", "phases"): (("synthesis", "confirmation"), {}, ()),
     ("planning", "max_mechanisms"): (1, {}, ()),
     ("planning", "plateau_submits"): (2, {}, ()),
@@ -212,14 +218,15 @@ CASES = {
     ("action", "index_selection"): ("fresh", {}, ()),
     ("action", "step_size"): (1.0, {}, ()),
     ("action", "population"): (3, {}, ()),
+    ("action", "screen_episodes"): (1, {}, ()),
     ("action", "edit_granularity"): ("file", {}, ()),
     ("verification", "static_checks"): (False, {}, (BROKEN,)),
-    ("verification", "retest_episodes"): (0, {}, ()),
-    ("verification", "margin"): (0.5, {}, ()),
-    ("verification", "matched_comparison"): (False, {}, ()),
+    ("verification", "retest_episodes"): (0, PUMP_FIRST, PUMP),
+    ("verification", "margin"): (0.9, PUMP_FIRST, PUMP),
+    ("verification", "matched_comparison"): (False, PUMP_FIRST, PUMP),
     ("verification", "stderr_multiple"): (0.0, {}, ()),
     ("recovery", "on_error_verdict"): ("retry", {"verification__static_checks": False}, (BROKEN,)),
-    ("recovery", "on_regression"): ("keep", {**ENERGY_ONLY, "planning__plateau_submits": 64}, ()),
+    ("recovery", "on_regression"): ("keep", {**ENERGY_ONLY, "planning__plateau_submits": 64}, PUMP),
     ("recovery", "max_retries"): (0, {"verification__static_checks": False, "recovery__on_error_verdict": "retry"},
                                   (BROKEN,)),
     ("stopping", "mode"): ("finish_early", {"stopping__patience_submits": 3}, ()),

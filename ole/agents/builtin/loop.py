@@ -42,6 +42,31 @@ class Stop(Exception):
         self.reason = reason
 
 
+class Round:
+    """What one round of candidates came to."""
+
+    def __init__(self) -> None:
+        self.values: list[float] = []
+        """Each candidate's first score (-inf when it failed)."""
+        self.fitness: list[float] = []
+        """Search fitness per candidate (only the order matters)."""
+        self.improved = False
+        self.best_submit: int | None = None
+        self.best_value = -np.inf
+        self.void = False
+        """The round ended early and its generation must not be told (restructure, plateau)."""
+        self.go_on = True
+        """When void: whether the tuning phase goes on."""
+
+    def judge(self, worker: "Worker", prog: Program, value: float | None, phase: str) -> None:
+        """Verification of one candidate, and the counters it moves."""
+        if value is not None and value > self.best_value:
+            self.best_value, self.best_submit = value, worker.first_submit(prog.source)
+        improved = worker.consider(prog, value, phase)
+        self.improved = self.improved or improved
+        worker.note(improved)
+
+
 class Worker:
     """One task worked by the built-in agent (all state of one run)."""
 
@@ -266,19 +291,12 @@ class Worker:
 
     # -- phases -------------------------------------------------------------------------
     def synthesis(self) -> None:
+        """Every mechanism (up to `planning.max_mechanisms`) at its defaults, as one round on shared ids."""
         phase = "synthesis" if "synthesis" in self.lp.planning.phases else "tuning"
-        for mech in self.mechanisms:
-            k = self.size()
-            if self.tried and not decisions.fits(self.budget, "synthesis", self.spent, k):
-                break
-            prog = render(mech, mech.defaults(), inline=self.inline)
-            idx = self.indices.pick(k)
-            value, _ = self.submit(prog, idx, phase, mech.note, role="candidate")
-            value = self.after_failure(value, prog, phase, idx)
-            self.tried[mech.name] = -np.inf if value is None else value
-            self.note(self.consider(prog, value, "synthesis"))
-            if decisions.plateau_action(self.lp, self.progress) == "next_phase":
-                break
+        progs = [render(mech, mech.defaults(), inline=self.inline) for mech in self.mechanisms]
+        outcome = self.race(progs, phase, None, None, share="synthesis", notes=[m.note for m in self.mechanisms])
+        for prog, value in zip(progs, outcome.values):
+            self.tried[prog.mechanism] = value
         self.progress.new_phase()
 
     def note(self, improved: bool) -> None:
@@ -300,41 +318,87 @@ class Worker:
                 return
 
     def tuning_round(self) -> bool:
-        """One CMA-ES generation, every candidate on the ids the policy prescribes, then tell.
-
-        Returns False when a plateau ends the tuning phase. A plateau, a restructure or a
-        widened restart in the middle of a round voids the rest of its generation.
-        """
+        """One CMA-ES generation raced on shared ids, then tell; False when a plateau ends tuning."""
         search, mech, base = self.search, self.mech, self.center_submit
         round_id = self.rounds
         self.rounds += 1
-        xs, scores, improved_any = search.ask(), [], False
-        best: tuple[float, int | None] = (-np.inf, None)
-        for x in xs:
-            k = self.size()
-            if not decisions.fits(self.budget, "tuning", self.spent, k):
-                break
-            prog = render(mech, x, inline=self.inline)
-            idx = self.indices.pick(k)
-            value, digest = self.submit(prog, idx, "tuning", f"round {round_id} step {search.sigma:.3g}",
-                                        role="candidate", base=base, search_round=round_id)
-            value = self.after_failure(value, prog, "tuning", idx, round_id)
-            scores.append(-np.inf if value is None else value)
-            if value is not None and value > best[0]:
-                best = (value, self.first_submit(prog.source))
-            improved = self.consider(prog, value, "tuning")
-            improved_any = improved_any or improved
-            self.note(improved)
-            self.adapt(digest)
-            if self.search is not search:
-                return True  # restructured after a failure: the generation is void
-            if len(scores) < len(xs) and decisions.plateau_action(self.lp, self.progress) is not None:
-                return self.on_plateau()
-        if len(scores) == len(xs):
-            search.tell(scores)
+        xs = search.ask()
+        progs = [render(mech, x, inline=self.inline) for x in xs]
+        outcome = self.race(progs, "tuning", base, round_id, share="tuning",
+                            notes=[f"round {round_id} step {search.sigma:.3g}"] * len(progs))
+        if outcome.void:
+            return outcome.go_on
+        if len(outcome.values) == len(xs):
+            search.tell(outcome.fitness)
             search.scale_step(decisions.step_factor(self.lp, self.progress))
-        self.after_round(improved_any, best[1])
+        self.after_round(outcome.improved, outcome.best_submit)
         return self.on_plateau()
+
+    def race(self, progs: list[Program], phase: str, base: int | None, round_id: int | None, *, share: str,
+             notes: list[str]) -> "Round":
+        """Evaluate one round of candidates on shared ids: screening, then the survivors' full evaluation.
+
+        Without racing (`decisions.screen_size` = the full size) each candidate is judged as
+        soon as it is scored, and a plateau or a restructure can end the round early.
+        """
+        k = self.size()
+        ks = decisions.screen_size(self.lp, k)
+        ids = self.indices.pick(k)
+        search = self.search
+        out = Round()
+        screen: list[float | None] = []
+        for prog, note in zip(progs, notes):
+            n = min(ks, self.size())
+            if screen and not decisions.fits(self.budget, share, self.spent, n):
+                break
+            value, digest = self.submit(prog, ids[:n], phase, note, role="candidate", base=base,
+                                        search_round=round_id)
+            value = self.after_failure(value, prog, phase, ids[:n], round_id)
+            screen.append(value)
+            self.adapt(digest)
+            if ks == k:
+                out.judge(self, prog, value, phase)
+            if phase == "tuning" and self.search is not search:
+                out.void, out.go_on = True, True  # restructured after a failure: the generation is void
+                return out
+            if ks == k and len(screen) < len(progs) and decisions.plateau_action(self.lp, self.progress):
+                if phase == "tuning":
+                    out.void, out.go_on = True, self.on_plateau()
+                    return out
+                if decisions.plateau_action(self.lp, self.progress) == "next_phase":
+                    break
+        full: dict[int, float | None] = {}
+        if ks < k:
+            inc = self.incumbent.mean(set(ids[:ks])) if self.incumbent is not None else None
+            for j in decisions.survivors(screen, inc):
+                m = min(k - ks, self.size())
+                if not decisions.fits(self.budget, share, self.spent, m):
+                    break
+                full[j], _ = self.submit(progs[j], ids[ks:ks + m], phase, "full evaluation of a screened candidate",
+                                         role="retest", base=self.first_submit(progs[j].source), search_round=round_id)
+            for j, (prog, value) in enumerate(zip(progs, screen)):
+                out.judge(self, prog, value if j in full and full[j] is not None else None, phase)
+        out.values = [-np.inf if v is None else v for v in screen]
+        out.fitness = self.rank_fitness(progs, screen, full, set(ids))
+        return out
+
+    def rank_fitness(self, progs, screen, full, ids) -> list[float]:
+        """Search fitness of a raced round: fully evaluated candidates by their full mean, above
+        the screened-out ones by their screening mean; failures last (only the order matters)."""
+        keyed = []
+        for j, prog in enumerate(progs[: len(screen)]):
+            rec = self.results.get(prog.source)
+            if j in full and full[j] is not None and rec is not None:
+                keyed.append((2, rec.mean(ids) or -np.inf, j))
+            elif screen[j] is not None:
+                keyed.append((1, screen[j], j))
+            else:
+                keyed.append((0, 0.0, j))
+        order = sorted(keyed, key=lambda t: (t[0], t[1]))
+        fitness = [0.0] * len(keyed)
+        for rank, (_, _, j) in enumerate(order):
+            fitness[j] = float(rank)
+        return fitness
 
     def after_round(self, improved: bool, best_submit: int | None) -> None:
         """`recovery.on_regression`: where the next round starts."""
