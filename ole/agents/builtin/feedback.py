@@ -4,7 +4,9 @@ The agent reads `summary.json` (only the allowed fields), the trajectories of th
 worst `worst_k_episodes` episodes (their last `trajectory_window` steps), and, when
 `read_stdout`, the episodes' stdout/stderr; everything read is capped at
 `max_context_chars`. Two diagnoses come out of the trajectories: actuator saturation
-(continuous actions pinned at a bound) and stalling (the observation stops changing).
+(continuous actions pinned at a bound) and stalling (the observation stops changing);
+the windows themselves are kept as arrays (`Sample`) for the layout inference of
+`ole.agents.builtin.layout`.
 """
 from __future__ import annotations
 
@@ -42,6 +44,20 @@ class Digest:
     """The policy's stdout/stderr carried warnings (only when read_stdout)."""
     text_sha256: str
     """Hash of all feedback text read (the trace's observation digest)."""
+    samples: tuple["Sample", ...] = ()
+    """The inspected trajectory windows as arrays (flat numeric observations only)."""
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One inspected trajectory window: observations, actions and rewards step by step."""
+
+    obs: np.ndarray
+    """(T, n) flat observations."""
+    actions: np.ndarray
+    """(T, m) flat actions (a Discrete action as one column)."""
+    rewards: np.ndarray
+    """(T,) step rewards."""
 
 
 def _summary(lp: LoopPolicy, path: Path, fallback: dict) -> dict:
@@ -67,6 +83,39 @@ def _tail_lines(path: Path, window: int, budget: int) -> list[str]:
         out.append(line)
         used += len(line)
     return out[::-1]
+
+
+def _flat_numbers(value) -> list[float] | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return [float(value)]
+    if isinstance(value, list):
+        out: list[float] = []
+        for item in value:
+            sub = _flat_numbers(item)
+            if sub is None:
+                return None
+            out += sub
+        return out
+    return None
+
+
+def _sample(lines: list[str]) -> Sample | None:
+    """The window as arrays, when every step has a flat numeric observation and action."""
+    obs, acts, rews = [], [], []
+    for line in lines:
+        try:
+            step = json.loads(line)
+        except json.JSONDecodeError:
+            continue
+        o, a, r = _flat_numbers(step.get("obs")), _flat_numbers(step.get("action")), step.get("reward")
+        if o is None or a is None or not isinstance(r, (int, float)):
+            return None
+        obs.append(o), acts.append(a), rews.append(float(r))
+    if len(obs) < MIN_DIAGNOSIS_STEPS or len({len(o) for o in obs}) != 1 or len({len(a) for a in acts}) != 1:
+        return None
+    return Sample(np.asarray(obs, float), np.asarray(acts, float), np.asarray(rews, float))
 
 
 def _diagnose(lines: list[str]) -> tuple[list[float], bool]:
@@ -99,6 +148,7 @@ def read_submit(lp: LoopPolicy, submit_dir: Path, answer_summary: dict) -> Diges
     budget = obs.max_context_chars - len(json.dumps(summary))
     texts: list[str] = [json.dumps(summary, sort_keys=True)]
     sat: list[float] = []
+    samples: list[Sample] = []
     stalled = unhealthy = False
     first = full.get("first_global_episode")
     for local in _worst(full, obs.worst_k_episodes):
@@ -107,6 +157,9 @@ def read_submit(lp: LoopPolicy, submit_dir: Path, answer_summary: dict) -> Diges
         budget -= sum(len(line) for line in lines)
         texts.extend(lines)
         s, stall = _diagnose(lines)
+        sample = _sample(lines)
+        if sample is not None:
+            samples.append(sample)
         sat.extend(s)
         stalled = stalled or stall
         if obs.read_stdout:
@@ -119,4 +172,5 @@ def read_submit(lp: LoopPolicy, submit_dir: Path, answer_summary: dict) -> Diges
     steps = sum(1 for t in texts[1:] if t.startswith("{"))
     if steps < MIN_DIAGNOSIS_STEPS:
         sat, stalled = [], False
-    return Digest(summary, float(np.mean(sat)) if sat else 0.0, stalled, unhealthy, "sha256:" + digest)
+    return Digest(summary, float(np.mean(sat)) if sat else 0.0, stalled, unhealthy, "sha256:" + digest,
+                  tuple(samples))

@@ -16,7 +16,7 @@ import numpy as np
 
 from ole.agents import decisions
 from ole.agents.base import AgentContext, AgentResult
-from ole.agents.builtin import library
+from ole.agents.builtin import layout, library, reach
 from ole.agents.builtin.checks import static_problems, topology_hash
 from ole.agents.builtin.feedback import Digest, read_submit
 from ole.agents.builtin.mechanism import Mechanism, Program, render
@@ -32,6 +32,8 @@ STALL_WIDEN = 1.5
 """Step multiplier after the worst episodes show a stalled observation (escape the stall)."""
 WIDEN = 2.0
 """Step multiplier of the `widen_search` plateau response."""
+LAYOUT_STEPS = 2000
+"""Inspected trajectory steps kept for the layout inference (more add little, and cost time)."""
 
 
 class Stop(Exception):
@@ -108,6 +110,9 @@ class Worker:
         self.center_submit: int | None = None
         self.rounds = 0
         self.restarts = 0
+        self.samples: list = []
+        """Trajectory windows read so far (for the layout inference), up to LAYOUT_STEPS steps."""
+        self.grow: tuple[list, list] | None = None
         self.last_verdict: str | None = None
         self.last_submit_id: int | None = None
 
@@ -152,6 +157,8 @@ class Worker:
             self.programs.setdefault(prog.source, prog)
             value = rec.add(self.lp, answer.summary, indices, answer.submit_id)
         self.unhealthy = digest is not None and digest.unhealthy_output
+        if digest is not None and sum(len(x.obs) for x in self.samples) < LAYOUT_STEPS:
+            self.samples.extend(digest.samples)
         self.record(phase, prog, answer, digest, value, start, note, indices, role=role, base=base,
                     search_round=search_round)
         self.last_submitted = prog.source
@@ -291,10 +298,18 @@ class Worker:
 
     # -- phases -------------------------------------------------------------------------
     def synthesis(self) -> None:
-        """Every mechanism (up to `planning.max_mechanisms`) at its defaults, as one round on shared ids."""
+        """Every mechanism (up to `planning.max_mechanisms`) at its defaults, as one round on shared ids.
+
+        After each submit the layout inferred from the trajectories read so far may add
+        data-informed mechanisms (`ole.agents.builtin.reach`); they take the round's next
+        places, within `max_mechanisms`.
+        """
         phase = "synthesis" if "synthesis" in self.lp.planning.phases else "tuning"
         progs = [render(mech, mech.defaults(), inline=self.inline) for mech in self.mechanisms]
-        outcome = self.race(progs, phase, None, None, share="synthesis", notes=[m.note for m in self.mechanisms])
+        notes = [m.note for m in self.mechanisms]
+        self.grow = (progs, notes) if "synthesis" in self.lp.planning.phases else None
+        outcome = self.race(progs, phase, None, None, share="synthesis", notes=notes)
+        self.grow = None
         for prog, value in zip(progs, outcome.values):
             self.tried[prog.mechanism] = value
         self.progress.new_phase()
@@ -347,7 +362,10 @@ class Worker:
         search = self.search
         out = Round()
         screen: list[float | None] = []
-        for prog, note in zip(progs, notes):
+        j = 0
+        while j < len(progs):
+            prog, note = progs[j], notes[j]
+            j += 1
             n = min(ks, self.size())
             if screen and not decisions.fits(self.budget, share, self.spent, n):
                 break
@@ -356,6 +374,7 @@ class Worker:
             value = self.after_failure(value, prog, phase, ids[:n], round_id)
             screen.append(value)
             self.adapt(digest)
+            self.inform(j)
             if ks == k:
                 out.judge(self, prog, value, phase)
             if phase == "tuning" and self.search is not search:
@@ -381,6 +400,22 @@ class Worker:
         out.values = [-np.inf if v is None else v for v in screen]
         out.fitness = self.rank_fitness(progs, screen, full, set(ids))
         return out
+
+    def inform(self, done: int) -> None:
+        """Put data-informed mechanisms the layout now supports into the synthesis round, after
+        the `done` candidates already submitted, keeping the round within `max_mechanisms`."""
+        if self.grow is None:
+            return
+        progs, notes = self.grow
+        new = [m for m in reach.informed(self.obs_space, self.act_space, layout.infer(self.samples))
+               if m.name not in self.by_name]
+        for mech in new:
+            self.by_name[mech.name] = mech
+            self.mechanisms.append(mech)
+            progs.insert(done, render(mech, mech.defaults(), inline=self.inline))
+            notes.insert(done, mech.note)
+            done += 1
+        del progs[self.lp.planning.max_mechanisms:], notes[self.lp.planning.max_mechanisms:]
 
     def rank_fitness(self, progs, screen, full, ids) -> list[float]:
         """Search fitness of a raced round: fully evaluated candidates by their full mean, above
