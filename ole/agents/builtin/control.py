@@ -89,7 +89,7 @@ def energy_pump(obs_space: dict, action_space: dict) -> list[Mechanism] | None:
         name = "energy_pump" if j == 0 else f"energy_pump_v{j - 1}"
         out.append(Mechanism(name, "energy", (
             Param("w", w, 0.5, -10, 10, "energy"),
-            Param("c", (0.0,) * n_obs, 0.01, -10, 10, "energy"),
+            Param("c", (0.0,) * n_obs, 0.3, -10, 10, "energy"),
             Param("gain", (20.0,), 5.0, 0.1, 200, "output"),
             Param("bias", (0.0,), 0.01, -5, 5, "energy"),
             Param("amp", (1.0,), 0.2, 0.05, 1.0, "output"),
