@@ -20,7 +20,7 @@ SUMMARY_FIELDS = (
 )
 
 
-HASH_NEUTRAL_DEFAULTS: dict[str, object] = {"verification.stderr_multiple": 1.0}
+HASH_NEUTRAL_DEFAULTS: dict[str, object] = {"verification.stderr_multiple": 1.0, "action.screen_episodes": 0}
 """Fields added after the first schema, each with the value that reproduces what bundles written
 before it did. A policy holding that value hashes as if the field did not exist
 (`ole.bundle.Bundle.content_hash`), so adding a field never changes the content hash of a bundle
