@@ -259,7 +259,10 @@ class PairedEvaluation:
         """Archive a verified trace once (a retried job or a resumed batch may return it again)."""
         self.traces[trace.trace_id] = trace
         if trace.verified and not (self.archive.root / f"{trace.trace_id}.json").exists():
-            self.archive.append(trace)
+            try:
+                self.archive.append(trace)
+            except FileExistsError:  # another driver of the same stream archived this id meanwhile
+                pass
 
     def run(self, bundles: Sequence[tuple[str, object]], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:
         """Make sure every (bundle, instance) has a stored result; returns them by store key."""

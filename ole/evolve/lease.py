@@ -4,8 +4,8 @@ Online proposal rounds of a channel must not run twice at once (two harness task
 together would both propose, evaluate and gate). The round holder takes the lease in a
 `BEGIN IMMEDIATE` transaction on the registry's SQLite file, so acquisition is serialized by
 SQLite's write lock; a heartbeat thread renews it while the round runs. A holder that dies
-(kill -9, a harness timeout) stops renewing and its lease expires after `LEASE_TTL_S`, so the
-next process takes over; the work it finished is in the evaluation store and is not repeated.
+(kill -9, a harness timeout) stops renewing and its lease expires after `LEASE_TTL_S` (at once
+when the holder was a process of this host that no longer exists), so the next process takes over; the work it finished is in the evaluation store and is not repeated.
 The `leases` table holds only this mutable state — the registry's events stay append-only.
 """
 from __future__ import annotations
@@ -26,6 +26,24 @@ POLL_S = 0.5
 BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL)"
+
+
+def _dead_here(holder: str) -> bool:
+    """True when `holder` (`host:pid:tag`, see `ole.evolve.online.holder_id`) is a process of this
+    host that no longer exists: its lease is stale now, not only after the TTL."""
+    import os
+    import socket
+    host, _, rest = holder.partition(":")
+    pid = rest.partition(":")[0]
+    if host != socket.gethostname() or not pid.isdigit():
+        return False
+    try:
+        os.kill(int(pid), 0)
+    except ProcessLookupError:
+        return True
+    except PermissionError:  # alive, another user's
+        return False
+    return False
 
 
 class LeaseTimeout(Conflict):
@@ -58,7 +76,7 @@ class Lease:
             db.execute("BEGIN IMMEDIATE")
             row = db.execute("SELECT holder, expires_at FROM leases WHERE name = ?", (self.name,)).fetchone()
             now = time.time()
-            if row is not None and row[0] != self.holder and row[1] > now:
+            if row is not None and row[0] != self.holder and row[1] > now and not _dead_here(row[0]):
                 db.execute("ROLLBACK")
                 return row[0]
             db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (self.name, self.holder, now + self.ttl_s))
@@ -66,6 +84,13 @@ class Lease:
             return None
         finally:
             db.close()
+
+    def hold(self) -> bool:
+        """Take the lease now if free (and keep renewing it); False, without waiting, when it is held."""
+        if self.try_acquire() is not None:
+            return False
+        self._start()
+        return True
 
     def acquire(self) -> None:
         """Wait until the lease is ours (at most `wait_s`), then keep renewing it in the background."""
@@ -79,6 +104,9 @@ class Lease:
                 raise LeaseTimeout(f"lease `{self.name}` is still held by {other} after {self.wait_s:.0f} s",
                                    hint="a live process is running a proposal round; try again later")
             time.sleep(POLL_S)
+        self._start()
+
+    def _start(self) -> None:
         self._stop.clear()
         self._beat = threading.Thread(target=self._renew, name=f"lease:{self.name}", daemon=True)
         self._beat.start()

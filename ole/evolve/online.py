@@ -233,6 +233,16 @@ class OnlineEvolution:
         step = f"monitor|{activation}|{row['trace_id']}"
         if self.e.store.step(step) is not None:
             return
+        lease = Lease(self.e.registry.home / DB_FILE, f"monitor:{self.e.channel}:{row['trace_id']}", self.holder)
+        if not lease.hold():  # a live process is making this pair; a dead one's lease expires
+            return
+        try:
+            if self.e.store.step(step) is None:
+                self._make_pair(n, row, step, activation, active, parent)
+        finally:
+            lease.release()
+
+    def _make_pair(self, n: int, row: dict, step: str, activation: int, active: str, parent: str) -> None:
         task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
         parent_bundle = self.e.registry.get(parent).bundle
         (res, family), = self.e.paired.run([(parent, parent_bundle)], [(task, cond)]).values()

@@ -92,11 +92,13 @@ def test_ole_evolve_with_a_command_host_end_to_end(tmp_path, registry_root):
          "--", *COMMAND], capture_output=True, text=True, timeout=900, cwd=tmp_path)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-4000:]
     data = json.loads(out.stdout)
-    assert data["verdict"] in ("release", "reject", "indecisive") and len(data["candidates"]) == 1
+    assert len(data["candidates"]) == 1
+    gated = data["verdict"] is not None  # None: the candidate lost its search pair, nothing to gate
+    assert data["verdict"] in (("release", "reject", "indecisive") if gated else (None,))
     traces = list(TraceArchive(tmp_path / "traces"))
-    assert len(traces) == 4  # champion and candidate on one search and one gate instance
+    assert len(traces) == (4 if gated else 2)  # champion and candidate on the search (and gate) instance
     with Registry(registry_root) as reg:
-        assert [e.kind for e in reg.events()].count("gate_decision") == 1
+        assert [e.kind for e in reg.events()].count("gate_decision") == int(gated)
         for t in traces:
             assert t.condition.host == "command" and t.condition.command == COMMAND
             k = reg.get(f"{t.bundle_name}@{t.bundle_version}").bundle.loop_policy.action.episodes_per_submit

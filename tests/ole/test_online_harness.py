@@ -238,3 +238,12 @@ def test_online_harness_experiment_smoke(tmp_path):
                     "--out", str(out)], check=True, cwd=ROOT, timeout=1500)
     text = out.read_text()
     assert "| n | phase |" in text and "rollback →" in text and "activation of" in text
+
+
+def test_a_lease_of_a_dead_process_on_this_host_is_free_at_once(tmp_path):
+    import socket
+    gone = subprocess.run([PY, "-c", "import os; print(os.getpid())"], capture_output=True, text=True).stdout.strip()
+    db = tmp_path / DB_FILE
+    assert Lease(db, "round:default", f"{socket.gethostname()}:{gone}:x", ttl_s=600).try_acquire() is None
+    assert Lease(db, "round:default", "me").try_acquire() is None  # no TTL wait: the holder is gone
+    assert Lease(db, "round:default", "other").try_acquire() == "me"  # a live (unknown-host) holder is waited for
