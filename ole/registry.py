@@ -39,6 +39,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ole import scopes
 from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bundle, Provenance, TaskContext,
+                        bundle_from_data,
                         dump_bundle_yaml, format_ref, load_bundle_yaml, parse_ref, parse_scope, validate_data)
 from ole.errors import Conflict, IntegrityError, NotFound, OleError, StorageError, ValidationError
 from ole.fsck import FsckReport, check
@@ -305,6 +306,9 @@ class Registry:
         name returns the existing version (dedupe). `expected_hash`, when given, must equal
         the content hash.
         """
+        # a bundle built with model_copy skips validation: check it as if read from a file, so a
+        # schema-breaking value is refused here instead of being stored and failing on every read
+        bundle = bundle_from_data(bundle.model_dump(mode="json"), source=f"bundle {bundle.name!r}")
         if expected_hash is not None and expected_hash != bundle.content_hash:
             raise ValidationError(f"claimed content hash {expected_hash[:12]}… does not match "
                                   f"the content ({bundle.content_hash[:12]}…)", hint="recompute the hash")

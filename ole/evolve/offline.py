@@ -58,11 +58,18 @@ class OfflineReport:
     """Why the run stopped early (a cost cap), empty when it ran to the end."""
 
 
+WALL_TOLERANCE = 0.1
+"""Wall-time ratios closer than this count as equal when comparing candidates: agent wall time
+carries scheduling noise (two identical runs differ by several percent on a loaded machine),
+and a candidate must not be dropped, or kept, for noise."""
+
+
 def dominates(a: dict, b: dict) -> bool:
     """a is at least as good as b on (benefit, tail, episode cost, wall cost) and strictly better on one."""
     aw, bw = a.get("wall", 1.0), b.get("wall", 1.0)
-    ge = a["mean_r"] >= b["mean_r"] and a["cvar"] >= b["cvar"] and a["cost"] <= b["cost"] and aw <= bw
-    gt = a["mean_r"] > b["mean_r"] or a["cvar"] > b["cvar"] or a["cost"] < b["cost"] or aw < bw
+    wall_le, wall_lt = aw <= bw + WALL_TOLERANCE, aw < bw - WALL_TOLERANCE
+    ge = a["mean_r"] >= b["mean_r"] and a["cvar"] >= b["cvar"] and a["cost"] <= b["cost"] and wall_le
+    gt = a["mean_r"] > b["mean_r"] or a["cvar"] > b["cvar"] or a["cost"] < b["cost"] or wall_lt
     return ge and gt
 
 

@@ -89,6 +89,9 @@ def test_a_cost_cap_stops_before_crossing_and_says_so(tmp_path):
 def test_nondominated_keeps_tradeoffs_and_drops_what_the_champion_dominates():
     assert dominates({"mean_r": 0.1, "cvar": 0.0, "cost": 1.0}, {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0})
     assert not dominates({"mean_r": 0.1, "cvar": -0.2, "cost": 1.0}, {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0})
+    tie = {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0}
+    assert not dominates({**tie, "wall": 1.0}, {**tie, "wall": 1.05})  # wall noise is not a difference
+    assert dominates({**tie, "wall": 1.0}, {**tie, "wall": 1.5})
     assert nondominated([]) == []
 
 
@@ -101,8 +104,10 @@ def test_tiny_offline_run_on_the_real_host(tmp_path):
     root.mkdir()
     shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
     reg = Registry(root)
+    # a move that cannot change a 2-episode run (one submit): the candidate ties the champion and is gated
+    proposer = Scripted([("memory", "carry_lessons", False)])
     engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=cfg,
-                         evaluate=run_job, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=2, min_families=1),
+                         evaluate=run_job, proposer=proposer, gate=GateConfig(min_pairs=2, min_families=1),
                          executor=LocalExecutor(1), progress=lambda line: None)
     champ = reg.champion()
     report = OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()

@@ -498,3 +498,21 @@ def test_a_database_from_another_schema_version_is_refused(root):
     db.close()
     with pytest.raises(StorageError, match="schema version 99"):
         Registry(root)
+
+
+def test_a_bundle_built_with_model_copy_is_validated_before_it_is_stored(tmp_path):
+    """model_copy skips validation; the registry must refuse the bad value instead of storing it."""
+    import shutil
+
+    from ole.errors import ValidationError
+    root = tmp_path / "r"
+    root.mkdir()
+    shutil.copy(Path(__file__).resolve().parents[2] / "bundles" / "coder.yaml", root / "coder.yaml")
+    with Registry(root) as reg:
+        seed = reg.get("coder@1").bundle
+        bad = seed.model_copy(update={"loop_policy": seed.loop_policy.model_copy(update={
+            "action": seed.loop_policy.action.model_copy(update={"episodes_per_submit": 0})})})
+        n = len(reg.events())
+        with pytest.raises(ValidationError, match="episodes_per_submit"):
+            reg.register(bad, parents=[1])
+        assert len(reg.events()) == n and reg.fsck().ok
