@@ -72,10 +72,13 @@ def _velocity_count(obs_space: dict, n_obs: int) -> int:
 
 
 def energy_pump(obs_space: dict, action_space: dict) -> list[Mechanism] | None:
-    """Energy pumping on all velocity features, plus one variant per single velocity feature.
+    """Energy pumping along the velocity features, one candidate per focus and sign.
 
-    Which joint's velocity to pump on is structure, not a constant: each variant is a
-    separate synthesis candidate, so a budget too small to tune still finds it.
+    Which velocity to pump on, and in which sense, is structure, not a constant (the sign
+    of a torque convention cannot be read from a schema, and tuning rarely crosses zero):
+    each is a separate synthesis candidate, so a budget too small to tune still finds it.
+    With several velocities the single-feature foci come first (an underactuated system
+    is pumped through one joint), then all features together.
     """
     n_obs = obs_vector_size(obs_space)
     if obs_space.get("type") != "Box" or n_obs is None or n_obs > 32:
@@ -83,10 +86,17 @@ def energy_pump(obs_space: dict, action_space: dict) -> list[Mechanism] | None:
     if action_space.get("type") == "Box" and action_size(action_space) > 2:
         return None
     n_vel = _velocity_count(obs_space, n_obs)
-    focus = [(1.0,) * n_vel] + ([tuple(float(i == j) for i in range(n_vel)) for j in range(n_vel)] if n_vel > 1 else [])
+    foci: list[tuple[str, tuple[float, ...], str]] = []
+    if n_vel > 1:
+        for j in range(n_vel):
+            for sign, tag in ((1.0, ""), (-1.0, "_neg")):
+                foci.append((f"energy_pump_v{j}{tag}", tuple(sign * float(i == j) for i in range(n_vel)),
+                             f"velocity feature {j}" + (", reversed" if sign < 0 else "")))
+    both = [("energy_pump", (1.0,) * n_vel, "all velocity features"),
+            ("energy_pump_neg", (-1.0,) * n_vel, "all velocity features, reversed")]
+    foci = foci[:2] + both + foci[2:] if n_vel > 1 else both  # several: the first joint's two senses lead
     out = []
-    for j, w in enumerate(focus):
-        name = "energy_pump" if j == 0 else f"energy_pump_v{j - 1}"
+    for name, w, what in foci:
         out.append(Mechanism(name, "energy", (
             Param("w", w, 0.5, -10, 10, "energy"),
             Param("c", (0.0,) * n_obs, 0.3, -10, 10, "energy"),
@@ -94,7 +104,7 @@ def energy_pump(obs_space: dict, action_space: dict) -> list[Mechanism] | None:
             Param("bias", (0.0,), 0.01, -5, 5, "energy"),
             Param("amp", (1.0,), 0.2, 0.05, 1.0, "output"),
             Param("dead", (0.0,), 0.1, 0.0, 0.95, "output"),
-        ), "low-dimensional state: pump energy along " + ("all velocity features" if j == 0 else f"velocity feature {j - 1}")))
+        ), "low-dimensional state: pump energy along " + what))
     return out
 
 

@@ -20,6 +20,11 @@ PICK_WORDS = ("pick", "grasp", "lift", "place")
 """Brief words that put pick-and-place before pushing."""
 
 
+LEADS: dict[Builder, int] = {control.energy_pump: 2}
+"""How many of a family's candidates go before the next family's first (the rest come after
+every family's first): the energy pump's two senses of one joint, since its sign is structure."""
+
+
 def _order(obs_space: dict, action_space: dict, brief: str) -> list[Builder]:
     text = brief.lower()
     kind = obs_space.get("type")
@@ -53,8 +58,9 @@ def candidates(obs_space: dict, action_space: dict, brief: str, *,
     for builder in _order(obs_space, action_space, brief):
         found = builder(obs_space, action_space)
         found = found if isinstance(found, list) else [found] if found else []
-        primary.extend(found[:1])
-        variants.extend(found[1:])
+        lead = LEADS.get(builder, 1)
+        primary.extend(found[:lead])
+        variants.extend(found[lead:])
     built = primary + variants  # one of each family before any family's variants
     if not built and not extra:
         built = [control.neutral(obs_space, action_space)]  # a scored run even for unknown schemas

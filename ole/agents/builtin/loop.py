@@ -110,6 +110,8 @@ class Worker:
         self.center_submit: int | None = None
         self.rounds = 0
         self.restarts = 0
+        self.cycles = 0
+        """Searches started so far (the next restart point is the next kept program)."""
         self.samples: list = []
         """Trajectory windows read so far (for the layout inference), up to LAYOUT_STEPS steps."""
         self.grow: tuple[list, list] | None = None
@@ -320,17 +322,33 @@ class Worker:
             raise Stop("finished_early")
 
     def tuning(self) -> None:
-        """CMA-ES rounds on the incumbent's mechanism until the tuning share is spent or a plateau ends it."""
-        if self.incumbent is None:
-            return
-        prog = self.programs[self.incumbent.source]
-        mech = self.by_name.get(prog.mechanism)
-        if mech is None or mech.dim == 0:
-            return  # nothing to tune (the parameter-free fallback)
-        self.start_search(mech, np.asarray(prog.x), self.incumbent.first_submit)
+        """CMA-ES rounds until the tuning share is spent or a plateau ends them.
+
+        The first search starts from the incumbent; each later one (a restart after a
+        plateau and a confirmation round) from the next kept program in rank order
+        (`memory.top_k_programs` are the restart points), so restarts explore the other
+        good programs instead of re-tuning the same one.
+        """
+        start = self.restart_point()
+        if start is None:
+            return  # nothing to tune (only parameter-free programs)
+        rec, prog, mech = start
+        self.start_search(mech, np.asarray(prog.x), rec.first_submit)
         while decisions.fits(self.budget, "tuning", self.spent, self.size()):
             if not self.tuning_round():
                 return
+
+    def restart_point(self):
+        """(results, program, mechanism) to start the next search from, or None."""
+        points = [self.incumbent] if self.incumbent is not None else []
+        points += [r for r in self.top() if r is not self.incumbent]
+        points = [r for r in points if (m := self.by_name.get(self.programs[r.source].mechanism)) and m.dim > 0]
+        if not points:
+            return None
+        rec = points[self.cycles % len(points)]
+        self.cycles += 1
+        prog = self.programs[rec.source]
+        return rec, prog, self.by_name[prog.mechanism]
 
     def tuning_round(self) -> bool:
         """One CMA-ES generation raced on shared ids, then tell; False when a plateau ends tuning."""
