@@ -100,6 +100,15 @@ def submit_size(lp: LoopPolicy, remaining: int, lo: int, hi: int, want: int | No
     return k
 
 
+def synthesis_size(lp: LoopPolicy, pb: PhaseBudget, remaining: int, lo: int, hi: int) -> int:
+    """Episodes per synthesis candidate: the synthesis share split over `planning.max_mechanisms`
+    candidates, at most `episodes_per_submit`, at least the host's minimum (0 when nothing
+    may be spent). A small budget thus screens several structures on fewer episodes each
+    instead of spending its whole share on the first one."""
+    want = max(lo, min(lp.action.episodes_per_submit, pb.synthesis // max(1, lp.planning.max_mechanisms)))
+    return submit_size(lp, remaining, lo, hi, want)
+
+
 def screen_size(lp: LoopPolicy, k: int) -> int:
     """Episodes of a candidate's first (screening) submit when its full evaluation is k episodes.
 

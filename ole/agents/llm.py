@@ -186,7 +186,11 @@ class _Session:
         search_round = None
         if turn_phase == "tuning":
             search_round, self.rounds = self.rounds, self.rounds + 1
-        ids = self._indices()
+        if turn_phase == "synthesis":
+            size = decisions.synthesis_size(self.pol, self.shares, self.remaining, self.min_per, self.max_per)
+            ids = self.memory.indices(max(self.min_per, size))
+        else:
+            ids = self._indices()
         ks = decisions.screen_size(self.pol, len(ids))
         answer = self._submit(proposal.source, ids[:ks], turn_phase, kind, f"{proposal.form} edit",
                               mechanism, calls0, base_program=turn.program,

@@ -161,3 +161,12 @@ def test_racing_screens_then_keeps_the_better_half_that_matches_the_incumbent():
     assert decisions.survivors([1.0, 5.0, None, 3.0, 2.0]) == [1, 3]
     assert decisions.survivors([1.0, 5.0, None, 3.0, 2.0], reference=4.0) == [1]
     assert decisions.survivors([2.0], reference=2.5) == [] and decisions.survivors([2.0]) == [0]
+
+
+def test_synthesis_submits_split_the_share_over_the_mechanisms():
+    lp = policy()
+    assert decisions.synthesis_size(lp, decisions.phase_budget(lp, 128), 128, 1, 128) == 4  # 38 // 4 = 9, capped
+    assert decisions.synthesis_size(lp, decisions.phase_budget(lp, 32), 32, 1, 32) == 2  # 10 // 4
+    assert decisions.synthesis_size(lp, decisions.phase_budget(lp, 8), 8, 1, 8) == 1
+    one = policy(planning__max_mechanisms=1)
+    assert decisions.synthesis_size(one, decisions.phase_budget(one, 32), 32, 1, 32) == 4

@@ -171,13 +171,14 @@ def test_live_path_through_litellm_to_a_stub_server_then_replay(tmp_path, monkey
     served = serve(tmp_path / "run", budget=4)
     with StubServer(answers) as stub:
         agent = LLMAgent("openai/stub", api_base=stub.api_base, timeout_s=10.0, retries=1)
-        result = agent.work(served.context(policy(), tmp_path / "log"))
+        result = agent.work(served.context(policy(budget={"synthesis_fraction": 0.5}), tmp_path / "log"))
     doc = served.close()
     assert result.finish_reason == "budget_spent" and result.usage.llm_calls == 2 and len(stub.requests) == 3
     assert [h.mean_return for h in served.history][0] == -500.0 and doc["outcome"]["status"] == "completed"
     rows = read_store(tmp_path / "log" / CALL_LOG)
     assert [r["model"] for r in rows] == ["openai/stub"] * 2 and rows[0]["usage"]["prompt_tokens"] == 11
-    _, hist2, _, _ = run_agent(tmp_path, policy(), f"replay:{tmp_path / 'log' / CALL_LOG}", budget=4, name="r")
+    _, hist2, _, _ = run_agent(tmp_path, policy(budget={"synthesis_fraction": 0.5}),
+                               f"replay:{tmp_path / 'log' / CALL_LOG}", budget=4, name="r")
     assert [h.model_copy(update={"wall_s": 0.0}) for h in hist2] == \
         [h.model_copy(update={"wall_s": 0.0}) for h in served.history]
 

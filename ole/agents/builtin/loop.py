@@ -310,7 +310,8 @@ class Worker:
         progs = [render(mech, mech.defaults(), inline=self.inline) for mech in self.mechanisms]
         notes = [m.note for m in self.mechanisms]
         self.grow = (progs, notes) if "synthesis" in self.lp.planning.phases else None
-        outcome = self.race(progs, phase, None, None, share="synthesis", notes=notes)
+        outcome = self.race(progs, phase, None, None, share="synthesis", notes=notes,
+                            k=decisions.synthesis_size(self.lp, self.budget, self.remaining, self.lo, self.hi))
         self.grow = None
         for prog, value in zip(progs, outcome.values):
             self.tried[prog.mechanism] = value
@@ -368,13 +369,15 @@ class Worker:
         return self.on_plateau()
 
     def race(self, progs: list[Program], phase: str, base: int | None, round_id: int | None, *, share: str,
-             notes: list[str]) -> "Round":
+             notes: list[str], k: int | None = None) -> "Round":
         """Evaluate one round of candidates on shared ids: screening, then the survivors' full evaluation.
 
         Without racing (`decisions.screen_size` = the full size) each candidate is judged as
         soon as it is scored, and a plateau or a restructure can end the round early.
         """
-        k = self.size()
+        k = self.size() if not k else k
+        if k == 0:
+            raise Stop("budget_spent" if self.budget.reserve == 0 else "finished_early")
         ks = decisions.screen_size(self.lp, k)
         ids = self.indices.pick(k)
         search = self.search
