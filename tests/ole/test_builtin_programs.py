@@ -283,3 +283,51 @@ def test_edit_kinds_agree_with_the_host(tmp_path):
         ours = "none" if programs[old] == programs[new] else (
             "tuning" if topology_hash(programs[old]) == topology_hash(programs[new]) else "synthesis")
         assert edit_kind(metrics[old], metrics[new]) == ours, (old, new)
+
+
+def _samples_from(env_id: str, episodes: int, steps: int, action):
+    from ole.agents.builtin.feedback import Sample
+    env = gym.make(env_id)
+    out = []
+    for ep in range(episodes):
+        obs, _ = env.reset(seed=ep)
+        xs, us, rs = [], [], []
+        for t in range(steps):
+            a = action(t, ep)
+            xs.append(np.ravel(obs)), us.append(np.ravel(a))
+            obs, r, term, trunc, _ = env.step(a)
+            rs.append(float(r))
+            if term or trunc:
+                break
+        out.append(Sample(np.asarray(xs, float), np.asarray(us, float), np.asarray(rs, float)))
+    return out
+
+
+def test_layout_finds_angles_rates_and_the_goal_distance_in_trajectories():
+    """Reacher's bounds are all infinite; its trajectories still show which entries are what."""
+    from ole.agents.builtin.layout import infer
+    found = infer(_samples_from("Reacher-v5", 2, 50, lambda t, ep: 0.5 * np.sin([0.3 * t + ep, 0.2 * t])))
+    assert found.pairs == ((0, 2), (1, 3)) and found.rates == (6, 7) and found.error == (8, 9)
+    assert infer(_samples_from("Reacher-v5", 1, 5, lambda t, ep: np.zeros(2))).pairs == ()  # too little data
+
+
+def test_planar_reach_from_the_layout_beats_affine_from_zero():
+    from ole.agents.builtin import reach
+    from ole.agents.builtin.layout import infer
+    obs_s, act_s = schemas("Reacher-v5")
+    layout = infer(_samples_from("Reacher-v5", 2, 50, lambda t, ep: 0.5 * np.sin([0.3 * t + ep, 0.2 * t])))
+    mech = reach.planar_reach(obs_s, act_s, layout)[0]
+    got = returns("Reacher-v5", render(mech, mech.defaults()).source, [0, 1, 2, 3], 50)
+    zero = returns("Reacher-v5", render(control.affine(obs_s, act_s), np.zeros(22)).source, [0, 1, 2, 3], 50)
+    assert np.mean(got) > np.mean(zero) + 2.0
+
+
+def test_lqr_from_trajectories_stabilises_the_fitted_model():
+    """A fitted regulator exists only when the actions varied; its closed loop is stable."""
+    from ole.agents.builtin.model import lqr_gain
+    obs_s, act_s = schemas("InvertedPendulum-v5")
+    rng = np.random.default_rng(0)
+    samples = _samples_from("InvertedPendulum-v5", 8, 50, lambda t, ep: rng.uniform(-3, 3, 1))
+    found = lqr_gain(samples, obs_s, act_s)
+    assert found is not None and found[0].shape == (1, 4)
+    assert lqr_gain(_samples_from("InvertedPendulum-v5", 8, 50, lambda t, ep: np.zeros(1)), obs_s, act_s) is None

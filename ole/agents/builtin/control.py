@@ -61,6 +61,18 @@ def affine(obs_space: dict, action_space: dict) -> Mechanism | None:
     ), "vector observations: affine feedback from zero (hold still) as the baseline")
 
 
+def affine_scale(obs_space: dict, n_obs: int) -> np.ndarray:
+    """The per-entry scale the affine program divides observations by (mirrors `scale_of`)."""
+    if obs_space.get("type") != "Box":
+        return np.ones(n_obs)
+    low, high = obs_space.get("low"), obs_space.get("high")
+    if not isinstance(low, list) or not isinstance(high, list) or len(low) != n_obs:
+        return np.ones(n_obs)
+    width = (np.asarray(high, float) - np.asarray(low, float)) / 2.0
+    ok = np.isfinite(width) & (width > 1e-9) & (width < 1e5)
+    return np.where(ok, width, 1.0)
+
+
 def _velocity_count(obs_space: dict, n_obs: int) -> int:
     """How many features the energy program treats as velocities (mirrors `Policy.layout`)."""
     low, high = obs_space.get("low"), obs_space.get("high")

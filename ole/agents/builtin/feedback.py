@@ -27,6 +27,8 @@ WARNING_WORDS = ("Warning", "Traceback", "nan", "overflow")
 """Policy output that marks a program as numerically unhealthy."""
 MIN_DIAGNOSIS_STEPS = 10
 """Fewer inspected steps than this give no saturation/stall diagnosis (too little evidence)."""
+MIN_SAMPLE_STEPS = 3
+"""A shorter window gives no sample (a failing episode of a survival task may be that short)."""
 OUTPUT_LINES = 200
 """Last lines of an episode's stdout/stderr that are read."""
 
@@ -113,7 +115,7 @@ def _sample(lines: list[str]) -> Sample | None:
         if o is None or a is None or not isinstance(r, (int, float)):
             return None
         obs.append(o), acts.append(a), rews.append(float(r))
-    if len(obs) < MIN_DIAGNOSIS_STEPS or len({len(o) for o in obs}) != 1 or len({len(a) for a in acts}) != 1:
+    if len(obs) < MIN_SAMPLE_STEPS or len({len(o) for o in obs}) != 1 or len({len(a) for a in acts}) != 1:
         return None
     return Sample(np.asarray(obs, float), np.asarray(acts, float), np.asarray(rews, float))
 

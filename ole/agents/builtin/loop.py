@@ -313,6 +313,16 @@ class Worker:
         outcome = self.race(progs, phase, None, None, share="synthesis", notes=notes,
                             k=decisions.synthesis_size(self.lp, self.budget, self.remaining, self.lo, self.hi))
         self.grow = None
+        late = [m for m in reach.informed(self.obs_space, self.act_space, layout.infer(self.samples), self.samples)
+                if m.name not in {p.mechanism for p in progs}][: max(0, self.lp.planning.max_mechanisms - len(progs))]
+        if late and self.grow is None and "synthesis" in self.lp.planning.phases:
+            # found only once the synthesis share was spent: tried on what synthesis and tuning have left
+            for mech in late:
+                self.by_name.setdefault(mech.name, mech)
+            late_progs = [render(m, m.defaults(), inline=self.inline) for m in late]
+            late_out = self.race(late_progs, phase, None, None, share="tuning", notes=[m.note for m in late],
+                                 k=decisions.synthesis_size(self.lp, self.budget, self.remaining, self.lo, self.hi))
+            progs, outcome.values = progs + late_progs, outcome.values + late_out.values
         for prog, value in zip(progs, outcome.values):
             self.tried[prog.mechanism] = value
         self.progress.new_phase()
@@ -428,7 +438,7 @@ class Worker:
         if self.grow is None:
             return
         progs, notes = self.grow
-        new = [m for m in reach.informed(self.obs_space, self.act_space, layout.infer(self.samples))
+        new = [m for m in reach.informed(self.obs_space, self.act_space, layout.infer(self.samples), self.samples)
                if m.name not in self.by_name]
         for mech in new:
             self.by_name[mech.name] = mech

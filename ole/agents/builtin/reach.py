@@ -36,10 +36,12 @@ def planar_reach(obs_space: dict, action_space: dict, layout: Layout) -> list[Me
     return out
 
 
-def informed(obs_space: dict, action_space: dict, layout: Layout) -> list[Mechanism]:
-    """Every data-informed mechanism the layout supports, best guess first."""
-    found = planar_reach(obs_space, action_space, layout)
-    return list(found or [])
+def informed(obs_space: dict, action_space: dict, layout: Layout, samples=()) -> list[Mechanism]:
+    """Every data-informed mechanism the layout and the trajectories support, best guess first."""
+    from ole.agents.builtin.model import lqr_affine
+    found = list(planar_reach(obs_space, action_space, layout) or [])
+    lqr = lqr_affine(obs_space, action_space, samples)
+    return found + ([lqr] if lqr is not None else [])
 
 
 __all__ = ["informed", "planar_reach"]
