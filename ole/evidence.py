@@ -455,9 +455,37 @@ def early_selection(traces: Sequence[Trace]) -> list[EvidenceItem]:
                   ("action.index_selection=mixed", "action.episodes_per_submit:x2", "budget.synthesis_fraction:x1.5"))]
 
 
+def single_structure(traces: Sequence[Trace]) -> list[EvidenceItem]:
+    """Every submit of a run was one program structure: no alternative was ever compared.
+
+    Reads `Iteration.mechanism` (the program family the agent says it submitted). When the runs
+    had no synthesis phase at all, the hint restores the phase with a real share of the budget
+    (a fraction of 0 cannot grow by steps); otherwise it widens the synthesis that ran.
+    """
+    hit, judged = [], 0
+    for t in traces:
+        mechs = {it.mechanism for it in _submits(t) if it.mechanism}
+        if not mechs:
+            continue
+        judged += 1
+        if len(mechs) == 1:
+            hit.append(t)
+    if not judged or len(hit) / judged < 0.5:
+        return []
+    no_synthesis = all(_episodes(t, lambda it: it.phase == "synthesis") == 0 for t in hit)
+    hints = (("planning.phases=synthesis,tuning,confirmation", "budget.synthesis_fraction=0.3",
+              "planning.max_mechanisms=4") if no_synthesis
+             else ("planning.max_mechanisms:x2", "budget.synthesis_fraction:x1.5"))
+    return [_item("single_structure", "-", "share of runs that tried one program structure", -len(hit) / judged,
+                  "planning", hit, f"{len(hit)} of {judged} runs submitted a single program structure"
+                  + (" and had no synthesis phase" if no_synthesis else "") + ": no alternative was compared.",
+                  hints)]
+
+
 DETECTORS: tuple[Callable[[Sequence[Trace]], list[EvidenceItem]], ...] = (
     failed_verdict_waste, unreverted_regressions, plateaus, late_improvements, heldout_gaps,
-    edit_success_rates, verification_misses, tuning_rounds, verification_overhead, phase_yield, early_selection)
+    edit_success_rates, verification_misses, tuning_rounds, verification_overhead, phase_yield, early_selection,
+    single_structure)
 
 
 def extract(traces: Iterable[Trace]) -> list[EvidenceItem]:

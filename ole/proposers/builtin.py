@@ -102,6 +102,8 @@ def _coerce(value, current):
 def apply_hint(policy: dict, hint: str) -> str:
     """Apply `component.field:up|down|xF` or `component.field=value` in place; returns a note line.
 
+    A list field takes a comma-separated value (`planning.phases=synthesis,tuning`).
+
     Raises `ValidationError` for a hint outside that grammar or naming an unknown field.
     """
     path, op, raw = (hint.partition("=") if "=" in hint else hint.rpartition(":"))
@@ -119,7 +121,7 @@ def apply_hint(policy: dict, hint: str) -> str:
     component, field = path.split(".", 1)
     old = policy[component][field]
     if op == "=":
-        new = _coerce(_parse_value(raw), old)
+        new = [v for v in raw.split(",") if v] if isinstance(old, list) else _coerce(_parse_value(raw), old)
     else:
         new = _numeric(old, raw, component, field, factor)
     policy[component][field] = new

@@ -132,3 +132,20 @@ def test_a_dropped_search_sample_is_not_a_regression_built_on():
     assert "unreverted_regression" not in _detectors([_with_roles("a", rows)])
     kept = rows[:3] + [("tuning", "candidate", 6.0, 4, 2, 0)]  # on_regression=keep: built on submit 2
     assert "unreverted_regression" in _detectors([_with_roles("b", kept)])
+
+
+def test_single_structure_restores_synthesis_when_it_never_ran():
+    rows = [("tuning", "candidate", 1.0 + i, 8, 0, i // 2) for i in range(4)]
+    t = _with_roles("a", rows)
+    t = t.model_copy(update={"history": tuple(it.model_copy(update={"mechanism": "affine"}) for it in t.history)})
+    items = [e for e in evidence.extract([t]) if e.detector == "single_structure"]
+    assert items and "planning.phases=synthesis,tuning,confirmation" in items[0].hints
+    from ole.loop_policy import LoopPolicy
+    from ole.proposers.builtin import apply_hint
+    p = LoopPolicy().model_dump(mode="json")
+    p["planning"]["phases"] = ["tuning"]
+    apply_hint(p, items[0].hints[0])
+    assert p["planning"]["phases"] == ["synthesis", "tuning", "confirmation"]
+    two = t.model_copy(update={"history": tuple(it.model_copy(update={"mechanism": "affine" if it.index else "pump"})
+                                                for it in t.history)})
+    assert "single_structure" not in _detectors([two])
