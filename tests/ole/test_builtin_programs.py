@@ -147,7 +147,7 @@ def test_library_is_keyed_by_schema():
 
 def test_tuning_keeps_topology_and_synthesis_changes_it():
     obs_s, act_s = schemas("HalfCheetah-v5")
-    osc = control.oscillator(obs_s, act_s)
+    osc = control.oscillator(obs_s, act_s)[0]
     a = render(osc, osc.defaults()).source
     b = render(osc, np.full(osc.dim, -0.7)).source
     assert a != b and topology_hash(a) == topology_hash(b)
@@ -271,7 +271,7 @@ def test_edit_kinds_agree_with_the_host(tmp_path):
     """The agent's topology hash and the host's code metrics classify the same edits the same way."""
     from evogym.code_metrics import code_metrics, edit_kind
     obs_s, act_s = schemas("HalfCheetah-v5")
-    osc, aff = control.oscillator(obs_s, act_s), control.affine(obs_s, act_s)
+    osc, aff = control.oscillator(obs_s, act_s)[0], control.affine(obs_s, act_s)
     programs = {"a": render(osc, osc.defaults()).source, "b": render(osc, np.full(osc.dim, -0.7)).source,
                 "c": render(aff, aff.defaults()).source}
     metrics = {}

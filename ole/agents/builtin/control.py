@@ -120,19 +120,31 @@ def energy_pump(obs_space: dict, action_space: dict) -> list[Mechanism] | None:
     return out
 
 
-def oscillator(obs_space: dict, action_space: dict) -> Mechanism | None:
+def oscillator(obs_space: dict, action_space: dict) -> list[Mechanism] | None:
+    """Central pattern generators, one candidate per phase pattern of the actuators.
+
+    How the actuators' phases relate is the gait's structure, not a constant to tune from
+    one start: a standing wave (neighbours in antiphase), a travelling wave in either
+    direction (a quarter period between neighbours) and all in phase are separate
+    synthesis candidates; tuning then moves frequency, amplitudes, phases, posture and
+    the feedback gain of the one that walks.
+    """
     n_obs = obs_vector_size(obs_space)
     if action_space.get("type") != "Box" or n_obs is None or action_size(action_space) < 2:
         return None
     d = action_size(action_space)
-    phases = tuple(float(np.pi * (j % 2)) for j in range(d))
-    return Mechanism("oscillator", "oscillator", (
+    patterns = (("oscillator", tuple(float(np.pi * (j % 2)) for j in range(d)), "a standing wave"),
+                ("oscillator_wave_back", tuple(-np.pi / 2 * j for j in range(d)), "a backward travelling wave"),
+                ("oscillator_wave", tuple(np.pi / 2 * j for j in range(d)), "a forward travelling wave"),
+                ("oscillator_sync", (0.0,) * d, "all actuators in phase"))
+    return [Mechanism(name, "oscillator", (
         Param("freq", (0.05,), 0.02, 0.001, 0.5, "rhythm"),
         Param("amp", (0.5,) * d, 0.25, 0.0, 1.5, "rhythm"),
-        Param("phase", phases, 0.8, -10, 10, "rhythm"),
+        Param("phase", tuple(float(p) for p in phases), 0.8, -10, 10, "rhythm"),
         Param("bias", (0.0,) * d, 0.2, -1, 1, "posture"),
         Param("fb", (0.0,), 0.3, -3, 3, "feedback"),
-    ), "multi-actuator continuous control: central pattern generator with feedback")
+    ), f"multi-actuator continuous control: central pattern generator, {what}, with feedback")
+        for name, phases, what in patterns]
 
 
 def threshold_rules(obs_space: dict, action_space: dict) -> Mechanism | None:

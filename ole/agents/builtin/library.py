@@ -20,9 +20,12 @@ PICK_WORDS = ("pick", "grasp", "lift", "place")
 """Brief words that put pick-and-place before pushing."""
 
 
-LEADS: dict[Builder, int] = {control.energy_pump: 2}
+LEADS: dict[Builder, int] = {control.energy_pump: 2, control.oscillator: 2}
 """How many of a family's candidates go before the next family's first (the rest come after
-every family's first): the energy pump's two senses of one joint, since its sign is structure."""
+every family's first): the energy pump's two senses of one joint, and the oscillator's
+standing and backward travelling waves, since sign and phase pattern are structure."""
+GAIT_ACTUATORS = 3
+"""With at least this many continuous actuators (a body with limbs) gaits are tried before affine feedback."""
 
 
 def _order(obs_space: dict, action_space: dict, brief: str) -> list[Builder]:
@@ -43,6 +46,8 @@ def _order(obs_space: dict, action_space: dict, brief: str) -> list[Builder]:
     momentum = any(w in text for w in MOMENTUM_WORDS)
     if action_space.get("type") == "Discrete" or momentum:
         return [control.energy_pump, control.affine, control.oscillator]
+    if action_space.get("type") == "Box" and control.action_size(action_space) >= GAIT_ACTUATORS:
+        return [control.oscillator, control.affine, control.energy_pump]
     return [control.affine, control.oscillator, control.energy_pump]
 
 

@@ -335,16 +335,19 @@ class Worker:
     def tuning(self) -> None:
         """CMA-ES rounds until the tuning share is spent or a plateau ends them.
 
-        The first search starts from the incumbent; each later one (a restart after a
-        plateau and a confirmation round) from the next kept program in rank order
-        (`memory.top_k_programs` are the restart points), so restarts explore the other
-        good programs instead of re-tuning the same one.
+        After a plateau and a confirmation round, tuning resumes the same search (its step
+        and shape are what it has learned) while the incumbent's mechanism is the one it
+        tunes; a new search starts at a restart point otherwise: the incumbent first, then
+        the other kept programs of its mechanism in rank order (`memory.top_k_programs`).
         """
-        start = self.restart_point()
-        if start is None:
-            return  # nothing to tune (only parameter-free programs)
-        rec, prog, mech = start
-        self.start_search(mech, np.asarray(prog.x), rec.first_submit)
+        resume = self.search is not None and self.incumbent is not None and self.mech is not None \
+            and self.incumbent.mechanism == self.mech.name
+        if not resume:
+            start = self.restart_point()
+            if start is None:
+                return  # nothing to tune (only parameter-free programs)
+            rec, prog, mech = start
+            self.start_search(mech, np.asarray(prog.x), rec.first_submit)
         while decisions.fits(self.budget, "tuning", self.spent, self.size()):
             if not self.tuning_round():
                 return
@@ -352,7 +355,8 @@ class Worker:
     def restart_point(self):
         """(results, program, mechanism) to start the next search from, or None."""
         points = [self.incumbent] if self.incumbent is not None else []
-        points += [r for r in self.top() if r is not self.incumbent]
+        points += [r for r in self.top() if r is not self.incumbent
+                   and (self.incumbent is None or r.mechanism == self.incumbent.mechanism)]
         points = [r for r in points if (m := self.by_name.get(self.programs[r.source].mechanism)) and m.dim > 0]
         if not points:
             return None
