@@ -238,8 +238,7 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
             t0 = time.monotonic()
             result = work_agent(condition.host, options_for(condition, agent_options), ctx)
             wall = time.monotonic() - t0
-            if not client.info()["state"]["is_finalized"]:
-                client.finish()
+            client.close_run()
             say("finalizing (hidden validation and held-out evaluation)")
             proc.wait(HOST_FINALIZE_TIMEOUT_S)  # the host exits once run.json is written
         finally:

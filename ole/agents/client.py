@@ -90,6 +90,21 @@ class HostClient:
         status, _, _ = self._request("POST", "/finish", {})
         return status
 
+    def close_run(self) -> bool:
+        """Finish the run unless it is already closed; False when the host no longer answers.
+
+        A spent budget closes the run on the host's side, and `evogym serve` exits once its
+        run.json is written, so a host that has gone away after the agent's last submit has
+        closed the run itself: the caller waits for the host process and reads run.json
+        (its absence is then the error to report).
+        """
+        try:
+            if not self.info()["state"]["is_finalized"]:
+                self.finish()
+        except HostError:
+            return False
+        return True
+
     def wait_finalized(self, *, timeout_s: float = FINALIZE_WAIT_S) -> dict[str, Any]:
         """Poll `/info` until the run is closed and its finalization is over; returns the last `/info`.
 

@@ -40,9 +40,7 @@ class Served:
             self.proc.kill()
             self.proc.wait()
             return None
-        client = HostClient(self.url)
-        if not client.info()["state"]["is_finalized"]:
-            client.finish()
+        HostClient(self.url).close_run()
         self.proc.wait(timeout=240)
         return json.loads((self.run_dir / "run.json").read_text())
 

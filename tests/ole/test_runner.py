@@ -10,6 +10,7 @@ import re
 import pickle
 import shutil
 import subprocess
+import time
 from pathlib import Path
 
 import pytest
@@ -84,6 +85,32 @@ class Interrupting(HostAgent):
 
     def work(self, ctx):
         raise KeyboardInterrupt
+
+
+class SpendsAllThenWaits(HostAgent):
+    """Spends the whole budget in one submit of the starter policy, then returns only after
+    the host has closed the run and exited on its own (the race the runner must survive)."""
+
+    def work(self, ctx):
+        from ole.agents.client import HostClient
+        client = HostClient(ctx.url)
+        budget = int(client.info()["episode_budget"])
+        (ctx.workspace / "system" / "policy.py").write_text(
+            "class Policy:\n    def __init__(self, obs_space, action_space, env_meta):\n        pass\n\n    def reset(self, seed=None):\n        pass\n\n    def act(self, obs):\n        return 0\n")
+        assert client.submit(list(range(budget))).http_status == 200
+        for _ in range(600):
+            if not client.close_run():
+                return AgentResult(finish_reason="budget_spent")
+            time.sleep(0.05)
+        raise AssertionError("the host never exited after its budget was spent")
+
+
+def test_a_host_that_exited_after_the_last_submit_still_gives_a_scored_trace(tmp_path, registry_root, monkeypatch):
+    monkeypatch.setattr(runner, "get_agent", lambda name, **kw: SpendsAllThenWaits())
+    trace = runner.run_task(TaskSpec(env="gym/acrobot", budget=2), "coder@1", "builtin", RunCondition(host="builtin"),
+                            root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
+                            isolation="none")
+    assert trace.outcome.status == "completed" and trace.outcome.final_score is not None
 
 
 def test_unscored_run_is_not_archived(tmp_path, registry_root, monkeypatch):
