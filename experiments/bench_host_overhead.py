@@ -43,6 +43,7 @@ from evogym import envs, pools  # noqa: E402
 from evogym.host import Host, make_config  # noqa: E402
 from evogym.recording import Formatter  # noqa: E402
 from evogym.sandbox import Limits, PolicyProcess  # noqa: E402
+from evogym.sandbox.cgroup import share_cpu_group  # noqa: E402
 from evogym.server import Server  # noqa: E402
 
 ENVS = ("gym/acrobot", "gym/halfcheetah5", "gymnasium/MiniGrid-FourRooms-v0")
@@ -252,7 +253,7 @@ def bench_env(slug: str, args, ref: Reference | None, tmp: Path) -> dict:
         if ref is not None:
             t, ref_summary = ref.submit(slug, args.episodes, tmp, policy_source(slug))
             theirs.append(t)
-            assert ref_summary["mean_return"] == summary["mean_return"], "not the same episodes"
+            assert ref_summary["returns"] == summary["returns"], "the reference ran other episodes"
     assert abs(summary["mean_return"] - raw_mean) < 1e-9 * max(1.0, abs(raw_mean)), "raw ran other episodes"
     row = {"env": slug, "episodes": args.episodes, "steps": steps, "raw_s": median(raw), "ours_s": median(ours),
            "reference_s": median(theirs) if theirs else None, "raw_all": raw, "ours_all": ours, "reference_all": theirs,
@@ -316,6 +317,9 @@ def main() -> None:
         print(f"reference skipped: no evopolicygym package under {args.reference_src}" if args.reference_src
               else "reference skipped: pass --reference-src DIR to run the reference v0.1.0 host beside ours",
               file=sys.stderr)
+    # the scheduling group our host and its sandboxes share (evogym.sandbox.cgroup): joined
+    # now, so raw stepping and the reference run in it too and all three are scheduled alike
+    share_cpu_group()
     load0 = os.getloadavg()[0]
     rows, fin = [], None
     with tempfile.TemporaryDirectory() as tmp:

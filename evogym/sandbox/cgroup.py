@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import os
 import signal
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -102,6 +103,44 @@ def _kill_members(d: Path) -> None:
             os.kill(pid, signal.SIGKILL)
         except ProcessLookupError:
             pass
+
+
+CPU_PREFIX = "evogym-cpu-"
+_cpu_lock = threading.Lock()
+_cpu_group: Path | None = None
+
+
+def share_cpu_group() -> Path | None:
+    """Move this process, once, into its own child group of the v1 `cpu` controller (sandboxes
+    launched afterwards inherit it); the group's path, or None where that is not possible.
+
+    Why: with autogroups every session is its own scheduling group, and bwrap's
+    `--new-session` (kept: it stops TIOCSTI injection into a terminal) gives each sandbox
+    its own. On an oversubscribed machine every act() then hands the CPU from the host's
+    group to the worker's and back, each time behind the other groups: 150-400 µs per
+    step measured here at load 8-10 on 2 cores. In one group the host and its worker
+    share one entity and hand over within it: 17-150 µs (experiments/results/host_overhead.md).
+    Groups of dead host processes are swept here too.
+    """
+    global _cpu_group
+    with _cpu_lock:
+        if _cpu_group is not None:
+            return _cpu_group
+        parent = own_dir("cpu")
+        if parent is None or parent.name.startswith(CPU_PREFIX) or not os.access(parent, os.W_OK):
+            return None
+        for d in parent.glob(CPU_PREFIX + "*"):
+            owner = d.name[len(CPU_PREFIX):]
+            if owner.isdigit() and not Path("/proc", owner).exists():
+                _remove_when_empty(d, SWEEP_WAIT_S)
+        group = parent / f"{CPU_PREFIX}{os.getpid()}"
+        try:
+            group.mkdir(exist_ok=True)
+            _write(group / "cgroup.procs", os.getpid())
+        except OSError:
+            return None
+        _cpu_group = group
+        return group
 
 
 @dataclass

@@ -34,7 +34,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evogym.sandbox.cgroup import Cgroup
+from evogym.sandbox.cgroup import Cgroup, share_cpu_group
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import transport
 from evogym.sandbox.transport import Channel, Oversized, Stream, WorkerGone, dumps
@@ -344,6 +344,7 @@ class PolicyProcess:
                 hint="install bubblewrap (apt-get install -y bubblewrap) or pass `--isolation none` "
                      "explicitly to run policies UNSAFELY without a sandbox")
         h = self._h
+        share_cpu_group()  # the host and its sandboxes schedule as one group (see there)
         if info["cgroup_memory"] or info["cgroup_pids"]:
             h.cgroup = Cgroup.create(self.sandbox_id, self.limits.memory_bytes, self.limits.max_pids)
         h.channel = self._ch = Channel(self.limits.frame_bytes)

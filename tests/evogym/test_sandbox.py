@@ -324,6 +324,21 @@ def test_cgroup_removed_on_close(tmp_path):
 
 
 @pytest.mark.sandbox
+def test_host_and_sandbox_share_one_cpu_group(tmp_path):
+    with PolicyProcess(make_snapshot(tmp_path, {"policy.py": policy()}), isolation="bwrap", limits=QUICK) as proc:
+        assert proc.start({}, {}, {}).ok
+        group = cgroup.share_cpu_group()
+        if group is None:
+            pytest.skip("no writable cgroup v1 cpu controller here")
+        members = proc._h.cgroup.members() if proc._h.cgroup else [proc._h.proc.pid]
+        lines = {Path(f"/proc/{pid}/cgroup").read_text() for pid in members} | {Path("/proc/self/cgroup").read_text()}
+        cpu = {line.split(":", 2)[2] for text in lines for line in text.splitlines()
+               if "cpu" in line.split(":")[1].split(",")}
+        assert cpu == {"/" + group.relative_to(cgroup.ROOT / "cpu").as_posix()}, cpu
+        assert cgroup.share_cpu_group() == group  # once per process
+
+
+@pytest.mark.sandbox
 def test_thread_bomb_hits_pids_max(tmp_path):
     if not probe_isolation()["cgroup_pids"]:
         pytest.skip("cgroup v1 pids controller not writable here")
