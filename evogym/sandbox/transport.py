@@ -16,10 +16,12 @@ a payload:
 
 Waiting (both sides): spin on the peer's sequence word for a bounded time, then set
 the own "waiting" word, re-check, and block in poll() on the wake pipe; the sender
-writes a wake byte only when the peer's waiting word is set. A wake lost to the
-store/load race of that handshake costs at most one `WAIT_SLICE_S` poll, never
-correctness. On machines without x86's store ordering every message is followed by
-a wake byte and the reader always blocks in the pipe (the kernel orders it).
+writes a wake byte only when the peer's waiting word is set. The host spins only for
+a quick policy whose worker was awake (`SpinBudget`, `Channel.spin`); the worker only
+with a spare core (worker.py). A wake lost to the store/load race of that handshake
+costs at most one `WAIT_SLICE_S` poll, never correctness. On machines without x86's
+store ordering every message is followed by a wake byte and the reader always blocks
+in the pipe (the kernel orders it).
 
 Everything the worker writes is untrusted: header words are read once into locals and
 bounds-checked, and a reply payload is copied out of the shared memory before it is
@@ -312,10 +314,9 @@ class Channel:
         ctl, seq, clock = self.ctl, self.seq, time.perf_counter
         if ctl[RESP_SEQ] == seq:
             return True
-        t0 = clock()
         if self.woke:
             return False
-        end = t0 + self.budget.budget
+        end = clock() + self.budget.budget
         while clock() < end:
             if ctl[RESP_SEQ] == seq:
                 return True
@@ -410,6 +411,7 @@ class SpinBudget:
 
 
 def poll_fds(poller: select.poll, timeout_s: float) -> list[tuple[int, int]]:
+    """One poll() slice of at most WAIT_SLICE_S (a lost wake-up costs no more than that)."""
     return poller.poll(max(0.0, min(timeout_s, WAIT_SLICE_S)) * 1000.0)
 
 
