@@ -206,10 +206,12 @@ def finalize_variants(slug: str) -> list[str]:
     return [base.replace("THRESHOLD = 0.0", f"THRESHOLD = {0.001 * k}") for k in range(FINALIZE_VARIANTS)]
 
 
-def our_finalize(slug: str, workdir: Path, valid: int, heldout: int) -> tuple[float, int, int]:
+def our_finalize(slug: str, workdir: Path, profile: str) -> tuple[float, int, int]:
     """(seconds, validation episodes, checkpoints) of our finalize over 2 x FINALIZE_VARIANTS ok checkpoints."""
     variants = finalize_variants(slug)
-    host = Host(workdir / f"fin-{time.time_ns()}", make_config(slug, "bench", budget=2 * len(variants) + 1,
+    prof = pools.profile(profile)
+    valid = prof.valid
+    host = Host(workdir / f"fin-{time.time_ns()}", make_config(slug, profile, budget=2 * len(variants) + 1,
                                                                 max_per_submit=1))
     for source in variants + variants:
         (host.run.system / "policy.py").write_text(source)
@@ -220,7 +222,6 @@ def our_finalize(slug: str, workdir: Path, valid: int, heldout: int) -> tuple[fl
     wall = time.perf_counter() - t0
     events = [json.loads(line) for line in host.run.events_path.read_text().splitlines()]
     runs = sum(1 for e in events if e["event"] == "eval.run" and e.get("kind") == "valid")
-    assert host.config.valid_size == valid and host.config.heldout_size == heldout
     return wall, runs * valid, 2 * len(variants)
 
 
@@ -308,6 +309,8 @@ def main() -> None:
     ap.add_argument("--envs", nargs="*", default=list(ENVS), help=f"env ids (default: {' '.join(ENVS)})")
     ap.add_argument("--reference-src", type=Path, help="the reference v0.1.0 src/ folder (its host runs beside ours)")
     ap.add_argument("--no-finalize", action="store_true", help="skip the finalize comparison")
+    ap.add_argument("--finalize-profile", default="bench", help="profile whose validation/held-out sizes "
+                    "the finalize comparison uses (default bench: 16 / 64)")
     ap.add_argument("--out", type=Path, help="write the markdown tables here")
     args = ap.parse_args()
     ref = None
@@ -327,8 +330,8 @@ def main() -> None:
             rows.append(bench_env(slug, args, ref, Path(tmp)))
             print(json.dumps({k: v for k, v in rows[-1].items()}), flush=True)
         if not args.no_finalize and "gym/acrobot" in args.envs:
-            prof = pools.profile("bench")
-            ours_s, ours_eps, n = our_finalize("gym/acrobot", Path(tmp), prof.valid, prof.heldout)
+            prof = pools.profile(args.finalize_profile)
+            ours_s, ours_eps, n = our_finalize("gym/acrobot", Path(tmp), prof.name)
             fin = {"env": "gym/acrobot", "checkpoints": n, "valid": prof.valid, "heldout": prof.heldout,
                    "ours_s": ours_s, "ours_episodes": ours_eps}
             if ref is not None:
