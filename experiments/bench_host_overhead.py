@@ -27,6 +27,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import statistics
 import sys
 import tempfile
@@ -102,12 +103,41 @@ def load_policy(slug: str):
     return namespace["Policy"](obs_schema, act_schema, {"env": slug})
 
 
-def raw_episodes(slug: str, seeds: list[int]) -> tuple[float, int, float]:
-    """(seconds, steps, mean return): the policy called in-process on numpy observations."""
+TICK_S = 1.0 / os.sysconf("SC_CLK_TCK")
+
+
+def cpu_seconds() -> float:
+    """CPU time (user + system) of this process, its reaped children (the sandboxes) and the
+    formatter helper: what a submit costs in CPU, which load changes far less than wall time."""
+    own, kids = resource.getrusage(resource.RUSAGE_SELF), resource.getrusage(resource.RUSAGE_CHILDREN)
+    total = own.ru_utime + own.ru_stime + kids.ru_utime + kids.ru_stime
+    helper = Formatter._proc
+    if helper is not None and helper.poll() is None:
+        try:
+            fields = Path(f"/proc/{helper.pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) * TICK_S  # utime, stime
+        except (OSError, IndexError, ValueError):
+            pass
+    return total
+
+
+class Timed:
+    """Wall and CPU seconds of a block."""
+
+    def __enter__(self) -> "Timed":
+        self.t0, self.c0 = time.perf_counter(), cpu_seconds()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.wall, self.cpu = time.perf_counter() - self.t0, cpu_seconds() - self.c0
+
+
+def raw_episodes(slug: str, seeds: list[int]) -> tuple[Timed, int, float]:
+    """(timing, steps, mean return): the policy called in-process on numpy observations."""
     spec = envs.resolve(slug)
     policy, steps, returns = load_policy(slug), 0, []
     box = None
-    t0 = time.perf_counter()
+    clock = Timed().__enter__()
     for i, seed in enumerate(seeds):
         env = envs.make_env(spec)
         if box is None:
@@ -124,11 +154,12 @@ def raw_episodes(slug: str, seeds: list[int]) -> tuple[float, int, float]:
                 break
         env.close()
         returns.append(ret)
-    return time.perf_counter() - t0, steps, float(np.mean(returns))
+    clock.__exit__()
+    return clock, steps, float(np.mean(returns))
 
 
-def our_submit(slug: str, n: int, workdir: Path) -> tuple[float, dict, dict]:
-    """(seconds, summary, timing of the host's submit.finish event)."""
+def our_submit(slug: str, n: int, workdir: Path) -> tuple[Timed, dict, dict]:
+    """(timing, summary, timing of the host's submit.finish event)."""
     host = Host(workdir / f"ours-{slug.replace('/', '_')}-{time.time_ns()}",
                 make_config(slug, "bench", budget=n + 1, max_per_submit=n, finalize_jobs=1))  # +1: no finalize
     server = Server(host).start()
@@ -137,14 +168,13 @@ def our_submit(slug: str, n: int, workdir: Path) -> tuple[float, dict, dict]:
         Formatter.ready()  # a running host has its formatter started (it starts at host open)
         req = urllib.request.Request(server.url + "/submit", data=json.dumps({"env_instances": f"0-{n - 1}"}).encode(),
                                      headers={"Content-Type": "application/json"})
-        t0 = time.perf_counter()
-        body = json.load(urllib.request.urlopen(req, timeout=3600))
-        wall = time.perf_counter() - t0
+        with Timed() as clock:
+            body = json.load(urllib.request.urlopen(req, timeout=3600))
     finally:
         server.stop()
     events = [json.loads(line) for line in host.run.events_path.read_text().splitlines()]
     timing = next(e for e in events if e["event"] == "submit.finish").get("timing", {})
-    return wall, body["summary"], timing
+    return clock, body["summary"], timing
 
 
 class Reference:
@@ -168,12 +198,12 @@ class Reference:
                           data=data / slug)
         return host
 
-    def submit(self, slug: str, n: int, workdir: Path, source: str) -> tuple[float, dict]:
+    def submit(self, slug: str, n: int, workdir: Path, source: str) -> tuple[Timed, dict]:
         host = self.host(slug, workdir, n + 1, n)
         (host.store.root / "workspace" / "system" / "policy.py").write_text(source)
-        t0 = time.perf_counter()
-        resp = host.service.submit(self.request(f"0-{n - 1}"))
-        return time.perf_counter() - t0, resp.summary
+        with Timed() as clock:
+            resp = host.service.submit(self.request(f"0-{n - 1}"))
+        return clock, resp.summary
 
 
 def act_round_trip(slug: str, workdir: Path, calls: int = 2000) -> float:
@@ -244,21 +274,24 @@ def median(values: list[float]) -> float:
 
 def bench_env(slug: str, args, ref: Reference | None, tmp: Path) -> dict:
     seeds = pools.pools_for(slug, "bench").train[: args.episodes]
-    raw, ours, theirs, timings = [], [], [], []
+    raw, ours, theirs, timings, cpu = [], [], [], [], {"raw": [], "ours": [], "reference": []}
     for _ in range(args.repeats):
         r, steps, raw_mean = raw_episodes(slug, seeds)
         o, summary, timing = our_submit(slug, args.episodes, tmp)
-        raw.append(r)
-        ours.append(o)
+        raw.append(r.wall)
+        ours.append(o.wall)
+        cpu["raw"].append(r.cpu)
+        cpu["ours"].append(o.cpu)
         timings.append(timing)
         if ref is not None:
             t, ref_summary = ref.submit(slug, args.episodes, tmp, policy_source(slug))
-            theirs.append(t)
+            theirs.append(t.wall)
+            cpu["reference"].append(t.cpu)
             assert ref_summary["returns"] == summary["returns"], "the reference ran other episodes"
     assert abs(summary["mean_return"] - raw_mean) < 1e-9 * max(1.0, abs(raw_mean)), "raw ran other episodes"
     row = {"env": slug, "episodes": args.episodes, "steps": steps, "raw_s": median(raw), "ours_s": median(ours),
            "reference_s": median(theirs) if theirs else None, "raw_all": raw, "ours_all": ours, "reference_all": theirs,
-           "act_us": act_round_trip(slug, tmp)}
+           "act_us": act_round_trip(slug, tmp), "cpu": {k: median(v) if v else None for k, v in cpu.items()}}
     row["ours_vs_raw"] = row["ours_s"] / row["raw_s"]
     row["ours_vs_reference"] = row["ours_s"] / row["reference_s"] if theirs else None
     row["reference_vs_raw"] = row["reference_s"] / row["raw_s"] if theirs else None
@@ -279,6 +312,14 @@ def tables(rows: list[dict], fin: dict | None, load: tuple[float, float]) -> str
         out.append(f"| {r['env']} | {r['episodes']} | {r['steps']} | {r['raw_s']:.3f} | {r['ours_s']:.3f} "
                    f"| {fmt(r['reference_s'])} | **{fmt(r['ours_vs_reference'], '.2f')}×** "
                    f"| **{r['ours_vs_raw']:.2f}×** | {fmt(r['reference_vs_raw'], '.2f')}× |")
+    out += ["", "CPU seconds (user + system of the host process, its sandboxes and the formatter helper; "
+            "medians): the work each way costs, which the machine's load changes far less than wall time.", "",
+            "| env | raw CPU s | ours CPU s | reference CPU s | ours / reference | ours / raw |", "|---|---|---|---|---|---|"]
+    for r in rows:
+        c = r["cpu"]
+        out.append(f"| {r['env']} | {c['raw']:.3f} | {c['ours']:.3f} | {fmt(c['reference'])} "
+                   f"| {fmt(c['ours'] / c['reference'] if c['reference'] else None, '.2f')}× "
+                   f"| {c['ours'] / c['raw']:.2f}× |")
     out += ["", "Where our submit's time goes (medians; the host's `submit.finish` timing event):", "",
             "| env | snapshot + metrics ms | sandbox start ms | episodes s | of which raw stepping s | "
             "overhead µs/step | act round trip µs | waiting for episode files ms | feedback write ms |",

@@ -34,7 +34,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evogym.sandbox.cgroup import Cgroup, share_cpu_group
+from evogym.sandbox.cgroup import ENTER_SHELL, Cgroup, share_cpu_group
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import transport
 from evogym.sandbox.transport import Channel, Oversized, Stream, WorkerGone, dumps
@@ -353,11 +353,16 @@ class PolicyProcess:
         h.fds += [out_r, err_r]
         try:
             argv, cwd = self._argv(info, self._ch.child_fds)
+            enter = None
+            if h.cgroup is not None:
+                if os.access(ENTER_SHELL, os.X_OK):
+                    argv = h.cgroup.entering(argv)
+                else:
+                    enter = h.cgroup.enter  # no /bin/sh: the slower full fork
             h.proc = subprocess.Popen(
                 argv, env={}, cwd=cwd, close_fds=True, pass_fds=self._ch.child_fds,
                 stdin=subprocess.DEVNULL, stdout=out_w, stderr=err_w,
-                start_new_session=self.isolation == "none",
-                preexec_fn=h.cgroup.enter if h.cgroup else None)
+                start_new_session=self.isolation == "none", preexec_fn=enter)
         finally:
             for fd in (out_w, err_w):
                 os.close(fd)
