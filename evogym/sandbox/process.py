@@ -23,7 +23,7 @@ it. A failing policy is a `CallResult`, never an exception; only host faults rai
 from __future__ import annotations
 
 import ast
-import json
+import marshal
 import os
 import select
 import shutil
@@ -37,7 +37,7 @@ from pathlib import Path
 from evogym.sandbox.cgroup import ENTER_SHELL, Cgroup, share_cpu_group
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import transport
-from evogym.sandbox.transport import Channel, Oversized, Stream, WorkerGone, dumps
+from evogym.sandbox.transport import Channel, Oversized, Stream, WorkerGone
 from evogym.sandbox.isolation import bwrap_argv, probe_isolation, worker_layout
 from evogym.verdicts import FATAL, WORKER_CATEGORIES
 
@@ -245,8 +245,8 @@ class PolicyProcess:
             self._dead = invalid
             return invalid
         self.launch()
-        request = dumps({"obs_space": obs_space, "action_space": action_space, "env_meta": env_meta})
-        self._send("start", self._ch.send_json, transport.OP_START, request)
+        request = {"obs_space": obs_space, "action_space": action_space, "env_meta": env_meta}
+        self._send("start", self._ch.send_value, transport.OP_START, request)
         result = self._await("start", t0 + self.limits.init_wall_s)
         if result.ok and isinstance(result.value, dict):  # the worker's own claims (seccomp, rlimits)
             self.report.update(result.value)
@@ -388,7 +388,10 @@ class PolicyProcess:
                   "spin_s": WORKER_SPIN_S, "ordered_stores": transport.ORDERED_STORES,
                   "rlimits": rlimits, "policy_dir": layout.policy_dir, "site_dir": layout.site_dir,
                   "seccomp_lib": layout.seccomp_lib, "sandbox_id": self.sandbox_id}
-        worker = [layout.python, "-I", "-S", "-B", "-X", "utf8", layout.worker, json.dumps(config)]
+        # marshalled (hex): the worker reads it without importing json; nothing in it is secret.
+        # The sandbox id follows in plain text, so `ps` (and the tests) can tell sandboxes apart.
+        worker = [layout.python, "-I", "-S", "-B", "-X", "utf8", layout.worker, marshal.dumps(config).hex(),
+                  f"sandbox={self.sandbox_id}"]
         if self.isolation == "none":
             return worker, str(self.code_dir)
         return bwrap_argv(info, layout, self.code_dir, self.limits.file_bytes) + worker, "/"

@@ -9,9 +9,12 @@ a payload:
   worker turns it into nested lists with `memoryview.tolist()` (what `to_jsonable`
   gives), so the policy sees exactly what the JSON encoding gave it;
 - `INT`: one signed 64-bit integer;
-- `DICT` (observations only): a JSON skeleton with the dict's keys and non-array values,
+- `DICT` (observations only): a skeleton with the dict's keys and non-array values,
   followed by one raw buffer per numeric-array value;
-- `JSON`: UTF-8 JSON, non-finite floats as "nan"/"inf"/"-inf" (everything else);
+- `MARSHAL` (host to worker only): any other JSON-like value, `marshal`led, so the worker
+  needs no `json` (with `re`, most of its start-up imports) unless it must answer in JSON;
+  the host never unmarshals anything: the worker's answers are raw or JSON;
+- `JSON` (worker to host): UTF-8 JSON, non-finite floats as "nan"/"inf"/"-inf";
 - `NONE`: no value.
 
 Waiting (both sides): spin on the peer's sequence word for a bounded time, then set
@@ -31,6 +34,7 @@ from __future__ import annotations
 
 import fcntl
 import json
+import marshal
 import math
 import mmap
 import os
@@ -52,7 +56,7 @@ WORKER_WAITING = 96
 MAX_NDIM = 8
 
 OP_START, OP_RESET, OP_ACT = 1, 2, 3
-KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT = 0, 1, 2, 3, 4
+KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT, KIND_MARSHAL = 0, 1, 2, 3, 4, 5
 STATUS_OK, STATUS_ERROR = 0, 1
 
 FORMATS = frozenset("fdbBhHiIlLqQ?")
@@ -184,11 +188,17 @@ class Channel:
 
     # -- sending ---------------------------------------------------------------------
 
-    def send_json(self, op: int, payload: bytes) -> None:
+    def send_value(self, op: int, value) -> None:
+        """A JSON-like value (dicts, lists, str, int, float, bool, None), marshalled."""
         self._last_dtype = None
+        try:
+            payload = marshal.dumps(value)
+        except ValueError:  # numpy values and the like: their JSON form
+            from evogym.spaces import to_jsonable
+            payload = marshal.dumps(to_jsonable(value))
         self._put_bytes(payload)
         ctl = self.ctl
-        ctl[REQ_KIND] = KIND_JSON
+        ctl[REQ_KIND] = KIND_MARSHAL
         ctl[REQ_LEN] = len(payload)
         self._publish(op)
 
@@ -221,9 +231,9 @@ class Channel:
             self.ctl[REQ_LEN] = 8
         else:
             from evogym.spaces import to_jsonable  # imported lazily: spaces pulls gymnasium
-            payload = dumps(to_jsonable(obs))
+            payload = marshal.dumps(to_jsonable(obs))
             self._put_bytes(payload)
-            self.ctl[REQ_KIND] = KIND_JSON
+            self.ctl[REQ_KIND] = KIND_MARSHAL
             self.ctl[REQ_LEN] = len(payload)
         if not (type(obs) is np.ndarray and obs.dtype is self._last_dtype and obs.shape == self._last_shape):
             self._last_dtype = None  # the header now describes something else
@@ -255,7 +265,7 @@ class Channel:
         return True
 
     def _put_dict(self, obs: dict) -> bool:
-        """A dict observation: JSON skeleton, then each numeric array raw (8-byte aligned)."""
+        """A dict observation: marshalled skeleton, then each numeric array raw (8-byte aligned)."""
         from evogym.spaces import to_jsonable
         keys, values, arrays, blobs = [], [], [], []
         offset = 0
@@ -272,7 +282,7 @@ class Channel:
                 values.append(to_jsonable(value))
         if not arrays:
             return False
-        skeleton = dumps({"keys": keys, "values": values, "arrays": arrays})
+        skeleton = marshal.dumps({"keys": keys, "values": values, "arrays": arrays})
         base = (len(skeleton) + 7) & ~7
         if base + offset > self.frame_bytes:
             raise Oversized(f"{base + offset} bytes")

@@ -20,7 +20,7 @@ is also made non-dumpable, and under bubblewrap it is pid 1 of its namespace (`-
 so no other process is visible to the policy.
 """
 import errno
-import json
+import marshal
 import os
 import resource
 import signal
@@ -106,7 +106,7 @@ RESP_SHAPE = 72
 WORKER_WAITING = 96
 MAX_NDIM = 8
 OP_START, OP_RESET, OP_ACT = 1, 2, 3
-KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT = 0, 1, 2, 3, 4
+KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT, KIND_MARSHAL = 0, 1, 2, 3, 4, 5
 STATUS_OK, STATUS_ERROR = 0, 1
 FORMATS = frozenset("fdbBhHiIlLqQ?")
 WAIT_SLICE_MS = 2
@@ -246,15 +246,15 @@ class Channel:
             return value
         if kind == KIND_INT:
             return int.from_bytes(self.req[:8], "little", signed=True)
+        if kind == KIND_MARSHAL:
+            return marshal.loads(self.req[:size])
         if kind == KIND_DICT:
-            skeleton = json.loads(bytes(self.req[:ctl[REQ_AUX]]))
+            skeleton = marshal.loads(self.req[:ctl[REQ_AUX]])
             base = (ctl[REQ_AUX] + 7) & ~7
             values = skeleton["values"]
             for index, fmt, shape, offset in skeleton["arrays"]:
                 values[index] = self._array(base + offset, fmt, shape)
             return dict(zip(skeleton["keys"], values))
-        if kind == KIND_JSON:
-            return json.loads(bytes(self.req[:size]))
         return None
 
     def _array(self, offset, fmt, shape):
@@ -287,8 +287,17 @@ class Channel:
         ctl[RESP_KIND] = kind
         self._publish()
 
+    def reply_text(self, body):
+        """Answer with `body`, ready-made UTF-8 JSON (the start report, see `_tiny_json`)."""
+        self.resp[:len(body)] = body
+        ctl = self.ctl
+        ctl[RESP_LEN] = len(body)
+        ctl[RESP_STATUS] = STATUS_OK
+        ctl[RESP_KIND] = KIND_JSON
+        self._publish()
+
     def reply_error(self, error):
-        body = json.dumps(error).encode()[:self.frame_bytes]
+        body = _json().dumps(error).encode()[:self.frame_bytes]
         self.resp[:len(body)] = body
         ctl = self.ctl
         ctl[RESP_LEN] = len(body)
@@ -383,12 +392,43 @@ def _finite(x):
     return x
 
 
-_ENCODER = json.JSONEncoder(separators=(",", ":"), allow_nan=False, default=_tolist)
-"""Built once: `json.dumps(..., default=...)` would build a new encoder on every act()."""
+_ENCODER = None
+"""Built once, at the first JSON answer: `json.dumps(..., default=...)` would build a new
+encoder on every act()."""
+
+
+def _tiny_json(obj):
+    """JSON text of None, bool, int, str, dict and list values, without importing json (the
+    start report: most policies never make the worker import it)."""
+    if obj is None:
+        return "null"
+    t = type(obj)
+    if t is bool:
+        return "true" if obj else "false"
+    if t is int:
+        return str(obj)
+    if t is str:
+        return '"' + "".join(c if c >= " " and c not in '"\\' else "\\u%04x" % ord(c) for c in obj) + '"'
+    if t is dict:
+        return "{" + ",".join(_tiny_json(str(k)) + ":" + _tiny_json(v) for k, v in obj.items()) + "}"
+    if t is list or t is tuple:
+        return "[" + ",".join(_tiny_json(v) for v in obj) + "]"
+    raise TypeError(f"{t.__name__} is not in the start report's vocabulary")
+
+
+def _json():
+    """The json module, imported at the first answer that needs it: with `re` it is most of
+    the worker's start-up imports, and quick policies answer raw."""
+    import json
+
+    return json
 
 
 def encode_value(value):
     """UTF-8 JSON of an action; non-finite floats become "nan" / "inf" / "-inf"."""
+    global _ENCODER
+    if _ENCODER is None:
+        _ENCODER = _json().JSONEncoder(separators=(",", ":"), allow_nan=False, default=_tolist)
     try:
         text = _ENCODER.encode(value)
     except ValueError as exc:
@@ -501,10 +541,10 @@ def main(config):
     if error is not None:
         channel.reply_error(error)
         return
-    channel.reply_ok({"seccomp": seccomp, "rlimits": config["rlimits"], "pid": os.getpid(),
-                      "dumpable": dumpable})
+    report = {"seccomp": seccomp, "rlimits": config["rlimits"], "pid": os.getpid(), "dumpable": dumpable}
+    channel.reply_text(_tiny_json(report).encode("utf-8", "replace"))
     serve(channel, policy)
 
 
 if __name__ == "__main__":
-    main(json.loads(sys.argv[1]))
+    main(marshal.loads(bytes.fromhex(sys.argv[1])))
