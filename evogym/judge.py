@@ -211,7 +211,7 @@ class Judge:
         except BaseException:
             tree.abort()
             raise
-        self.run.event("submit.finish", submit=index, status=status, cost=cost,
+        self.run.event("submit.finish", durable=False, submit=index, status=status, cost=cost,
                        mean_return=summary["mean_return"], wall=summary["wall_time_seconds"],
                        timing={k: round(v, 6) for k, v in timing.items()})
         return 200, {"submit_id": index, "status": status, "summary": summary}
@@ -267,7 +267,7 @@ class Judge:
             proc.close()
             raise
         self.write_metrics(ckpt)
-        self.run.event("submit.snapshot", submit=index, checkpoint=f"checkpoints/{ckpt.name}")
+        self.run.event("submit.snapshot", durable=False, submit=index, checkpoint=f"checkpoints/{ckpt.name}")
         static = validate_snapshot(ckpt)
         denied = denied_imports(ckpt) if static is None else []
         if static is not None or denied:

@@ -114,13 +114,16 @@ class RunDir:
     def submit_name(self, index: int) -> str:
         return f"submit_{index:03d}"
 
-    def event(self, name: str, **fields) -> None:
+    def event(self, name: str, *, durable: bool = True, **fields) -> None:
+        """Append one event; `durable` ones are fsynced before this returns (a charge must be
+        on disk before the submit runs); the others only reach the page cache."""
         row = {"timestamp": utc_stamp(), "event": name, **fields}
         line = json.dumps(row, sort_keys=True, default=str) + "\n"
         with self._events_lock, open(self.events_path, "a", encoding="utf-8") as f:
             f.write(line)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable:
+                f.flush()
+                os.fsync(f.fileno())
 
 
 @dataclass
