@@ -39,30 +39,38 @@ def fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
-def atomic_write_bytes(path: Path, data: bytes) -> None:
-    """temp + fsync + rename + directory fsync: the file is old or new, never torn."""
+def atomic_write_bytes(path: Path, data: bytes, *, durable_now: bool = True) -> None:
+    """temp + fsync + rename + directory fsync: the file is old or new, never torn.
+
+    `durable_now=False` renames first and fsyncs in the background (`flush_syncs` waits):
+    for files a crash of the host alone cannot tear (the page cache survives it) and that
+    nothing reads before `flush_syncs` (finalize) would need them on disk."""
     path = Path(path)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
-            f.flush()
-            os.fsync(f.fileno())
+            if durable_now:
+                f.flush()
+                os.fsync(f.fileno())
         os.replace(tmp, path)
     except BaseException:
         if os.path.exists(tmp):
             os.unlink(tmp)
         raise
-    fsync_dir(path.parent)
+    if durable_now:
+        fsync_dir(path.parent)
+    else:
+        _syncer().put((path.parent, [path.name]))
 
 
 def atomic_write_text(path: Path, text: str) -> None:
     atomic_write_bytes(path, text.encode("utf-8"))
 
 
-def atomic_write_json(path: Path, obj, *, pretty: bool = True) -> None:
+def atomic_write_json(path: Path, obj, *, pretty: bool = True, durable_now: bool = True) -> None:
     text = json.dumps(obj, indent=2 if pretty else None, sort_keys=True, allow_nan=False)
-    atomic_write_text(path, text + "\n")
+    atomic_write_bytes(path, (text + "\n").encode("utf-8"), durable_now=durable_now)
 
 
 def cap_text(text: str, cap: int = OUTPUT_CAP_BYTES) -> str:
@@ -281,7 +289,7 @@ def _sync_forever(jobs: "queue.Queue") -> None:
             finally:
                 os.close(fd)
             dirs.update(p for p in path.parents if p != target and target in p.parents)
-        for d in sorted(dirs, key=lambda d: -len(d.parts)):
+        for d in [*sorted(dirs, key=lambda d: -len(d.parts)), target]:
             try:
                 fsync_dir(d)
             except OSError:

@@ -292,9 +292,10 @@ class Judge:
     def write_metrics(self, ckpt: Path) -> None:
         """`metrics.json` (the reference's fields, what its checker recomputes) in the
         checkpoint, our structural metrics beside the checkpoints (`code_metrics/`)."""
-        measured = code_metrics.code_metrics(ckpt)
-        atomic_write_json(ckpt / "metrics.json", code_metrics.reference_view(measured))
-        atomic_write_json(self.run.code_metrics / f"{ckpt.name}.json", code_metrics.structure_view(measured))
+        measured = code_metrics.code_metrics(ckpt)  # fsynced off the request; finalize waits for it
+        atomic_write_json(ckpt / "metrics.json", code_metrics.reference_view(measured), durable_now=False)
+        atomic_write_json(self.run.code_metrics / f"{ckpt.name}.json", code_metrics.structure_view(measured),
+                          durable_now=False)
 
     def policy_env_meta(self, index: int, cost: int, remaining_after: int) -> dict:
         meta = public_env_meta(self.spec, self.config)
