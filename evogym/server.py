@@ -19,7 +19,7 @@ import threading
 import anyio
 import uvicorn
 from starlette.applications import Starlette
-from starlette.requests import Request
+from starlette.requests import ClientDisconnect, Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
@@ -30,6 +30,10 @@ MAX_BODY_BYTES = 1 << 20
 """Largest accepted POST body; an id list for the largest allowed submit is far smaller."""
 BODY_TIMEOUT_S = 10.0
 """A body that has not fully arrived after this long is answered 408 (slow-body clients)."""
+DRAIN_BYTES = 16 << 20
+DRAIN_S = 2.0
+"""An oversized body is read and discarded up to these caps before the 413 goes out: closing a
+connection with unread bytes resets it, and a client still sending then sees the reset, not the 413."""
 
 
 class SortedJSON(JSONResponse):
@@ -45,19 +49,32 @@ def _reject_constant(name: str):
     raise ValueError(f"{name} is not valid JSON")
 
 
+async def _too_large(request: Request, size: int) -> SortedJSON:
+    """413, after discarding what the client is still sending (within DRAIN_BYTES / DRAIN_S)."""
+    with anyio.move_on_after(DRAIN_S):
+        try:
+            async for chunk in request.stream():
+                size += len(chunk)
+                if size > DRAIN_BYTES:
+                    break
+        except (ClientDisconnect, RuntimeError):  # client gone, or the stream already ended
+            pass
+    return _error(413, "payload_too_large", f"body over {MAX_BODY_BYTES} bytes")
+
+
 async def _read_json(request: Request) -> dict | SortedJSON:
     length = request.headers.get("content-length")
     if length is None or not length.isdigit():
         return _error(400, "bad_request", "body must contain env_instances (Content-Length required)")
     if int(length) > MAX_BODY_BYTES:
-        return _error(413, "payload_too_large", f"body over {MAX_BODY_BYTES} bytes")
+        return await _too_large(request, 0)
     chunks, size = [], 0
     try:
         with anyio.fail_after(BODY_TIMEOUT_S):
             async for chunk in request.stream():
                 size += len(chunk)
                 if size > MAX_BODY_BYTES:
-                    return _error(413, "payload_too_large", f"body over {MAX_BODY_BYTES} bytes")
+                    return await _too_large(request, size)
                 chunks.append(chunk)
     except TimeoutError:
         return _error(408, "request_timeout", f"body not received within {BODY_TIMEOUT_S:g}s")
