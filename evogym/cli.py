@@ -47,6 +47,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bind", default="127.0.0.1", help="loopback address to bind")
     p.add_argument("--port", type=int, default=0, help="port (0 = ephemeral)")
     p.add_argument("--token", help="require this token (header X-Evogym-Token) on every request")
+    p.add_argument("--no-prestart", action="store_true",
+                   help="start each submit's sandbox when the submit arrives instead of ahead of it "
+                        "(the slower path before pre-started sandboxes; for benchmarks)")
 
 
 def _open_host(args):
@@ -60,7 +63,7 @@ def _open_host(args):
                          data_dir=args.data_dir, model=args.model)
     sock = listen(args.bind, args.port)
     try:
-        return Host(args.run_dir, config), sock
+        return Host(args.run_dir, config, prestart=not args.no_prestart), sock
     except BaseException:
         sock.close()
         raise
@@ -97,6 +100,7 @@ def cmd_serve(args) -> int:
         if watcher is not None:
             watcher.stop()
     server.stop()
+    host.close()
     return 0 if host.finalization["status"] == "done" else 1
 
 
@@ -130,6 +134,7 @@ def cmd_run(args) -> int:
     finally:
         watcher.stop()
         server.stop()
+        host.close()
         log.close()
     doc = json.loads(host.run.run_json.read_text())
     print(json.dumps({"run_dir": str(host.run.root), "status": doc["outcome"]["status"],

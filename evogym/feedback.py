@@ -17,6 +17,7 @@ import queue
 import shutil
 import tempfile
 import threading
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Iterable
 
@@ -29,6 +30,30 @@ EXTERNAL_THRESHOLD_BYTES = 4096
 """An episode's stacked observations above this size go to observations.npy/.npz (reference §3.5)."""
 OUTPUT_CAP_BYTES = 64 * 1024
 """stdout.txt / stderr.txt / error text kept per episode; the rest is replaced by a note."""
+
+
+FSYNC_BATCH = 64
+"""Files one `fsync_all` call syncs at once (and so holds open)."""
+_fsync_pool: ThreadPoolExecutor | None = None
+_fsync_lock = threading.Lock()
+
+
+def fsync_all(fds) -> None:
+    """fsync every fd, all at once from a thread pool; returns when each is on disk.
+
+    The same guarantee as fsyncing them one by one, but the filesystem's journal commits
+    concurrent fsyncs together: 13 small files took 58 ms one by one and 8 ms at once on the
+    loaded project machine (ext4; experiments/results/submit_latency.md)."""
+    global _fsync_pool
+    fds = list(fds)
+    if len(fds) <= 1:
+        for fd in fds:
+            os.fsync(fd)
+        return
+    with _fsync_lock:
+        if _fsync_pool is None:
+            _fsync_pool = ThreadPoolExecutor(max_workers=FSYNC_BATCH // 4, thread_name_prefix="evogym-fsync")
+    list(_fsync_pool.map(os.fsync, fds))
 
 
 def fsync_dir(path: Path) -> None:
@@ -228,19 +253,26 @@ class PartialTree:
         self.later.extend(rels)
 
     def commit(self, files: dict[str, bytes]) -> None:
-        """Write the remaining files (`DURABLE_NOW` ones fsynced), rename into place."""
+        """Write the remaining files (`DURABLE_NOW` ones fsynced, together with the
+        directory: `fsync_all`), rename into place."""
+        durable = []
         try:
-            for rel, data in files.items():
-                path = self.tmp / rel
-                path.parent.mkdir(parents=True, exist_ok=True)
-                with open(path, "wb") as f:
-                    f.write(data)
+            try:
+                for rel, data in files.items():
+                    path = self.tmp / rel
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC, 0o666)
+                    with open(fd, "wb", closefd=rel not in DURABLE_NOW) as f:
+                        f.write(data)
                     if rel in DURABLE_NOW:
-                        f.flush()
-                        os.fsync(f.fileno())
+                        durable.append(fd)
                     else:
                         self.later.append(rel)
-            fsync_dir(self.tmp)
+                durable.append(os.open(self.tmp, os.O_RDONLY))
+                fsync_all(durable)
+            finally:
+                for fd in durable:
+                    os.close(fd)
             os.rename(self.tmp, self.target)
         except BaseException:
             self.abort()

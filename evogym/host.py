@@ -44,7 +44,9 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
 class Host:
     """One run: owns the hidden pools and everything that touches them."""
 
-    def __init__(self, run_dir, config: RunConfig) -> None:
+    def __init__(self, run_dir, config: RunConfig, *, prestart: bool = True) -> None:
+        """`prestart`: keep sandboxes started ahead for the next submits (`evogym.sandbox.spare`);
+        False starts every sandbox when its submit arrives (the old path, for benchmarks)."""
         if config.isolation == "bwrap":
             report = sandbox.probe_isolation()
             if not report.get("bwrap") or not report.get("userns"):
@@ -59,7 +61,8 @@ class Host:
         self.run.create(config)
         self.started_at, self._t0 = utc_stamp(), time.monotonic()
         self.agents_md_hash = "sha256:" + hashlib.sha256(agents_md_text().encode()).hexdigest()
-        self.judge = Judge(self.run, config, self.pools.train, on_exhausted=lambda: self.start_finalize("budget"))
+        self.judge = Judge(self.run, config, self.pools.train, on_exhausted=lambda: self.start_finalize("budget"),
+                           prestart=prestart)
         self.finalization = {"status": "pending"}
         self.done = threading.Event()
         self._final_lock = threading.Lock()
@@ -121,7 +124,12 @@ class Host:
             self.run.event("run.close.start", reason=reason)
             threading.Thread(target=self._finalize, name="finalize", daemon=True).start()
 
+    def close(self) -> None:
+        """Release what the host holds between requests (the spare sandboxes); idempotent."""
+        self.judge.close_spare()
+
     def _finalize(self) -> None:
+        self.judge.close_spare()  # no submit will come: free the spares before validation starts
         try:
             doc = finalize(self, progress=lambda line: self.run.event("finalize.progress", message=line))
             self.finalization = {"status": "done", "reason": self.finalization.get("reason")}

@@ -15,6 +15,7 @@ import shutil
 import stat
 import threading
 import time
+import weakref
 from pathlib import Path
 from typing import Callable
 
@@ -24,6 +25,7 @@ from evogym.recording import Formatter, PendingFiles
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
 from evogym.rundir import BudgetState, RunConfig, RunDir
 from evogym.sandbox import PolicyProcess, validate_snapshot
+from evogym.sandbox.spare import Spare, shadowed
 from evogym.verdicts import rollout_verdict, start_failure
 from evogym.instances import ParseError, parse as parse_instances
 
@@ -102,7 +104,7 @@ class Judge:
     """Owns the budget and turns submit requests into verdicts and feedback."""
 
     def __init__(self, run: RunDir, config: RunConfig, train_seeds: list[int],
-                 on_exhausted: Callable[[], None]) -> None:
+                 on_exhausted: Callable[[], None], prestart: bool = False) -> None:
         self.run, self.config, self.train = run, config, list(train_seeds)
         self.spec = envs.resolve(config.env)
         self.lock = threading.Lock()
@@ -112,6 +114,18 @@ class Judge:
         self._idem: dict[str, tuple[int, dict]] = {}
         self.ep_width = max(3, len(str(config.budget)))
         self._recover_interrupted()
+        self.spare: Spare | None = None
+        """Sandboxes started ahead for the next submits (`prestart`; docs/sandbox.md)."""
+        if prestart:
+            self.spare = Spare(run.checkpoints, config.isolation, config.limits)
+            weakref.finalize(self, self.spare.close)
+            latest = sorted(run.checkpoints.glob("submit_*"))
+            self.spare.refill(latest[-1] if latest else None)
+
+    def close_spare(self) -> None:
+        """Kill the waiting spares (the run closed: no submit will take them)."""
+        if self.spare is not None:
+            self.spare.close()
 
     # -- bookkeeping -------------------------------------------------------------
     def _recover_interrupted(self) -> None:
@@ -254,24 +268,51 @@ class Judge:
         return summary, status, timing
 
     def _run_checkpoint(self, index, ckpt, instances, cost, on_episode) -> tuple[str, BatchResult | None, list[str]]:
+        try:
+            return self._run_snapshot(index, ckpt, instances, cost, on_episode, self._sandbox_for(ckpt))
+        finally:
+            if self.spare is not None:  # unless done before the episodes (a no-op then)
+                self.spare.refill(ckpt if ckpt.is_dir() else None)
+
+    def _sandbox_for(self, ckpt: Path) -> PolicyProcess:
+        """The submit's sandbox, bound to the new, still empty checkpoint directory: a spare
+        whose staging directory is renamed to it, else one launched on it now (either way
+        it comes up while the snapshot is copied and checked; the worker reads nothing of
+        the policy before start())."""
+        proc = self.spare.take() if self.spare is not None else None
+        if proc is not None:
+            os.rename(proc.code_dir, ckpt)
+            proc.rebind(ckpt)
+            return proc
         ckpt.mkdir(parents=True)
         proc = PolicyProcess(ckpt, isolation=self.config.isolation, limits=self.config.limits)
-        proc.launch()  # the sandbox starts while the snapshot is copied and checked
+        proc.launch()
+        return proc
+
+    def _run_snapshot(self, index, ckpt, instances, cost, on_episode,
+                      proc: PolicyProcess) -> tuple[str, BatchResult | None, list[str]]:
+        release = self.spare.retire if self.spare is not None else PolicyProcess.close
         try:
             snapshot(self.run.system, ckpt)
         except SnapshotError as exc:
-            proc.close()
+            release(proc)
             self.write_metrics(ckpt)
             return "import_error", None, [error_line("import_error", f"import_error: {exc}", utc_stamp())]
         except BaseException:
-            proc.close()
+            release(proc)
             raise
+        prestarted = bool(proc.report.get("prestarted"))
+        if prestarted and shadowed(ckpt, proc.report["preload_modules"]):
+            release(proc)  # a file could shadow a preloaded module: start cold, as before spares
+            proc, prestarted = PolicyProcess(ckpt, isolation=self.config.isolation, limits=self.config.limits), False
+            proc.launch()
         self.write_metrics(ckpt)
-        self.run.event("submit.snapshot", durable=False, submit=index, checkpoint=f"checkpoints/{ckpt.name}")
+        self.run.event("submit.snapshot", durable=False, submit=index, checkpoint=f"checkpoints/{ckpt.name}",
+                       sandbox="prestarted" if prestarted else "cold")
         static = validate_snapshot(ckpt)
         denied = denied_imports(ckpt) if static is None else []
         if static is not None or denied:
-            proc.close()
+            release(proc)
         if static is not None:
             return static.category, None, [error_line(static.category, f"{static.category}: {static.message}",
                                                       utc_stamp(), static.traceback)]
@@ -281,7 +322,9 @@ class Judge:
         meta = self.policy_env_meta(index, cost, self.state.remaining)
         job = EpisodeJob(self.config.env, str(ckpt), tuple(self.train[i] for i in instances), meta,
                          self.config.limits, self.config.isolation, record=True, max_steps=self.config.max_steps)
-        batch = run_episodes(job, on_episode, proc)
+        if self.spare is not None:  # the next submits' sandboxes start while this one's episodes run
+            self.spare.refill(ckpt)
+        batch = run_episodes(job, on_episode, proc, release=release)
         if batch.start_failure is not None:
             fail = batch.start_failure
             verdict, category = start_failure(fail.category)

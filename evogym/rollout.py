@@ -114,11 +114,12 @@ class _Session:
     """One Policy instance; restarted (fresh process) after a fatal episode."""
 
     def __init__(self, job: EpisodeJob, obs_schema: dict, act_schema: dict,
-                 launched: PolicyProcess | None = None) -> None:
+                 launched: PolicyProcess | None = None,
+                 release: Callable[[PolicyProcess], None] = PolicyProcess.close) -> None:
         self.job, self.obs_schema, self.act_schema = job, obs_schema, act_schema
         self.proc: PolicyProcess | None = None
         self.start_failure: CallResult | None = None
-        self.launched = launched
+        self.launched, self.release = launched, release
 
     def ensure(self) -> CallResult | None:
         if self.proc is None:
@@ -133,7 +134,7 @@ class _Session:
     def drop(self) -> None:
         for proc in (self.proc, self.launched):
             if proc is not None:
-                proc.close()
+                self.release(proc)
         self.proc = self.launched = None
         self.start_failure = None
 
@@ -214,16 +215,19 @@ def _run_steps(sess: _Session, env, obs, ep: EpisodeResult, steps: int) -> None:
 
 
 def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], None] | None = None,
-                 launched: PolicyProcess | None = None) -> BatchResult:
+                 launched: PolicyProcess | None = None, *,
+                 release: Callable[[PolicyProcess], None] = PolicyProcess.close) -> BatchResult:
     """Run `job.seeds` in order with one Policy instance (`reset(i)` for local index i).
 
     `on_episode(i, episode)` is called as each episode ends (the judge hands its
     recording to the formatter there, so formatting overlaps the next episode).
-    `launched`: a `PolicyProcess` for `job.code_dir` already launched (not started) by
-    the caller; this function owns and closes it."""
+    `launched`: a `PolicyProcess` for `job.code_dir` already launched or prepared (not
+    started) by the caller; this function owns it. `release(proc)` ends each policy
+    process (the judge's spare keeper reaps off the request's path); every process is
+    released before this returns."""
     spec = envs.resolve(job.slug)
     meta = envs.env_meta(spec, n_env_instances=0)
-    sess = _Session(job, meta["obs_space"], meta["action_space"], launched)
+    sess = _Session(job, meta["obs_space"], meta["action_space"], launched, release)
     try:
         t0 = time.monotonic()
         failure = sess.ensure()

@@ -114,7 +114,7 @@ class RunDir:
     def submit_name(self, index: int) -> str:
         return f"submit_{index:03d}"
 
-    def event(self, name: str, *, durable: bool = True, **fields) -> None:
+    def event(self, name: str, /, *, durable: bool = True, **fields) -> None:
         """Append one event; `durable` ones are fsynced before this returns (a charge must be
         on disk before the submit runs); the others only reach the page cache."""
         row = {"timestamp": utc_stamp(), "event": name, **fields}

@@ -24,6 +24,7 @@ FATAL: frozenset[str] = frozenset({"oom", "timeout", "crashed", "protocol_error"
 """Call categories after which the policy process is dead; later calls repeat the failure."""
 
 WORKER_CATEGORIES: dict[str, frozenset[str]] = {
+    "prepare": frozenset(),  # a pre-started sandbox's preload runs no policy code and never fails
     "start": frozenset({"missing_policy", "import_error", "init_error", "oom"}),
     "reset": frozenset({"reset_error", "oom"}),
     "act": frozenset({"act_error", "oom"}),

@@ -51,6 +51,7 @@ class LiveHost:
 
     def close(self) -> None:
         self.server.stop()
+        self.host.close()
         if self.host.judge.closed:
             self.host.done.wait(300)
 

@@ -27,6 +27,9 @@ POLICY_PACKAGES = ("numpy", "numpy.libs", "scipy", "scipy.libs")
 SANDBOX_ROOT = "/opt/evogym"
 """Where the worker, its site dir and pyseccomp appear inside the sandbox."""
 
+POLICY_MOUNT = "/policy"
+"""Where the snapshot appears inside the sandbox (its cwd and `sys.path[0]`)."""
+
 SYSTEM_SITE_GLOBS = ("/usr/lib/python3*/dist-packages", "/usr/lib/python3*/site-packages",
                      "/usr/local/lib/python3*/dist-packages", "/usr/local/lib/python3*/site-packages")
 """Package dirs under the bound `/usr` that are hidden from the policy."""
@@ -146,7 +149,7 @@ def worker_layout(isolation: str, code_dir: Path, info: dict) -> WorkerLayout:
     binds += [(str(path), f"{SANDBOX_ROOT}/site/{name}") for name, path in packages.items()]
     if seccomp:
         binds.append((seccomp, f"{SANDBOX_ROOT}/lib/pyseccomp.py"))
-    return WorkerLayout(info["python"], binds[0][1], "/policy", f"{SANDBOX_ROOT}/site",
+    return WorkerLayout(info["python"], binds[0][1], POLICY_MOUNT, f"{SANDBOX_ROOT}/site",
                         f"{SANDBOX_ROOT}/lib" if seccomp else None, tuple(binds))
 
 
@@ -162,11 +165,11 @@ def bwrap_argv(info: dict, layout: WorkerLayout, code_dir: Path, tmp_bytes: int)
             "--new-session", "--clearenv", "--setenv", "PATH", "/usr/bin", *_root_entries()]
     for masked in _masked_dirs():
         argv += ["--tmpfs", masked, "--remount-ro", masked]
-    argv += ["--ro-bind", str(code_dir), "/policy"]
+    argv += ["--ro-bind", str(code_dir), POLICY_MOUNT]
     for src, dst in layout.binds:
         argv += ["--ro-bind", src, dst]
     if layout.site_dir not in {dst for _, dst in layout.binds}:
         argv += ["--dir", layout.site_dir]
     argv += ["--size", str(tmp_bytes), "--tmpfs", "/tmp", "--proc", "/proc", "--dev", "/dev",
-             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", "/policy", "--"]
+             "--remount-ro", "/dev", "--remount-ro", "/", "--chdir", POLICY_MOUNT, "--"]
     return argv

@@ -9,7 +9,12 @@ packages, a size-capped private `/tmp`, and a per-sandbox cgroup for memory and 
 The worker makes itself non-dumpable and adds rlimits and seccomp before any policy
 code runs. Nothing secret (seeds, pools, run dir, server env) ever enters.
 
-Deadlines: `init_wall_s` for start(); every reset()/act() call gets the earlier of
+A sandbox can also be started ahead of its code (`prepare()`, used by
+`evogym.sandbox.spare`): the same argv, limits and environment, brought up to "worker
+waiting for its start request" with an empty staging directory bound at `/policy`; the
+caller fills that directory (it becomes the checkpoint) and then calls start().
+
+Deadlines: `init_wall_s` for prepare() and for start(); every reset()/act() call gets the earlier of
 `act_wall_s` from its start and the end of the episode budget (`episode_wall_s`). At a
 deadline the sandbox is SIGKILLed and the call returns `timeout`.
 
@@ -38,7 +43,7 @@ from evogym.sandbox.cgroup import ENTER_SHELL, Cgroup, share_cpu_group
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import transport
 from evogym.sandbox.transport import Channel, Oversized, Stream, WorkerGone
-from evogym.sandbox.isolation import bwrap_argv, probe_isolation, worker_layout
+from evogym.sandbox.isolation import POLICY_MOUNT, bwrap_argv, probe_isolation, worker_layout
 from evogym.verdicts import FATAL, WORKER_CATEGORIES
 
 __all__ = ["CallResult", "Limits", "PolicyProcess", "validate_snapshot"]
@@ -218,8 +223,10 @@ class PolicyProcess:
         self._dead: CallResult | None = None
         self._deadline: float | None = None
         self._armed = False
-        self._ch: Channel | None = None
+        self._prepared = False
         self._started = False
+        self._bound: tuple[int, int] | None = None
+        self._ch: Channel | None = None
         self._streams: list[Stream] = []
         self._poll = select.poll()
 
@@ -232,8 +239,70 @@ class PolicyProcess:
         if self._h.proc is None and self._dead is None:
             self._launch()
 
+    def prepare(self, preload: tuple[str, ...] = ()) -> CallResult:
+        """Launch the sandbox before its code exists, up to "worker up, rlimits and seccomp
+        on, `preload` imported, waiting for the start request".
+
+        `code_dir` must be an existing (typically empty) directory: it is bound now, read
+        only at start(), and may be renamed meanwhile (see `rebind`). Only trusted code runs
+        before start(). Ok with {"preloaded", "modules"} (what loaded, and the top-level
+        module names that added); a failure leaves the process dead. Deadline: init_wall_s.
+        """
+        if self._h.proc is not None or self._dead is not None:
+            raise ProtocolError("prepare() on a PolicyProcess that was already launched",
+                                hint="create a new PolicyProcess per sandbox")
+        t0 = time.monotonic()
+        st = self.code_dir.stat()
+        self._bound = (st.st_dev, st.st_ino)
+        self._prepared = True
+        self._launch()
+        self._send("prepare", self._ch.send_value, transport.OP_PREPARE, list(preload))
+        result = self._await_announced("prepare", t0 + self.limits.init_wall_s)
+        value = result.value if result.ok else None
+        if isinstance(value, dict) and isinstance(value.get("preloaded"), list) \
+                and isinstance(value.get("modules"), list):
+            self.report.update(prestarted=True, preloaded=value["preloaded"], preload_modules=value["modules"])
+        elif result.ok:
+            result = self._kill(_failure("protocol_error", "prepare reply is not {preloaded, modules}"))
+        result.elapsed_s = time.monotonic() - t0
+        return result
+
+    def rebind(self, code_dir: Path) -> None:
+        """After the bound staging directory was renamed (to the checkpoint): use its new path.
+        Refuses any directory other than the one bound at prepare()."""
+        code_dir = Path(code_dir).resolve()
+        st = code_dir.stat()
+        if not self._prepared or self._started or (st.st_dev, st.st_ino) != self._bound:
+            raise ProtocolError(f"{code_dir} is not the directory bound into this sandbox",
+                                hint="rebind() takes the renamed staging directory of a prepared sandbox")
+        self.code_dir = code_dir
+
+    def alive(self) -> bool:
+        """Whether the sandbox runs and its reply pipe is open (a spare that died idle is not)."""
+        if self._dead is not None or self._ch is None or self._h.proc is None or self._h.proc.poll() is not None:
+            return False
+        try:
+            self._ch.drain_wake()
+        except WorkerGone:
+            return False
+        return True
+
+    def interrupt(self) -> None:
+        """SIGKILL the sandbox now, from any thread; close() (on the owning thread) still
+        releases everything. For a spare being prepared while its keeper shuts down."""
+        proc = self._h.proc
+        if proc is not None and proc.poll() is None:
+            try:
+                if self.isolation == "none":
+                    os.killpg(proc.pid, signal.SIGKILL)
+                else:
+                    proc.kill()
+            except ProcessLookupError:
+                pass
+
     def start(self, obs_space: dict, action_space: dict, env_meta: dict) -> CallResult:
-        """Validate, launch the sandbox (unless launch() did), import policy.py and construct Policy."""
+        """Validate, launch the sandbox (unless launch() or prepare() did), import policy.py and
+        construct Policy."""
         if self._started or self._dead is not None:
             raise ProtocolError("start() called twice on one PolicyProcess",
                                 hint="create a new PolicyProcess per Policy instance")
@@ -245,7 +314,9 @@ class PolicyProcess:
             self._dead = invalid
             return invalid
         self.launch()
-        request = {"obs_space": obs_space, "action_space": action_space, "env_meta": env_meta}
+        policy_dir = str(self.code_dir) if self.isolation == "none" else POLICY_MOUNT
+        request = {"obs_space": obs_space, "action_space": action_space, "env_meta": env_meta,
+                   "policy_dir": policy_dir}
         self._send("start", self._ch.send_value, transport.OP_START, request)
         result = self._await("start", t0 + self.limits.init_wall_s)
         if result.ok and isinstance(result.value, dict):  # the worker's own claims (seccomp, rlimits)
@@ -386,7 +457,7 @@ class PolicyProcess:
         memfd, req_fd, resp_fd = fds
         config = {"memfd": memfd, "req_fd": req_fd, "resp_fd": resp_fd, "frame_bytes": self.limits.frame_bytes,
                   "spin_s": WORKER_SPIN_S, "ordered_stores": transport.ORDERED_STORES,
-                  "rlimits": rlimits, "policy_dir": layout.policy_dir, "site_dir": layout.site_dir,
+                  "rlimits": rlimits, "site_dir": layout.site_dir,
                   "seccomp_lib": layout.seccomp_lib, "sandbox_id": self.sandbox_id}
         # marshalled (hex): the worker reads it without importing json; nothing in it is secret.
         # The sandbox id follows in plain text, so `ps` (and the tests) can tell sandboxes apart.
@@ -408,6 +479,28 @@ class PolicyProcess:
         result = self._interpret(phase)
         result.elapsed_s = time.monotonic() - t0
         return result
+
+    def _await_announced(self, phase: str, deadline: float) -> CallResult:
+        """Wait for a reply the worker always announces with a wake byte, in poll() alone:
+        no spin and no 2 ms slices, so a spare's keeper thread waiting here through a
+        sandbox start-up (0.1-0.5 s) does not take the GIL from the thread stepping the
+        current submit (it did: that submit's episodes took 62 -> 150 ms)."""
+        ch = self._ch
+        while not ch.ready():
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                return self._kill(_failure("timeout", self._timeout_message(phase, deadline)))
+            for fd, _ in self._poll.poll(remaining * 1000.0):
+                if fd != ch.resp_r:
+                    self._drain_fd(fd)
+                    continue
+                try:
+                    ch.drain_wake()
+                except WorkerGone:
+                    if ch.ready():
+                        break
+                    return self._died(phase)
+        return self._interpret(phase)
 
     def _block(self, phase: str, deadline: float) -> CallResult | None:
         ch = self._ch
@@ -451,6 +544,8 @@ class PolicyProcess:
     def _timeout_message(self, phase: str, deadline: float) -> str:
         if phase == "start":
             return f"start (import policy.py + Policy(...)) exceeded init_wall_s={self.limits.init_wall_s} s"
+        if phase == "prepare":
+            return f"sandbox start (interpreter, seccomp, preload) exceeded init_wall_s={self.limits.init_wall_s} s"
         if self._deadline is not None and deadline >= self._deadline:
             return f"{phase}() did not return within the episode wall budget ({self.limits.episode_wall_s} s)"
         return f"{phase}() did not return within act_wall_s={self.limits.act_wall_s} s"

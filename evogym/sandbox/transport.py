@@ -55,7 +55,7 @@ RESP_SHAPE = 72
 WORKER_WAITING = 96
 MAX_NDIM = 8
 
-OP_START, OP_RESET, OP_ACT = 1, 2, 3
+OP_START, OP_RESET, OP_ACT, OP_PREPARE = 1, 2, 3, 4
 KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT, KIND_MARSHAL = 0, 1, 2, 3, 4, 5
 STATUS_OK, STATUS_ERROR = 0, 1
 
@@ -298,8 +298,8 @@ class Channel:
         ctl[REQ_OP] = op
         self.seq = (self.seq + 1) & 0xFFFFFFFF
         ctl[REQ_SEQ] = self.seq  # last: the worker reads the payload only after seeing it
-        self.woke = not ORDERED_STORES or bool(ctl[WORKER_WAITING])
-        if self.woke:
+        self.woke = op == OP_START or not ORDERED_STORES or bool(ctl[WORKER_WAITING])
+        if self.woke:  # always for start: a pre-started worker waits for it in the pipe alone
             self._wake()
 
     def _wake(self) -> None:

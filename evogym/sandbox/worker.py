@@ -10,6 +10,11 @@ allowed packages and the Python prefix. Order matters and is the security contra
 3. only then import `policy.py`, check `Policy` is a class and construct it;
 4. serve `reset` / `act` requests until the request pipe closes.
 
+A pre-started sandbox (`evogym/sandbox/spare.py`) gets one `prepare` request between 2
+and 3: it imports the trusted packages it names (numpy, scipy modules only; under the
+same rlimits and filter, output discarded, failures ignored) and then blocks until the
+start request, which may be minutes away. No policy byte has been read at that point.
+
 The wire is a shared-memory channel (header words + payload, see
 `evogym/sandbox/transport.py`, whose numbers this file repeats because it cannot import
 it). Requests: start (JSON: spaces and env_meta), reset (an int), act (the observation,
@@ -53,6 +58,11 @@ SECCOMP_LIBS = {"c": "libc.so.6", "seccomp": "libseccomp.so.2"}
 sandbox has no `/etc/ld.so.cache` for it)."""
 
 PHASE_ERRORS = {1: "init_error", 2: "reset_error", 3: "act_error"}
+
+PRELOADABLE = ("numpy", "scipy")
+"""Top-level packages a `prepare` request may import: trusted code the policy could import
+itself, and nothing that prints (a stale guess must not put text into a submit's stdout)."""
+MAX_PRELOAD = 32
 
 
 def set_rlimits(limits):
@@ -105,7 +115,7 @@ RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM, RESP_BUSY_US = 
 RESP_SHAPE = 72
 WORKER_WAITING = 96
 MAX_NDIM = 8
-OP_START, OP_RESET, OP_ACT = 1, 2, 3
+OP_START, OP_RESET, OP_ACT, OP_PREPARE = 1, 2, 3, 4
 KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT, KIND_MARSHAL = 0, 1, 2, 3, 4, 5
 STATUS_OK, STATUS_ERROR = 0, 1
 FORMATS = frozenset("fdbBhHiIlLqQ?")
@@ -151,10 +161,18 @@ class Channel:
 
     # -- requests ----------------------------------------------------------------------
 
-    def receive(self):
-        """Block until the next request; return its op, or None when the host closed."""
+    def receive(self, block=False):
+        """Block until the next request; return its op, or None when the host closed.
+
+        `block`: wait in the pipe without time slices (the host wakes every start request,
+        so an idle pre-started sandbox sleeps instead of polling every 2 ms)."""
         ctl, last = self.ctl, self.seq
-        if ctl[REQ_SEQ] == last:
+        if block:
+            while ctl[REQ_SEQ] == last:
+                self.poller.poll()
+                if not self._drain():
+                    return None
+        elif ctl[REQ_SEQ] == last:
             t0 = time.perf_counter()
             if not self._spin(last, t0):
                 while True:
@@ -313,6 +331,14 @@ class Channel:
                 os.write(self.resp_fd, b"\0")
             except BlockingIOError:
                 pass  # unread wake bytes are pending: the host wakes anyway
+
+    def announce(self):
+        """A wake byte whatever the host's waiting word says: the prepare reply, which the host
+        waits for in poll() alone (no spinning, no time slices)."""
+        try:
+            os.write(self.resp_fd, b"\0")
+        except BlockingIOError:
+            pass
 
     def _put_value(self, value):
         """Write `value` raw when it has a raw form; its kind, or None for JSON."""
@@ -511,6 +537,34 @@ def serve(channel, policy):
             channel.reply_error(failure("act_error", exc, 99))
 
 
+def preload(names):
+    """Import the named trusted modules; return (those that loaded, top-level names the
+    imports added to sys.modules). A failure (e.g. the memory limit) leaves no partial
+    module behind: the policy's own import then fails as it would have without it. The
+    host starts cold instead when a snapshot file could shadow an added name."""
+    first = set(sys.modules)
+    import contextlib
+    import importlib
+    import io
+
+    loaded = []
+    for name in names[:MAX_PRELOAD] if isinstance(names, list) else ():
+        if not isinstance(name, str) or name.split(".")[0] not in PRELOADABLE \
+                or not all(part.isidentifier() for part in name.split(".")):
+            continue
+        before = set(sys.modules)
+        sink = io.StringIO()
+        try:
+            with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+                importlib.import_module(name)
+        except Exception:  # noqa: BLE001 - a module that cannot load here is simply not preloaded
+            for added in set(sys.modules) - before:
+                del sys.modules[added]
+            continue
+        loaded.append(name)
+    return loaded, sorted({m.split(".")[0] for m in set(sys.modules) - first})
+
+
 def set_non_dumpable():
     """PR_SET_DUMPABLE 0: no core dumps, and /proc/<pid>/mem, maps, environ of this process
     are closed to every other process of the same user (the policy itself still reads its own)."""
@@ -532,11 +586,18 @@ def main(config):
     sys.path.insert(0, config["site_dir"])
     channel = Channel(config["memfd"], config["req_fd"], config["resp_fd"], config["frame_bytes"],
                       config["spin_s"], config["ordered_stores"])
-    if channel.receive() != OP_START:
+    op = channel.receive()
+    if op == OP_PREPARE:
+        loaded, added = preload(channel.value())
+        channel.reply_text(_tiny_json({"preloaded": loaded, "modules": added}).encode())
+        channel.announce()
+        op = channel.receive(block=True)
+    if op != OP_START:
         raise SystemExit("expected a start request")
     request = channel.value()
-    os.chdir(config["policy_dir"])
-    policy, error = load_policy(config["policy_dir"], request)
+    policy_dir = request["policy_dir"]  # in the request: a pre-started sandbox learns it only now
+    os.chdir(policy_dir)
+    policy, error = load_policy(policy_dir, request)
     _flush_output()
     if error is not None:
         channel.reply_error(error)

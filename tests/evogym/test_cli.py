@@ -91,10 +91,12 @@ def test_server_sigkill_leaves_no_sandbox_and_restart_refunds(tmp_path):
         except OSError:
             pass  # the server is killed mid-request: no answer is the expected outcome
     threading.Thread(target=doomed_submit, daemon=True).start()
-    marker = str(run_dir / "checkpoints")
+    marker = str(run_dir / "checkpoints")  # the submit's sandbox and the spare started for the next one
+    events = run_dir / "events.jsonl"
     deadline = time.monotonic() + 20
-    while not _sandboxes_alive(marker) and time.monotonic() < deadline:
+    while time.monotonic() < deadline and not (events.is_file() and "submit.snapshot" in events.read_text()):
         time.sleep(0.1)
+    time.sleep(1.0)  # start() and the first act(), which sleeps
     assert _sandboxes_alive(marker), "sandbox never started"
     os.kill(proc.pid, signal.SIGKILL)
     proc.wait()
@@ -102,12 +104,16 @@ def test_server_sigkill_leaves_no_sandbox_and_restart_refunds(tmp_path):
     while _sandboxes_alive(marker) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert _sandboxes_alive(marker) == []
+    left = {p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".spare-")}
+    assert left, "the killed host's spares left their staging dirs (the restart must sweep them)"
     proc2, ready2 = _serve(run_dir)
     try:
         info = json.load(urllib.request.urlopen(ready2["url"] + "/info"))
         assert info["state"]["remaining_budget"] == 8 and info["state"]["n_submits"] == 1
         summary = json.loads((run_dir / "workspace/feedback/submit_000/summary.json").read_text())
         assert summary["status"] == "host_interrupted" and summary["n_episodes"] == 0
+        staged = {p.name for p in (run_dir / "checkpoints").iterdir() if p.name.startswith(".spare-")}
+        assert not staged & left and len(staged) <= 2, (staged, left)  # only the new host's spares
     finally:
         proc2.send_signal(signal.SIGTERM)
         proc2.wait(timeout=120)

@@ -1,7 +1,9 @@
 """Hostile policies P1-P20 (reliability.md §7): each case asserts the safe outcome.
 
 One file per case under `hostile/`; each is copied alone into a fresh snapshot as
-`policy.py`. The server-side canaries (an env var, a held-out file outside the snapshot,
+`policy.py`. Every case runs twice: in a sandbox started cold, and in one pre-started
+by `Spare` (numpy preloaded, the empty staging directory filled and renamed before
+start, as a submit does). The server-side canaries (an env var, a held-out file outside the snapshot,
 an open secret fd, a listening socket, a seed held in memory) must never be reachable.
 These run under bubblewrap and FAIL (never skip) when it is missing.
 """
@@ -18,6 +20,7 @@ from pathlib import Path
 import pytest
 
 from evogym.sandbox import Limits, PolicyProcess
+from evogym.sandbox.spare import Spare
 from evogym.spaces import to_jsonable
 
 pytestmark = pytest.mark.sandbox
@@ -38,6 +41,9 @@ class World:
     listener: socket.socket
     udp: socket.socket
     port: int
+    start: str = "cold"
+    """"cold" or "prestarted" (see the module doc)."""
+    spares: list = None
 
 
 def sandbox_pids(*markers: str) -> list[int]:
@@ -55,8 +61,8 @@ def sandbox_pids(*markers: str) -> list[int]:
     return pids
 
 
-@pytest.fixture
-def world(tmp_path, monkeypatch):
+@pytest.fixture(params=["cold", "prestarted"])
+def world(tmp_path, monkeypatch, request):
     monkeypatch.setenv("EVOGYM_TEST_CANARY", CANARY)
     secret = tmp_path / "run" / "heldout.json"
     secret.parent.mkdir()
@@ -69,7 +75,10 @@ def world(tmp_path, monkeypatch):
     udp.bind(("127.0.0.1", listener.getsockname()[1]))
     udp.settimeout(0.2)
     seeds_in_memory = [CANARY_SEED, CANARY_SEED + 1]  # noqa: F841 - the P7 target
-    yield World(tmp_path, secret, listener, udp, listener.getsockname()[1])
+    made = World(tmp_path, secret, listener, udp, listener.getsockname()[1], request.param, [])
+    yield made
+    for spare in made.spares:
+        spare.close()
     os.close(held_fd)
     listener.close()
     udp.close()
@@ -82,9 +91,26 @@ def snapshot(world: World, case: str, name: str = "snap") -> Path:
     return code
 
 
+def prestarted(world: World, case: str, limits: Limits, name: str) -> PolicyProcess:
+    """The submit path: a spare started before its code exists, filled, renamed, started."""
+    spare = Spare(world.tmp, "bwrap", limits)
+    world.spares.append(spare)  # closed after the case: its thread is the sandbox's parent
+    spare.refill(None)
+    proc = spare.take()
+    assert proc is not None, spare.last_failure
+    assert os.listdir(proc.code_dir) == [] and proc.report["preloaded"] == ["numpy"], proc.report
+    shutil.copy(HOSTILE / case, proc.code_dir / "policy.py")
+    os.rename(proc.code_dir, world.tmp / name)
+    proc.rebind(world.tmp / name)
+    return proc
+
+
 def launch(world: World, case: str, limits: Limits = FAST, name: str = "snap", **meta) -> PolicyProcess:
     env_meta = {"port": world.port, "canary_path": str(world.secret_file), **meta}
-    proc = PolicyProcess(snapshot(world, case, name), isolation="bwrap", limits=limits)
+    if world.start == "prestarted":
+        proc = prestarted(world, case, limits, name)
+    else:
+        proc = PolicyProcess(snapshot(world, case, name), isolation="bwrap", limits=limits)
     started = proc.start({"type": "Box"}, {"type": "Box"}, env_meta)
     proc.start_result = started
     return proc
