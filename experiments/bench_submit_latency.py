@@ -69,6 +69,7 @@ class PhaseClock:
               ("evogym.sandbox.spare:Spare", "retire", "teardown"),
               ("evogym.recording:PendingFiles", "result", "episode files wait"),
               ("evogym.judge", "write_tree", "feedback write"),
+              ("evogym.feedback:PartialTree", "commit", "feedback write"),
               ("evogym.sandbox.process:PolicyProcess", "prepare", "spare start-up (off the request)"))
 
     def __init__(self) -> None:
@@ -256,7 +257,7 @@ def part_agent(args, workdir: Path) -> dict:
         for episodes in (1, 4):
             for mode in (modes if r % 2 == 0 else modes[::-1]):
                 row = one_agent_run(episodes, mode, workdir, args.baseline_src, args.agent_budget)
-                rows[(mode, episodes)].append(row)
+                rows[(mode, episodes)].append(row)  # repeat r of (mode, 1) and (mode, 4) ran close in time
                 print(json.dumps({"mode": mode, "episodes_per_submit": episodes, **row}), flush=True)
     return rows
 
@@ -316,12 +317,15 @@ def render(args, submits: dict, agent: dict, load: tuple[str, str], fsyncs: tupl
     if agent:
         budget = f" --budget {args.agent_budget}" if args.agent_budget else ""
         lines += ["", f"### `ole run --env gym/acrobot --agent builtin --profile quick{budget}` (median; s)", "",
-                  "| host | agent wall, 1 ep/submit | agent wall, 4 ep/submit | **ratio 1 / 4** | submits 1 / 4 "
-                  "| agent's own CPU 1 / 4 | run wall 1 / 4 (incl. host start, finalize) |", "|---|---|---|---|---|---|---|"]
+                  "| host | agent wall, 1 ep/submit | agent wall, 4 ep/submit | **ratio 1 / 4** | ratio per repeat: "
+                  "median [min, max] | submits 1 / 4 | agent's own CPU 1 / 4 | run wall 1 / 4 (incl. host start, "
+                  "finalize) |", "|---|---|---|---|---|---|---|---|"]
         for mode in dict.fromkeys(m for m, _ in agent):
             one, four = agent[(mode, 1)], agent[(mode, 4)]
             a1, a4 = median_of(one, "agent_wall"), median_of(four, "agent_wall")
-            lines.append(f"| {mode} | {a1:.2f} | {a4:.2f} | **{a1 / a4:.2f}** | {median_of(one, 'submits'):.0f} / "
+            per = [x["agent_wall"] / y["agent_wall"] for x, y in zip(one, four)]
+            lines.append(f"| {mode} | {a1:.2f} | {a4:.2f} | **{a1 / a4:.2f}** | {statistics.median(per):.2f} "
+                         f"[{min(per):.2f}, {max(per):.2f}] | {median_of(one, 'submits'):.0f} / "
                          f"{median_of(four, 'submits'):.0f} | {median_of(one, 'agent_cpu'):.2f} / "
                          f"{median_of(four, 'agent_cpu'):.2f} | {median_of(one, 'total'):.1f} / "
                          f"{median_of(four, 'total'):.1f} |")
