@@ -281,8 +281,12 @@ class Judge:
         the policy before start())."""
         proc = self.spare.take() if self.spare is not None else None
         if proc is not None:
-            os.rename(proc.code_dir, ckpt)
-            proc.rebind(ckpt)
+            try:
+                os.rename(proc.code_dir, ckpt)
+                proc.rebind(ckpt)
+            except BaseException:
+                self.spare.retire(proc)
+                raise
             return proc
         ckpt.mkdir(parents=True)
         proc = PolicyProcess(ckpt, isolation=self.config.isolation, limits=self.config.limits)

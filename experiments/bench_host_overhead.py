@@ -181,20 +181,29 @@ def raw_episodes(slug: str, seeds: list[int]) -> tuple[Timed, int, float]:
     return clock, steps, float(np.mean(returns))
 
 
-def our_submit(slug: str, n: int, workdir: Path) -> tuple[Timed, dict, dict]:
-    """(timing, summary, timing of the host's submit.finish event)."""
+def our_submit(slug: str, n: int, workdir: Path, prestart: bool = True) -> tuple[Timed, dict, dict]:
+    """(timing, summary, timing of the host's submit.finish event).
+
+    `prestart`: the host keeps sandboxes started ahead (its default); the submit is sent
+    once they are up, as after an agent that thought for a second. False: `--no-prestart`,
+    the sandbox starts when the submit arrives (the first submit of a run that is sent at
+    once, or a host run without spares)."""
     host = Host(workdir / f"ours-{slug.replace('/', '_')}-{time.time_ns()}",
-                make_config(slug, "bench", budget=n + 1, max_per_submit=n, finalize_jobs=1))  # +1: no finalize
+                make_config(slug, "bench", budget=n + 1, max_per_submit=n, finalize_jobs=1),  # +1: no finalize
+                prestart=prestart)
     server = Server(host).start()
     try:
         (host.run.system / "policy.py").write_text(policy_source(slug))
         Formatter.ready()  # a running host has its formatter started (it starts at host open)
+        if host.judge.spare is not None:
+            host.judge.spare.settle(120)
         req = urllib.request.Request(server.url + "/submit", data=json.dumps({"env_instances": f"0-{n - 1}"}).encode(),
                                      headers={"Content-Type": "application/json"})
         with Timed() as clock:
             body = json.load(urllib.request.urlopen(req, timeout=3600))
     finally:
         server.stop()
+        host.close()
     events = [json.loads(line) for line in host.run.events_path.read_text().splitlines()]
     timing = next(e for e in events if e["event"] == "submit.finish").get("timing", {})
     return clock, body["summary"], timing
@@ -297,12 +306,17 @@ def median(values: list[float]) -> float:
 
 def bench_env(slug: str, args, ref: Reference | None, tmp: Path) -> dict:
     seeds = pools.pools_for(slug, "bench").train[: args.episodes]
-    raw, ours, theirs, timings, cpu = [], [], [], [], {"raw": [], "ours": [], "reference": []}
+    raw, ours, cold, theirs, timings = [], [], [], [], []
+    cpu = {"raw": [], "ours": [], "cold": [], "reference": []}
     for _ in range(args.repeats):
         r, steps, raw_mean = raw_episodes(slug, seeds)
         o, summary, timing = our_submit(slug, args.episodes, tmp)
+        c, cold_summary, _ = our_submit(slug, args.episodes, tmp, prestart=False)
+        assert cold_summary["returns"] == summary["returns"], "the cold start ran other episodes"
         raw.append(r.wall)
         ours.append(o.wall)
+        cold.append(c.wall)
+        cpu["cold"].append(c.cpu)
         cpu["raw"].append(r.cpu)
         cpu["ours"].append(o.cpu)
         timings.append(timing)
@@ -313,10 +327,13 @@ def bench_env(slug: str, args, ref: Reference | None, tmp: Path) -> dict:
             assert ref_summary["returns"] == summary["returns"], "the reference ran other episodes"
     assert abs(summary["mean_return"] - raw_mean) < 1e-9 * max(1.0, abs(raw_mean)), "raw ran other episodes"
     row = {"env": slug, "episodes": args.episodes, "steps": steps, "raw_s": median(raw), "ours_s": median(ours),
-           "reference_s": median(theirs) if theirs else None, "raw_all": raw, "ours_all": ours, "reference_all": theirs,
+           "cold_s": median(cold), "reference_s": median(theirs) if theirs else None, "raw_all": raw,
+           "ours_all": ours, "cold_all": cold, "reference_all": theirs,
            "act_us": act_round_trip(slug, tmp), "cpu": {k: median(v) if v else None for k, v in cpu.items()}}
     row["ours_vs_raw"] = row["ours_s"] / row["raw_s"]
     row["ours_vs_reference"] = row["ours_s"] / row["reference_s"] if theirs else None
+    row["cold_vs_reference"] = row["cold_s"] / row["reference_s"] if theirs else None
+    row["cold_vs_raw"] = row["cold_s"] / row["raw_s"]
     row["reference_vs_raw"] = row["reference_s"] / row["raw_s"] if theirs else None
     row["timing"] = {k: median([t.get(k, float("nan")) for t in timings]) for k in timings[0]}
     row["overhead_us_per_step"] = (row["ours_s"] - row["raw_s"]) / steps * 1e6
@@ -329,18 +346,23 @@ def fmt(x, spec=".3f") -> str:
 
 def tables(rows: list[dict], fin: dict | None, load: tuple[float, float], cpu_scope: str) -> str:
     out = [f"Load average (1 min) at start / end: {load[0]:.2f} / {load[1]:.2f} on {os.cpu_count()} cores.", "",
-           "| env | episodes | steps | raw s | ours s | reference s | ours / reference | ours / raw "
-           "| reference / raw |", "|---|---|---|---|---|---|---|---|---|"]
+           "ours = the host's default (the submit's sandbox was started ahead and is up); "
+           "ours cold = `--no-prestart` (the sandbox starts when the submit arrives).", "",
+           "| env | episodes | steps | raw s | ours s | ours cold s | reference s | ours / reference "
+           "| ours / raw | ours cold / reference | ours cold / raw | reference / raw |",
+           "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for r in rows:
         out.append(f"| {r['env']} | {r['episodes']} | {r['steps']} | {r['raw_s']:.3f} | {r['ours_s']:.3f} "
-                   f"| {fmt(r['reference_s'])} | **{fmt(r['ours_vs_reference'], '.2f')}×** "
-                   f"| **{r['ours_vs_raw']:.2f}×** | {fmt(r['reference_vs_raw'], '.2f')}× |")
+                   f"| {r['cold_s']:.3f} | {fmt(r['reference_s'])} | **{fmt(r['ours_vs_reference'], '.2f')}×** "
+                   f"| **{r['ours_vs_raw']:.2f}×** | {fmt(r['cold_vs_reference'], '.2f')}× "
+                   f"| {r['cold_vs_raw']:.2f}× | {fmt(r['reference_vs_raw'], '.2f')}× |")
     out += ["", f"CPU seconds (user + system of {cpu_scope}; medians): the work each way costs, which the "
             "machine's load changes far less than wall time.", "",
-            "| env | raw CPU s | ours CPU s | reference CPU s | ours / reference | ours / raw |", "|---|---|---|---|---|---|"]
+            "| env | raw CPU s | ours CPU s | ours cold CPU s | reference CPU s | ours / reference | ours / raw |",
+            "|---|---|---|---|---|---|---|"]
     for r in rows:
         c = r["cpu"]
-        out.append(f"| {r['env']} | {c['raw']:.3f} | {c['ours']:.3f} | {fmt(c['reference'])} "
+        out.append(f"| {r['env']} | {c['raw']:.3f} | {c['ours']:.3f} | {c['cold']:.3f} | {fmt(c['reference'])} "
                    f"| {fmt(c['ours'] / c['reference'] if c['reference'] else None, '.2f')}× "
                    f"| {c['ours'] / c['raw']:.2f}× |")
     out += ["", "Where our submit's time goes (medians; the host's `submit.finish` timing event):", "",

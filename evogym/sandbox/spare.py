@@ -158,6 +158,14 @@ class Spare:
             future = self._slots[0] if self._slots else None
         return None if future is None else future.result(timeout)
 
+    def settle(self, timeout: float | None = None) -> None:
+        """Wait until every spare asked for so far has finished starting (up or failed). For
+        benchmarks that time a submit made after the agent thought long enough."""
+        with self._lock:
+            futures = list(self._slots)
+        for future in futures:
+            future.result(timeout)
+
     def retire(self, proc: PolicyProcess) -> None:
         """SIGKILL `proc` now; reap it, remove its cgroups and (if never used) its staging
         directory on the keeper thread. Idempotent."""
