@@ -58,9 +58,11 @@ def suite_envs(name: str, only: list[str] | None) -> list[str]:
 def _smoke_one(slug: str, workdir: Path, isolation: str) -> dict:
     from evogym.host import Host, make_config
     t0 = time.monotonic()
+    host = None
     try:
+        # one submit per host: a sandbox started ahead for a next submit would only be killed
         host = Host(workdir / slug.replace("/", "_"),
-                    make_config(slug, "quick", budget=2, max_steps=SMOKE_STEPS, isolation=isolation))
+                    make_config(slug, "quick", budget=2, max_steps=SMOKE_STEPS, isolation=isolation), prestart=False)
         (host.run.system / "policy.py").write_text(SMOKE_POLICY)
         status, body = host.judge.submit({"env_instances": [0]})
         s = body.get("summary", {})
@@ -70,6 +72,9 @@ def _smoke_one(slug: str, workdir: Path, isolation: str) -> dict:
     except Exception as exc:  # report every env, never stop at the first failure
         return {"env": slug, "ok": False, "status": f"{type(exc).__name__}: {exc}", "steps": 0,
                 "seconds": round(time.monotonic() - t0, 2)}
+    finally:
+        if host is not None:
+            host.close()
 
 
 def cmd_smoke(args) -> int:
