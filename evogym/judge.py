@@ -120,7 +120,7 @@ class Judge:
             self.spare = Spare(run.checkpoints, config.isolation, config.limits)
             weakref.finalize(self, self.spare.close)
             latest = sorted(run.checkpoints.glob("submit_*"))
-            self.spare.refill(latest[-1] if latest else None)
+            self.spare.refill(latest[-1] if latest else None, self.state.remaining)
 
     def close_spare(self) -> None:
         """Kill the waiting spares (the run closed: no submit will take them)."""
@@ -272,7 +272,7 @@ class Judge:
             return self._run_snapshot(index, ckpt, instances, cost, on_episode, self._sandbox_for(ckpt))
         finally:
             if self.spare is not None:  # unless done before the episodes (a no-op then)
-                self.spare.refill(ckpt if ckpt.is_dir() else None)
+                self.spare.refill(ckpt if ckpt.is_dir() else None, self.state.remaining)
 
     def _sandbox_for(self, ckpt: Path) -> PolicyProcess:
         """The submit's sandbox, bound to the new, still empty checkpoint directory: a spare
@@ -327,7 +327,7 @@ class Judge:
         job = EpisodeJob(self.config.env, str(ckpt), tuple(self.train[i] for i in instances), meta,
                          self.config.limits, self.config.isolation, record=True, max_steps=self.config.max_steps)
         if self.spare is not None:  # the next submits' sandboxes start while this one's episodes run
-            self.spare.refill(ckpt)
+            self.spare.refill(ckpt, self.state.remaining)
         batch = run_episodes(job, on_episode, proc, release=release)
         if batch.start_failure is not None:
             fail = batch.start_failure

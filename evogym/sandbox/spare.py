@@ -118,12 +118,13 @@ class Spare:
 
     # -- the request thread ------------------------------------------------------------
 
-    def refill(self, source: Path | None = None) -> None:
-        """Start spares in the background until `depth` are waiting or starting; they
-        preload what `source` (the latest checkpoint, read on the keeper thread) imports
-        (`predict_preload`)."""
+    def refill(self, source: Path | None = None, wanted: int | None = None) -> None:
+        """Start spares in the background until `depth` (at most `wanted`: the submits the
+        budget still allows) are waiting or starting; they preload what `source` (the
+        latest checkpoint, read on the keeper thread) imports (`predict_preload`)."""
+        target = self.depth if wanted is None else max(0, min(self.depth, wanted))
         with self._lock:
-            while not (self._closed or self.disabled) and len(self._slots) < self.depth:
+            while not (self._closed or self.disabled) and len(self._slots) < target:
                 future = Future()
                 self._slots.append(future)
                 self._jobs.put(("prepare", future, source))

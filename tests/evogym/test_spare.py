@@ -337,3 +337,17 @@ def test_no_prestart_starts_every_sandbox_with_its_submit(tmp_path):
         assert submit(host, PLAIN)["status"] == "ok" and sandbox_kinds(host) == ["cold"]
     finally:
         host.close()
+
+
+def test_no_more_spares_than_the_budget_has_submits_left(tmp_path):
+    host = open_host(tmp_path, budget=3)
+    try:
+        spare = host.judge.spare
+        assert len(spare._slots) == 2
+        submit(host, PLAIN, ids=(0, 1))  # 1 episode left: one more submit at most
+        spare.settle(120)
+        assert len(spare._slots) == 1 and spare.counts["prepared"] == 2
+        submit(host, PLAIN, ids=(2,))  # budget spent: nothing started for a submit that cannot come
+        assert spare.counts["prepared"] == 2 and sandbox_kinds(host) == ["prestarted", "prestarted"]
+    finally:
+        host.close()
