@@ -123,7 +123,8 @@ def share_cpu_group() -> Path | None:
     its own. On an oversubscribed machine every act() then hands the CPU from the host's
     group to the worker's and back, each time behind the other groups: 150-400 µs per
     step measured here at load 8-10 on 2 cores. In one group the host and its worker
-    share one entity and hand over within it: 17-150 µs (experiments/results/host_overhead.md).
+    share one entity and hand over within it: 17-150 µs then; 29-64 µs per step of
+    overhead in experiments/results/host_overhead.md (load 5-9).
     Groups of dead host processes are swept here too.
     """
     global _cpu_group
