@@ -364,7 +364,22 @@ def main(argv: list[str] | None = None) -> None:
     table = render(args, submits, agent, (load0, Path("/proc/loadavg").read_text().split()[0]), fsync_batch())
     print(table)
     if args.out:
-        args.out.write_text(table + "\n")
+        write_results(args.out, table)
+
+
+ACCOUNT = "## Account"
+"""The hand-written part of the results file from this heading on is kept when the tables are rewritten."""
+
+
+def write_results(out: Path, table: str) -> None:
+    command = "python experiments/bench_submit_latency.py " + " ".join(sys.argv[1:])
+    head = ["# Per-submit latency: sandbox started with the submit (cold) vs started ahead (spare)", "",
+            f"Command ({time.strftime('%Y-%m-%d')}; medians; the machine is shared, see the load line):", "",
+            f"    {command}", "", table, ""]
+    old = out.read_text() if out.exists() else ""
+    kept = old[old.index(ACCOUNT):] if ACCOUNT in old else ""
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text("\n".join(head) + ("\n" + kept if kept else ""))
 
 
 if __name__ == "__main__":
