@@ -364,15 +364,15 @@ def main(argv: list[str] | None = None) -> None:
     table = render(args, submits, agent, (load0, Path("/proc/loadavg").read_text().split()[0]), fsync_batch())
     print(table)
     if args.out:
-        write_results(args.out, table)
+        write_results(args.out, table, argv)
 
 
 ACCOUNT = "## Account"
 """The hand-written part of the results file from this heading on is kept when the tables are rewritten."""
 
 
-def write_results(out: Path, table: str) -> None:
-    command = "python experiments/bench_submit_latency.py " + " ".join(sys.argv[1:])
+def write_results(out: Path, table: str, argv: list[str]) -> None:
+    command = "python experiments/bench_submit_latency.py " + " ".join(argv)
     head = ["# Per-submit latency: sandbox started with the submit (cold) vs started ahead (spare)", "",
             f"Command ({time.strftime('%Y-%m-%d')}; medians; the machine is shared, see the load line):", "",
             f"    {command}", "", table, ""]

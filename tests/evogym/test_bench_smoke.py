@@ -31,3 +31,16 @@ def test_bench_host_overhead_smoke(tmp_path):
     proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "bench_host_overhead.py"), *args,
                            "--no-finalize"], cwd=ROOT, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0 and out.read_text().endswith("## Account\nkept\n")
+
+
+@pytest.mark.sandbox
+def test_bench_submit_latency_smoke(tmp_path):
+    out = tmp_path / "latency.md"
+    out.write_text("old tables\n## Account\nkept\n")
+    args = ["--configs", "gym/acrobot:1", "--repeats", "1", "--agent-repeats", "0", "--out", str(out)]
+    proc = subprocess.run([sys.executable, str(ROOT / "experiments" / "bench_submit_latency.py"), *args],
+                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    text = out.read_text()
+    assert "bench_submit_latency.py --configs gym/acrobot:1" in text and "| gym/acrobot | 1 |" in text
+    assert "old tables" not in text and text.endswith("## Account\nkept\n")
