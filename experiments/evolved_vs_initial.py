@@ -70,12 +70,22 @@ def parse() -> argparse.Namespace:
 
 
 def evolve(args, root: Path, work: Path) -> dict:
-    """`ole evolve --mode offline` in its own registry root (resumes when run again)."""
+    """`ole evolve --mode offline` in its own registry root, once per workdir.
+
+    An interrupted evolution resumes when this script runs again; a finished one is read back
+    from `evolve.json` (running `ole evolve` again would start the next round from the champion
+    it released, which is not the evolution this comparison is about)."""
+    done = work / "evolve.json"
+    if done.is_file():
+        return json.loads(done.read_text())
     cmd = [sys.executable, "-m", "ole.cli", "--root", str(root), "--json", "evolve", "--mode", "offline",
            "--workdir", str(work / "evolve"), "--traces", str(work / "traces"), *args.evolve_args.split()]
     print("$ " + " ".join(cmd[2:]), flush=True)
     out = subprocess.run(cmd, cwd=ROOT, stdout=subprocess.PIPE, text=True, check=True)
-    return json.loads(out.stdout)
+    data = json.loads(out.stdout)
+    done.parent.mkdir(parents=True, exist_ok=True)
+    done.write_text(json.dumps(data, indent=1))
+    return data
 
 
 def fresh_root(work: Path, seed_file: Path) -> Path:
