@@ -151,6 +151,12 @@ class Candidate:
         return Parent(self.ref, self.bundle)
 
 
+WALL_NOISE_S = 5.0
+"""Seconds of agent wall time, summed over a candidate's pairs, that count as scheduling noise
+whatever their share: runs of a second or two differ by more than any relative tolerance on a
+loaded machine (`summarize` reports it as `wall_noise`, a share of the champion's total)."""
+
+
 def summarize(pairs: Sequence[Pair]) -> dict:
     """Objectives of one candidate's pairs: benefit (mean r), tail (CVaR 25%), cost (episode and wall ratios)."""
     r = sorted(p.r for p in pairs)
@@ -160,6 +166,7 @@ def summarize(pairs: Sequence[Pair]) -> dict:
     return {"n": len(r), "mean_r": sum(r) / len(r) if r else 0.0, "cvar": sum(r[:k]) / k if r else 0.0,
             "cost": sum(p.challenger.episodes for p in pairs) / champ,
             "wall": sum(p.challenger.wall_s for p in pairs) / champ_wall,
+            "wall_noise": WALL_NOISE_S / champ_wall,
             "r": [round(p.r, 6) for p in pairs]}
 
 

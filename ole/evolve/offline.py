@@ -61,13 +61,15 @@ class OfflineReport:
 WALL_TOLERANCE = 0.1
 """Wall-time ratios closer than this count as equal when comparing candidates: agent wall time
 carries scheduling noise (two identical runs differ by several percent on a loaded machine),
-and a candidate must not be dropped, or kept, for noise."""
+and a candidate must not be dropped, or kept, for noise. For short runs the tolerance is at
+least `WALL_NOISE_S` seconds over the candidate's pairs (`summarize()["wall_noise"]`)."""
 
 
 def dominates(a: dict, b: dict) -> bool:
     """a is at least as good as b on (benefit, tail, episode cost, wall cost) and strictly better on one."""
     aw, bw = a.get("wall", 1.0), b.get("wall", 1.0)
-    wall_le, wall_lt = aw <= bw + WALL_TOLERANCE, aw < bw - WALL_TOLERANCE
+    tol = max(WALL_TOLERANCE, a.get("wall_noise", 0.0), b.get("wall_noise", 0.0))
+    wall_le, wall_lt = aw <= bw + tol, aw < bw - tol
     ge = a["mean_r"] >= b["mean_r"] and a["cvar"] >= b["cvar"] and a["cost"] <= b["cost"] and wall_le
     gt = a["mean_r"] > b["mean_r"] or a["cvar"] > b["cvar"] or a["cost"] < b["cost"] or wall_lt
     return ge and gt

@@ -92,6 +92,9 @@ def test_nondominated_keeps_tradeoffs_and_drops_what_the_champion_dominates():
     tie = {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0}
     assert not dominates({**tie, "wall": 1.0}, {**tie, "wall": 1.05})  # wall noise is not a difference
     assert dominates({**tie, "wall": 1.0}, {**tie, "wall": 1.5})
+    # short runs: 5 s over the pairs is noise whatever the share (here the champion's total is 2 s)
+    assert not dominates({**tie, "wall": 1.0}, {**tie, "wall": 1.5, "wall_noise": 2.5})
+    assert dominates({**tie, "wall": 1.0}, {**tie, "wall": 4.0, "wall_noise": 2.5})
     assert nondominated([]) == []
 
 
