@@ -93,7 +93,9 @@ def run_env(args: argparse.Namespace, env: str) -> dict:
 def margin(r: dict) -> float | None:
     if r["final_score"] is None:
         return None
-    return (r["final_score"] - r["random"]) / max(abs(r["random"]), 1e-9)
+    if abs(r["random"]) < 1e-9:  # random scores exactly 0 (sparse-reward mazes): any gain is infinite
+        return math.inf if r["final_score"] > 0 else (0.0 if r["final_score"] == 0 else -math.inf)
+    return (r["final_score"] - r["random"]) / abs(r["random"])
 
 
 def render(results: dict[str, dict], args: argparse.Namespace) -> str:
@@ -106,7 +108,7 @@ def render(results: dict[str, dict], args: argparse.Namespace) -> str:
         ok = m is not None and m >= MARGIN and (env != "gymnasium/Pendulum-v1" or r["final_score"] >= PENDULUM_TARGET)
         met += ok
         cells = [env, "-" if r["final_score"] is None else f"{r['final_score']:.4g}", f"{r['random']:.4g}",
-                 "-" if m is None else (f"{m:+.1%}" if math.isfinite(m) else "inf"), "yes" if ok else "NO",
+                 "-" if m is None else (f"{m:+.1%}" if math.isfinite(m) else "above 0 (random 0)" if m > 0 else "below 0 (random 0)"), "yes" if ok else "NO",
                  f"{r['episodes_used']} ({r['profile']}" + ("" if r["budget"] is None else f", budget {r['budget']}") + ")",
                  ", ".join(r["mechanisms"])]
         lines.append("| " + " | ".join(cells) + " |")

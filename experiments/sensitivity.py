@@ -116,6 +116,27 @@ def variants(fields: list[str]) -> list[tuple[str, dict]]:
     return out
 
 
+def parse_budget_fields(spec: str) -> dict[int, list[str]]:
+    """`BUDGET:FIELD,FIELD;BUDGET:FIELD` (fields also joined by `+`) -> {budget: fields}.
+
+    Every name must be a Loop Policy field: a typo would otherwise run no move at that budget
+    and leave a table with only its noise floor."""
+    known, out = set(all_fields()), {}
+    for part in (x.strip() for x in spec.split(";")):
+        if not part:
+            continue
+        budget, sep, names = part.partition(":")
+        fields = [f.strip() for f in names.replace("+", ",").split(",") if f.strip()]
+        if not sep or not budget.strip().isdigit() or not fields:
+            raise SystemExit(f"--budget-fields: '{part}' is not BUDGET:FIELD[,FIELD...]")
+        unknown = [f for f in fields if f not in known]
+        if unknown:
+            raise SystemExit(f"--budget-fields: unknown field(s) {', '.join(unknown)} (fields: component.name, "
+                             f"e.g. action.population)")
+        out[int(budget)] = fields
+    return out
+
+
 def combos(specs: list[str]) -> list[tuple[str, dict]]:
     """`LABEL=PATH:VALUE,PATH:VALUE` -> (label, {path: value}); values are JSON (strings may be bare)."""
     out = []
@@ -166,8 +187,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--pools", default="501,502,503", help="pool seeds (instances per env and budget)")
     p.add_argument("--noise-seeds", default="1,2", help="other agent seeds of the seed bundle (noise floor)")
     p.add_argument("--fields", default="", help="comma-separated field paths (default: every field; none: only --combo)")
-    p.add_argument("--budget-fields", default="", help="budget:fields overrides, e.g. '128:action.population,...'"
-                   " to run only some fields at one budget")
+    p.add_argument("--budget-fields", default="", help="budget:fields overrides, e.g. "
+                   "'128:action.population,action.episodes_per_submit;64:budget.synthesis_fraction' to run only "
+                   "some fields at a budget")
     p.add_argument("--combo", action="append", default=[], metavar="LABEL=PATH:VALUE,...",
                    help="also run a multi-field move, e.g. 'lean=verification.retest_episodes:0,"
                         "budget.confirmation_fraction:0.0' (values parsed as JSON; repeatable)")
@@ -197,7 +219,7 @@ def run(args) -> dict:
     reg = Registry(work / "bundles")
     seed = reg.get("coder@1")
     fields = [] if args.fields == "none" else [f for f in (args.fields.split(",") if args.fields else all_fields()) if f]
-    per_budget = {int(b): f.split("+") for b, f in (x.split(":") for x in args.budget_fields.split(";") if x)}
+    per_budget = parse_budget_fields(args.budget_fields)
     envs, pools, noise = args.envs.split(","), _ints(args.pools), _ints(args.noise_seeds)
     store = EvaluationStore(work / "evaluations.sqlite3")
     rows: list[dict] = []

@@ -28,6 +28,20 @@ def test_sensitivity_smoke(tmp_path):
     assert all(r["budget"] == 4 for r in rows)
 
 
+def test_sensitivity_budget_fields_are_parsed_and_checked():
+    sys.path.insert(0, str(ROOT / "experiments"))
+    try:
+        from sensitivity import parse_budget_fields
+    finally:
+        sys.path.remove(str(ROOT / "experiments"))
+    assert parse_budget_fields("128:action.population,verification.retest_episodes;64:budget.synthesis_fraction") == {
+        128: ["action.population", "verification.retest_episodes"], 64: ["budget.synthesis_fraction"]}
+    assert parse_budget_fields("128:action.population+action.step_size") == {128: ["action.population", "action.step_size"]}
+    for bad in ("128:action.populaton", "action.population", "x:action.population", "128:"):
+        with pytest.raises(SystemExit):
+            parse_budget_fields(bad)
+
+
 @pytest.mark.slow
 @pytest.mark.sandbox
 def test_search_efficiency_smoke(tmp_path):
