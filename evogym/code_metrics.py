@@ -47,6 +47,7 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from evogym import pyast
 from evogym.errors import ConfigError, DataError
 
 SCHEMA_VERSION = "0.1"
@@ -344,7 +345,7 @@ def _parse(text: str, rel: str) -> ast.Module | None:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         try:
-            return ast.parse(text, filename=rel)
+            return pyast.parse(text, filename=rel)
         except (SyntaxError, ValueError, RecursionError, MemoryError):
             return None
 

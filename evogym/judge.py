@@ -19,7 +19,7 @@ import weakref
 from pathlib import Path
 from typing import Callable
 
-from evogym import code_metrics, envs
+from evogym import code_metrics, envs, pyast
 from evogym.feedback import PartialTree, atomic_write_json, error_line, summary_stats, write_tree
 from evogym.recording import Formatter, PendingFiles
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
@@ -85,7 +85,7 @@ def denied_imports(code_dir: Path, denied=DENIED_IMPORTS) -> list[str]:
     found = set()
     for path in sorted(code_dir.rglob("*.py")):
         try:
-            tree = ast.parse(path.read_bytes())
+            tree = pyast.parse(path.read_bytes())
         except (SyntaxError, ValueError):
             continue
         for node in ast.walk(tree):

@@ -39,6 +39,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from evogym import pyast
 from evogym.sandbox.cgroup import ENTER_SHELL, Cgroup, share_cpu_group
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import transport
@@ -151,7 +152,7 @@ def _parse(path: Path, rel: str) -> ast.Module | CallResult:
         return _failure("import_error", f"{rel}: {path.stat().st_size} bytes exceeds the "
                         f"{MAX_SOURCE_BYTES}-byte source limit; move data out of .py files")
     try:
-        return ast.parse(path.read_bytes(), filename=rel)
+        return pyast.parse(path.read_bytes(), filename=rel)
     except SyntaxError as exc:
         return _failure("import_error", f"{rel}:{exc.lineno}: SyntaxError: {exc.msg}")
     except (ValueError, RecursionError, MemoryError) as exc:

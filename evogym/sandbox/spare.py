@@ -36,6 +36,7 @@ import threading
 from concurrent.futures import Future
 from pathlib import Path
 
+from evogym import pyast
 from evogym.sandbox.process import Limits, PolicyProcess
 
 __all__ = ["Spare", "predict_preload", "shadowed"]
@@ -68,7 +69,7 @@ def predict_preload(code_dir: Path | None) -> tuple[str, ...]:
     if code_dir is not None:
         for path in sorted(Path(code_dir).rglob("*.py")):
             try:
-                tree = ast.parse(path.read_bytes())
+                tree = pyast.parse(path.read_bytes())
             except (OSError, SyntaxError, ValueError, RecursionError, MemoryError):
                 continue
             for node in ast.walk(tree):

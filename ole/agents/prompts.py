@@ -13,6 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ole.agents import trajectory
 from ole.loop_policy import LoopPolicy, Observation
 
 OBS_PREVIEW_ITEMS = 12
@@ -221,7 +222,7 @@ def _episode_text(submit_dir: Path, local: int, summary: dict[str, Any], obs: Ob
                                       and local < len(returns) and isinstance(returns[local], (int, float)) else "")
     parts = [head]
     if obs.trajectory_window > 0:
-        parts.append(_trajectory_tail(ep / "trajectory.jsonl", obs.trajectory_window))
+        parts.append(_trajectory_tail(ep, obs.trajectory_window))
     if (ep / "error.txt").is_file():
         parts.append("error: " + _errors_text(ep / "error.txt")[:STREAM_CHARS])
     if obs.read_stdout:
@@ -249,12 +250,13 @@ def _errors_text(path: Path) -> str:
     return "\n".join(out)[:ERRORS_CHARS]
 
 
-def _trajectory_tail(path: Path, window: int) -> str:
+def _trajectory_tail(episode_dir: Path, window: int) -> str:
+    path = episode_dir / trajectory.TRAJECTORY
     if not path.is_file():
         return "(no trajectory)"
-    lines = path.read_text(errors="replace").splitlines()
-    out = [f"last {min(window, len(lines))} of {len(lines)} steps (t obs -> action reward):"]
-    for line in lines[-window:]:
+    total = sum(1 for _ in path.open(errors="replace"))
+    out = [f"last {min(window, total)} of {total} steps (t obs -> action reward):"]
+    for line in trajectory.tail_lines(episode_dir, window):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:

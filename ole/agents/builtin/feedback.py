@@ -17,6 +17,7 @@ from pathlib import Path
 
 import numpy as np
 
+from ole.agents import trajectory
 from ole.loop_policy import LoopPolicy
 
 SATURATION_LEVEL = 0.98
@@ -155,7 +156,7 @@ def read_submit(lp: LoopPolicy, submit_dir: Path, answer_summary: dict) -> Diges
     first = full.get("first_global_episode")
     for local in _worst(full, obs.worst_k_episodes):
         ep = submit_dir / "episodes" / f"ep_{(first or 0) + local:03d}"
-        lines = _tail_lines(ep / "trajectory.jsonl", obs.trajectory_window, budget)
+        lines = trajectory.tail_lines(ep, obs.trajectory_window, budget)
         budget -= sum(len(line) for line in lines)
         texts.extend(lines)
         s, stall = _diagnose(lines)
