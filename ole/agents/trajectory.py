@@ -28,7 +28,10 @@ def tail_lines(episode_dir: Path, window: int, max_chars: int | None = None) -> 
     written back as JSON; every other line is returned exactly as stored. Unreadable
     or mismatched observation files leave `obs` null (the line is still returned).
     With `max_chars`, only the last lines whose characters fit in it are returned (the
-    first line from the end that does not fit ends the read).
+    first line from the end that does not fit ends the read). When even the last step
+    does not fit with its observation (a camera frame is ~100,000 characters), the
+    window is read as stored, without the external observations: its actions and
+    rewards are still feedback.
     """
     path = episode_dir / TRAJECTORY
     if window <= 0 or not path.is_file() or (max_chars is not None and max_chars <= 0):
@@ -37,7 +40,7 @@ def tail_lines(episode_dir: Path, window: int, max_chars: int | None = None) -> 
     external: _External | None = None
     out: list[str] = []
     used = 0
-    for line in reversed(lines):
+    for k, line in enumerate(reversed(lines)):
         try:
             row = json.loads(line)
         except json.JSONDecodeError:
@@ -46,9 +49,23 @@ def tail_lines(episode_dir: Path, window: int, max_chars: int | None = None) -> 
             external = external or _External(episode_dir)
             obs = external.row(row["t"])
             if obs is not None:
-                row["obs"] = obs
-                line = json.dumps(row)
+                filled = json.dumps({**row, "obs": obs})
+                if k == 0 and max_chars is not None and len(filled) > max_chars:
+                    return _within(lines, max_chars)  # observations too large to read: as stored
+                line = filled
         if max_chars is not None and used + len(line) > max_chars:
+            break
+        out.append(line)
+        used += len(line)
+    return out[::-1]
+
+
+def _within(lines: list[str], max_chars: int) -> list[str]:
+    """The last of `lines` whose characters fit in `max_chars`."""
+    out: list[str] = []
+    used = 0
+    for line in reversed(lines):
+        if used + len(line) > max_chars:
             break
         out.append(line)
         used += len(line)

@@ -65,6 +65,14 @@ def test_a_character_budget_keeps_the_last_lines_that_fit(tmp_path):
     assert trajectory.tail_lines(ep, 50, max_chars=0) == []
 
 
+def test_frames_too_large_for_the_budget_leave_the_window_as_stored(tmp_path):
+    frames = np.zeros((30, 96, 96, 3), np.uint8)  # a camera: ~100,000 characters per step as JSON
+    ep = _episode(tmp_path, frames)
+    stored = (ep / "trajectory.jsonl").read_text().splitlines()
+    assert trajectory.tail_lines(ep, 10, max_chars=12000) == stored[-10:]  # actions and rewards still read
+    assert np.array(_rows(trajectory.tail_lines(ep, 1))[0]["obs"]).shape == (96, 96, 3)  # no budget: filled
+
+
 def test_damaged_or_short_observation_files_leave_obs_null(tmp_path):
     ep = _episode(tmp_path, np.ones((600, 3)))
     (ep / "observations.npy").write_bytes(b"not an array")
