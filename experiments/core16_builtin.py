@@ -26,13 +26,11 @@ from ole.trace import RunCondition, TaskSpec
 
 ROWS = (*AGENTS, RANDOM)
 COMMANDS = (
-    "nice -n 10 python experiments/core16_builtin.py --profile bench --skip gym/racing gymnasium/parking-v0",
-    "nice -n 10 python experiments/core16_builtin.py --profile quick --budget 8 --envs gym/racing "
-    "--out experiments/results/core16_builtin_b",
-    "nice -n 10 python experiments/core16_builtin.py --profile quick --envs gymnasium/parking-v0 "
-    "--out experiments/results/core16_builtin_b",
-    "python experiments/core16_builtin.py --render-only --merge experiments/results/core16_builtin_b.json "
-    "--notes experiments/results/core16_builtin_notes.md",
+    "nice -n 10 python experiments/core16_builtin.py --profile bench --envs <7 envs> --out <dir>/a   # two shards side by side",
+    "nice -n 10 python experiments/core16_builtin.py --profile bench --envs <8 envs> --out <dir>/b",
+    "nice -n 5 python experiments/core16_builtin.py --profile bench --envs gym/racing --out <dir>/racing",
+    "python experiments/core16_builtin.py --render-only --out experiments/results/core16_builtin "
+    "--merge <dir>/a.json <dir>/b.json <dir>/racing.json --notes experiments/results/core16_builtin_notes.md",
 )
 """How the committed results were made (cheap envs at bench; CarRacing and parking reduced, see the notes)."""
 
@@ -57,6 +55,8 @@ def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p.add_argument("--recover", nargs=4, action="append", default=[], metavar=("ENV", "RUN_DIR", "PROFILE", "BUDGET"),  # BUDGET "-" = the profile's
                    help="take an env's result from a scored host run.json (when the sweep died after scoring)")
     p.add_argument("--notes", help="Markdown file appended to the rendered table (what limits the results)")
+    p.add_argument("--baseline", default=None, metavar="JSON",
+                   help="results file of another bundle's sweep, shown as a column beside ours")
     p.add_argument("--merge", nargs="*", default=[], metavar="JSON",
                    help="results files of other (parallel) sweeps to merge into this one first")
     return p.parse_args(argv)
@@ -117,7 +117,8 @@ def rank_normalized(env: str, score: float) -> float:
 
 
 def render(results: dict[str, dict], args: argparse.Namespace) -> str:
-    head = ["env", "ours", *ROWS, "rank-norm", "episodes", "mechanism(s)"]
+    base = json.loads(Path(args.baseline).read_text()) if args.baseline else None
+    head = ["env", "ours", *(["baseline"] if base is not None else []), *ROWS, "rank-norm", "episodes", "mechanism(s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     beats = {name: 0 for name in ROWS}
     ranks = []
@@ -128,7 +129,8 @@ def render(results: dict[str, dict], args: argparse.Namespace) -> str:
             ranks.append(rank_normalized(env, score))
             for name in ROWS:
                 beats[name] += score > row[name]
-        cells = [env, "-" if score is None else f"{score:.4g}", *(f"{row[n]:.4g}" for n in ROWS),
+        theirs = [] if base is None else [_score_text((base.get(env) or {}).get("final_score"))]
+        cells = [env, _score_text(score), *theirs, *(f"{row[n]:.4g}" for n in ROWS),
                  "-" if score is None else f"{rank_normalized(env, score):.2f}",
                  f"{r['episodes_used']} ({r['profile']}" + ("" if r["budget"] is None else f", budget {r['budget']}") + ")",
                  ", ".join(r["mechanisms"])]
@@ -137,15 +139,22 @@ def render(results: dict[str, dict], args: argparse.Namespace) -> str:
     summary = [f"Envs measured: {n}/16. Mean rank-normalized score: "
                f"{(sum(ranks) / len(ranks)) if ranks else float('nan'):.3f} (1.0 = above all five rows).",
                "Beats (strictly higher held-out mean): " + ", ".join(f"{k} {v}/{n}" for k, v in beats.items()) + "."]
-    head = ["# Core16 with the built-in agent and the seed bundle", "",
+    title = "the seed bundle" if args.bundle == "coder@1" else f"bundle `{args.bundle}`"
+    compared = [] if base is None else [f"Column `baseline`: held-out means of `{args.baseline}` (same envs, profile and seed).", ""]
+    head = [f"# Core16 with the built-in agent and {title}", "",
             f"Bundle `{args.bundle}`, agent seed {args.seed}, one run per env through `ole.runner.run_task` "
             "(a real `evogym serve` per env). Score = held-out mean return of the validation-selected "
             "checkpoint; the other columns are the paper's rows (reference §6.2). Made with:", "",
             *("    " + c for c in COMMANDS), "",
             "(The committed table was assembled from several batches with `--merge`/`--recover`; see the notes.)", "",
-            "Best-so-far curves: `core16_builtin.png`; per-env details: `core16_builtin.json`.", ""]
+            f"Best-so-far curves: `{Path(args.out).name}.png`; per-env details: `{Path(args.out).name}.json`.", "",
+            *compared]
     notes = Path(args.notes).read_text() if args.notes else ""
     return "\n".join(head + lines) + "\n\n" + "\n".join(summary) + "\n" + ("\n" + notes if notes else "")
+
+
+def _score_text(score) -> str:
+    return "-" if score is None else f"{score:.4g}"
 
 
 def plot(results: dict[str, dict], path: Path) -> None:

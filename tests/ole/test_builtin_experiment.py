@@ -29,6 +29,12 @@ def test_core16_script_runs_one_env_and_renders(tmp_path):
     table = out.with_suffix(".md").read_text()
     assert "| gym/acrobot |" in table and "Envs measured: 1/16" in table
     assert out.with_suffix(".png").stat().st_size > 0
+    # another bundle's sweep as a column beside ours (rendering only)
+    base = tmp_path / "base.json"
+    base.write_text(json.dumps({"gym/acrobot": {**results["gym/acrobot"], "final_score": -123.0}}))
+    load_script().main(["--render-only", "--out", str(out), "--baseline", str(base), "--bundle", "coder@7"])
+    table = out.with_suffix(".md").read_text()
+    assert "bundle `coder@7`" in table and "| baseline |" in table and "| -123 |" in table
 
 
 def test_generality_script_runs_one_task_and_compares_with_random(tmp_path):
