@@ -256,6 +256,7 @@ def main() -> None:
     lines += ["", f"Wall time {(time.time() - t0) / 60:.0f} min (shared 2-core machine).", ""]
     if args.out:
         out = Path(args.out)
+        out.parent.mkdir(parents=True, exist_ok=True)
         png = out.with_suffix(".lineage.png")
         Lineage.from_registry(reg).write_png(png)
         lines += [f"Lineage: `{png.name}` (next to this file).", ""]
