@@ -51,7 +51,7 @@ def tail_lines(episode_dir: Path, window: int, max_chars: int | None = None) -> 
             if obs is not None:
                 filled = json.dumps({**row, "obs": obs})
                 if k == 0 and max_chars is not None and len(filled) > max_chars:
-                    return _within(lines, max_chars)  # observations too large to read: as stored
+                    return within(lines, max_chars)  # observations too large to read: as stored
                 line = filled
         if max_chars is not None and used + len(line) > max_chars:
             break
@@ -60,7 +60,7 @@ def tail_lines(episode_dir: Path, window: int, max_chars: int | None = None) -> 
     return out[::-1]
 
 
-def _within(lines: list[str], max_chars: int) -> list[str]:
+def within(lines: list[str], max_chars: int) -> list[str]:
     """The last of `lines` whose characters fit in `max_chars`."""
     out: list[str] = []
     used = 0
@@ -116,4 +116,4 @@ def _finite_strings(v):
     return v
 
 
-__all__ = ["tail_lines"]
+__all__ = ["tail_lines", "within"]

@@ -78,14 +78,7 @@ def _worst(summary_all: dict, k: int) -> list[int]:
 def _tail_lines(path: Path, window: int, budget: int) -> list[str]:
     if not path.is_file() or window == 0 or budget <= 0:
         return []
-    lines = path.read_text(errors="replace").splitlines()[-window:]
-    out, used = [], 0
-    for line in reversed(lines):
-        if used + len(line) > budget:
-            break
-        out.append(line)
-        used += len(line)
-    return out[::-1]
+    return trajectory.within(path.read_text(errors="replace").splitlines()[-window:], budget)
 
 
 def _flat_numbers(value) -> list[float] | None:
