@@ -145,7 +145,9 @@ def render(results: dict[str, dict], args: argparse.Namespace) -> str:
             f"Bundle `{args.bundle}`, agent seed {args.seed}, one run per env through `ole.runner.run_task` "
             "(a real `evogym serve` per env). Score = held-out mean return of the validation-selected "
             "checkpoint; the other columns are the paper's rows (reference §6.2). Made with:", "",
-            *("    " + c for c in COMMANDS), "",
+            *(("    " + c for c in COMMANDS) if args.bundle == "coder@1" else
+              (f"    the commands below with `--root ROOT --bundle {args.bundle}` (ROOT holding the bundle's YAML)",
+               *("    " + c for c in COMMANDS))), "",
             "(The committed table was assembled from several batches with `--merge`/`--recover`; see the notes.)", "",
             f"Best-so-far curves: `{Path(args.out).name}.png`; per-env details: `{Path(args.out).name}.json`.", "",
             *compared]
