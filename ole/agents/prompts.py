@@ -254,7 +254,8 @@ def _trajectory_tail(episode_dir: Path, window: int) -> str:
     path = episode_dir / trajectory.TRAJECTORY
     if not path.is_file():
         return "(no trajectory)"
-    total = sum(1 for _ in path.open(errors="replace"))
+    with path.open(errors="replace") as lines:
+        total = sum(1 for _ in lines)
     out = [f"last {min(window, total)} of {total} steps (t obs -> action reward):"]
     for line in trajectory.tail_lines(episode_dir, window):
         try:
