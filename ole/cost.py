@@ -77,17 +77,34 @@ class CostEstimate(BaseModel):
                 f"usd       {self.usd:.2f}  ({cap(caps.usd)})"]
 
 
-def run_wall(env: str) -> float:
-    return RUN_WALL_S.get(env, DEFAULT_RUN_WALL_S)
+QUICK_BUDGET = 32
+"""The budget `RUN_WALL_S` was measured at; a run at another budget is assumed to take time in
+proportion (hidden validation of every distinct checkpoint grows with the submits, so this is a
+rough lower bound for runs with small submits)."""
+
+Planned = str | tuple[str, int | None]
+"""One planned run: an env slug (at the estimate's budget) or (env slug, its own budget)."""
 
 
-def estimate(envs: Sequence[str], *, budget: int, workers: int, llm_agent: bool = False,
+def run_wall(env: str, budget: int = QUICK_BUDGET) -> float:
+    return RUN_WALL_S.get(env, DEFAULT_RUN_WALL_S) * max(1.0, budget / QUICK_BUDGET)
+
+
+def _split(run: Planned, budget: int) -> tuple[str, int]:
+    if isinstance(run, str):
+        return run, budget
+    env, own = run
+    return env, budget if own is None else own
+
+
+def estimate(runs: Sequence[Planned], *, budget: int, workers: int, llm_agent: bool = False,
              proposals: int = 0, llm_proposer: bool = False, usd_per_token: float = 0.0) -> CostEstimate:
-    """Estimate from the planned runs (one env slug per run) and proposals."""
-    tokens = (LLM_TOKENS_PER_RUN * len(envs) if llm_agent else 0) + \
+    """Estimate from the planned runs (an env slug, or (env slug, budget), per run) and proposals."""
+    planned = [_split(r, budget) for r in runs]
+    tokens = (LLM_TOKENS_PER_RUN * len(planned) if llm_agent else 0) + \
         (LLM_TOKENS_PER_PROPOSAL * proposals if llm_proposer else 0)
-    wall = sum(run_wall(e) for e in envs) / max(1, min(workers, len(envs) or 1))
-    return CostEstimate(runs=len(envs), episodes=budget * len(envs), wall_s=wall, tokens=tokens,
+    wall = sum(run_wall(e, b) for e, b in planned) / max(1, min(workers, len(planned) or 1))
+    return CostEstimate(runs=len(planned), episodes=sum(b for _, b in planned), wall_s=wall, tokens=tokens,
                         usd=tokens * usd_per_token)
 
 
@@ -107,8 +124,8 @@ class CostMeter:
     def wall_s(self) -> float:
         return self.clock() - self.started
 
-    def reserve(self, envs: Sequence[str]) -> None:
-        """Raise CapReached if launching runs on these envs could cross a cap."""
+    def reserve(self, envs: Sequence[Planned]) -> None:
+        """Raise CapReached if launching these runs (env slugs, or (env, budget)) could cross a cap."""
         c = self.caps
         more = estimate(envs, budget=self.budget, workers=self.workers)
         checks = (("episodes", c.episodes, self.episodes + more.episodes),

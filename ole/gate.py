@@ -28,6 +28,9 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 from scipy import stats as sps
 
+from ole.ablation import Ablation
+from ole.coverage import Coverage, coverage, evidence_bound
+from ole.errors import ValidationError
 from ole.paired import Pair, instance_key
 from ole.trace import utc_now
 
@@ -71,6 +74,10 @@ class GateConfig(_Record):
     """CVaR of r must be at least this."""
     min_worst_r: float = -0.5
     """The single worst r must be at least this."""
+    min_env_mean_r: float = -0.02
+    """Every env of the pairs must average at least this r: a release serves each env of its scope,
+    so a gain elsewhere never pays for a loss there (OLE's release semantics; the 2 % is the
+    tolerance of issue "Releases that hold where they land")."""
     cost_kappa: dict[str, float] = Field(default_factory=lambda: {"episodes": 0.1, "wall_s": 0.5,
                                                                   "tokens": 0.25, "usd": 0.25})
     """Per resource: the challenger's total may exceed the champion's by at most this fraction (1+κ)."""
@@ -87,8 +94,8 @@ class GateConfig(_Record):
             raise ValueError(f"unknown cost_kappa resources {unknown}; allowed: {list(COST_RESOURCES)}")
         if any(v < 0 for v in self.cost_kappa.values()):
             raise ValueError("cost_kappa values must be >= 0")
-        if self.min_cvar > 0 or self.min_worst_r > 0:
-            raise ValueError("min_cvar and min_worst_r are loss bounds: they must be <= 0")
+        if self.min_cvar > 0 or self.min_worst_r > 0 or self.min_env_mean_r > 0:
+            raise ValueError("min_cvar, min_worst_r and min_env_mean_r are loss bounds: they must be <= 0")
         if self.max_pairs is not None and self.max_pairs < self.min_pairs:
             raise ValueError(f"max_pairs {self.max_pairs} is below min_pairs {self.min_pairs}: no look could judge")
         return self
@@ -132,6 +139,11 @@ class GateStats(_Record):
     """Pairs where the challenger failed to score."""
     families: tuple[str, ...]
     """Env families covered."""
+    informative_families: tuple[str, ...] | None = None
+    """Env families with at least one pair that differed (r != 0): what counts as covering a family.
+    Bit-identical pairs show no effect, not a gain. None only in records made before it was stored."""
+    env_mean_r: dict[str, float] = Field(default_factory=dict)
+    """Mean r per env (each env a release would serve)."""
     all_verified: bool
     """Every run of every pair was verified by the host."""
     contract_breaches: tuple[str, ...]
@@ -199,6 +211,19 @@ class GateDecision(_Record):
     """The benefit test's level of the deciding look (None: the config's α, one fixed sample)."""
     looks: tuple[Look, ...] = ()
     """Every look of an adaptive sample, in order (empty for a fixed sample)."""
+    coverage: Coverage | None = None
+    """The conditions the pairs covered, per (env, budget): hosts, models, budgets, ties
+    (`ole.coverage`). None only in records made before it was stored (derived from `pairs`)."""
+    bound: str | None = None
+    """Scope key of the widest scope these pairs support (`ole.coverage.evidence_bound`): a release
+    on this decision is never wider. None when no pair showed an effect (nothing to release)."""
+    ablation: Ablation | None = None
+    """How the gated challenger was cut down to the field changes that carry its search gain
+    (None: it was gated as proposed)."""
+
+    def evidence(self) -> Coverage:
+        """The coverage of the pairs (stored, or derived for records made before it was)."""
+        return self.coverage if self.coverage is not None else coverage(self.pairs)
 
 
 def look_alpha(cfg: GateConfig, n: int, n_prev: int) -> float:
@@ -280,11 +305,17 @@ def compute_stats(pairs: Sequence[Pair], cfg: GateConfig, seen_keys: Iterable[st
     breaches = tuple(f"{p.challenger.trace_id}: {b}" for p in pairs for b in p.challenger.contract_breaches)
     verified = all(p.champion.verified and p.challenger.verified for p in pairs)
     families = tuple(sorted({p.family for p in pairs}))
+    informative = tuple(sorted({p.family for p in pairs if p.r != 0.0}))
+    by_env: dict[str, list[float]] = {}
+    for p in pairs:
+        by_env.setdefault(p.task.env, []).append(float(p.r))
+    env_mean = {e: sum(v) / len(v) for e, v in sorted(by_env.items())}
     if n == 0:
         return GateStats(n_pairs=0, r=(), mean_r=0.0, win_rate=0.0, p_value=1.0, ci_low=0.0, ci_high=0.0,
                          ci_level=interval_level(cfg),
                          worst_r=0.0, cvar=0.0, n_regressions=0, n_failures=0, families=families,
-                         all_verified=verified, contract_breaches=breaches, leaked_keys=leaked,
+                         informative_families=informative, env_mean_r=env_mean, all_verified=verified,
+                         contract_breaches=breaches, leaked_keys=leaked,
                          cost_ratio=_cost_ratio(pairs))
     low, high, p_boot = _bootstrap(r, cfg)
     k = max(1, math.ceil(cfg.cvar_alpha * n))
@@ -296,8 +327,8 @@ def compute_stats(pairs: Sequence[Pair], cfg: GateConfig, seen_keys: Iterable[st
         cvar=float(np.sort(r)[:k].mean()),
         n_regressions=int(np.sum(r < -cfg.tail_tau)),
         n_failures=sum(p.failure in ("challenger", "both") for p in pairs),
-        families=families, all_verified=verified, contract_breaches=breaches, leaked_keys=leaked,
-        cost_ratio=_cost_ratio(pairs))
+        families=families, informative_families=informative, env_mean_r=env_mean, all_verified=verified,
+        contract_breaches=breaches, leaked_keys=leaked, cost_ratio=_cost_ratio(pairs))
 
 
 def _check(name: str, failures: list[str]) -> Criterion:
@@ -319,8 +350,11 @@ def _evidence(s: GateStats, c: GateConfig, min_families: int) -> Criterion:
     f = []
     if s.n_pairs < c.min_pairs:
         f.append(f"{s.n_pairs} pairs < required {c.min_pairs}")
-    if len(s.families) < min_families:
-        f.append(f"{len(s.families)} families {list(s.families)} < required {min_families}")
+    covered = s.families if s.informative_families is None else s.informative_families
+    if len(covered) < min_families:
+        ties = sorted(set(s.families) - set(covered))
+        f.append(f"{len(covered)} families where pairs differed {list(covered)} < required {min_families}"
+                 + (f" (only ties, i.e. no effect, on {ties})" if ties else ""))
     if not s.all_verified:
         f.append("some runs were not verified by the host (contract V)")
     if s.leaked_keys:
@@ -336,6 +370,9 @@ def _tail(s: GateStats, c: GateConfig) -> Criterion:
         f.append(f"CVaR_{c.cvar_alpha:g} {s.cvar:+.4f} < required {c.min_cvar:+.4f}")
     if s.n_regressions > c.max_regressions:
         f.append(f"{s.n_regressions} pairs regress beyond tau={c.tail_tau:g} > allowed {c.max_regressions}")
+    for env, m in s.env_mean_r.items():
+        if m < c.min_env_mean_r:
+            f.append(f"env {env} mean r {m:+.4f} < required {c.min_env_mean_r:+.4f} (the release would serve it)")
     return _check("tail", f)
 
 
@@ -350,7 +387,8 @@ def _cost(s: GateStats, c: GateConfig) -> Criterion:
 
 def decide(pairs: Sequence[Pair], cfg: GateConfig, *, champion: str, challenger: str,
            seen_keys: Iterable[str] = (), alpha: float | None = None,
-           scope_families: Sequence[str] | None = None, looks: Sequence[Look] = ()) -> GateDecision:
+           scope_families: Sequence[str] | None = None, looks: Sequence[Look] = (),
+           ablation: Ablation | None = None) -> GateDecision:
     """Judge a paired evaluation; `seen_keys` are the instance keys of the proposer's traces.
 
     `alpha` is this look's level (`look_alpha`; default the config's α). `scope_families`
@@ -371,7 +409,13 @@ def decide(pairs: Sequence[Pair], cfg: GateConfig, *, champion: str, challenger:
         verdict = "reject"
     else:
         verdict = "release"
+    cov = coverage(pairs)
+    try:
+        bound: str | None = evidence_bound(cov).scope_key
+    except ValidationError:  # every pair a tie (or none): the evidence supports no scope
+        bound = None
     return GateDecision(decided_at=utc_now(), champion=champion, challenger=challenger, config=cfg,
                         pairs=tuple(pairs), stats=s, criteria=criteria, verdict=verdict,
                         reasons=tuple(failed) or ("all criteria hold",),
-                        alpha_applied=None if alpha is None else level, looks=tuple(looks))
+                        alpha_applied=None if alpha is None else level, looks=tuple(looks),
+                        coverage=cov, bound=bound, ablation=ablation)

@@ -20,7 +20,8 @@ SUMMARY_FIELDS = (
 )
 
 
-HASH_NEUTRAL_DEFAULTS: dict[str, object] = {"verification.stderr_multiple": 1.0, "action.screen_episodes": 0}
+HASH_NEUTRAL_DEFAULTS: dict[str, object] = {"verification.stderr_multiple": 1.0, "action.screen_episodes": 0,
+                                            "budget.reference_episodes": None}
 """Fields added after the first schema, each with the value that reproduces what bundles written
 before it did. A policy holding that value hashes as if the field did not exist
 (`ole.bundle.Bundle.content_hash`), so adding a field never changes the content hash of a bundle
@@ -150,6 +151,11 @@ class Budget(_Component):
     """Hard cap on LLM spend in one task, in US dollars."""
     wall_time_s: float = Field(1800.0, gt=0.0, le=86400.0)
     """Wall-clock cap for the agent's work on one task; at the cap it stops submitting and finishes."""
+    reference_episodes: int | None = Field(None, ge=1, le=100000)
+    """The episode budget the run-length counts (`RUN_LENGTH_FIELDS`: plateau, patience, reserve) are
+    stated for: at a task of budget B each is used as count x B / reference, so it is the same share
+    of the run at any budget (`ole.agents.decisions.for_budget`). Null: the counts are used as
+    written at every budget (the seed's choice, and the meaning of bundles written before it)."""
 
     @model_validator(mode="after")
     def _fractions(self) -> "Budget":
@@ -180,5 +186,14 @@ class LoopPolicy(_Component):
     budget: Budget = Budget()
     """Split of episodes, LLM calls, tokens, money and wall time."""
 
+
+RUN_LENGTH_FIELDS: tuple[str, ...] = ("planning.plateau_submits", "stopping.patience_submits",
+                                      "stopping.reserve_episodes")
+"""Counts that measure a share of the run, scaled by `budget.reference_episodes`. Sample sizes
+(`action.episodes_per_submit`, `action.screen_episodes`, `verification.retest_episodes`) are not:
+measured at budgets 32 and 128, 1-episode submits win at both (+0.60 and +0.29 on halfcheetah5) and
+8-episode submits lose at 128, so a submit size transfers as a count of episodes, not as a share
+(`experiments/results/sensitivity.md`, `experiments/results/budget_transfer.md`). Confirmation and
+synthesis are already shares (`budget.*_fraction`)."""
 
 COMPONENTS = ("observation", "planning", "memory", "action", "verification", "recovery", "stopping", "budget")

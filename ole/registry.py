@@ -210,6 +210,9 @@ class Registry:
                                hint="check permissions and free space") from None
         if seed:
             self._register_seeds()
+        self.bounded_on_open: list[str] = []
+        """What `_bound_legacy_releases` recorded while opening (the CLI prints it)."""
+        self._bound_legacy_releases()
 
     def close(self) -> None:
         """Close the database connection."""
@@ -579,15 +582,25 @@ class Registry:
 
     def release(self, ref: str, *, channel: str = DEFAULT_CHANNEL, reason: str,
                 force: bool = False, key: str | None = None) -> RegisteredBundle:
-        """Release a version on a channel, in the scope its applicability names (general when it
-        admits every task); it becomes active at the next `activate_pending` / `select`."""
+        """Release a version on a channel; it becomes active at the next `activate_pending` / `select`.
+
+        The release's scope is the version's applicability **narrowed to what its last gate
+        decision's pairs covered** (`ole.coverage.bound_for_release`: hosts, env ids with an
+        effect, the budget band), so a release never reaches tasks its evidence did not; the
+        event records the decision it was bounded by. A version never gated keeps its own
+        applicability, and the event says that no evidence bounds it.
+        """
+        from ole.coverage import bound_for_release, decision_event
         name, version = self._existing(ref)
         _need_reason(reason, "release")
         _check_channel(channel)
-        scope = self.get(format_ref(name, version)).bundle.applicability.scope_key  # also refuses a damaged version before anything is recorded
+        own = self.get(format_ref(name, version)).bundle.applicability  # also refuses a damaged version first
         with self._write("release"):
             if self._replayed(key) is not None:
                 return self.get(format_ref(name, version))
+            events = self.events(name=name, version=version)
+            applied, evidence = bound_for_release(own, decision_event(events, name, version), scopes.family_of)
+            scope = applied.scope_key
             state = self.state()
             this = (name, version)
             if state.status_of(name, version) == "rejected" and not force:
@@ -601,8 +614,8 @@ class Registry:
                                hint="see `ole champion show`")
             current = state.champion(channel, scope)
             self._append("release", name, version, {"reason": reason, "forced": force, "scope": scope,
-                                                    "active": format_ref(*current) if current else None}, channel,
-                         key=key)
+                                                    "active": format_ref(*current) if current else None,
+                                                    "evidence": evidence}, channel, key=key)
         return self.get(format_ref(name, version))
 
     def rollback(self, channel: str = DEFAULT_CHANNEL, *, scope: str = GENERAL_SCOPE, to: str | None = None,
@@ -631,7 +644,7 @@ class Registry:
                 raise NotFound(f"scope `{scope}` has no champion on channel `{channel}`",
                                suggestions=difflib.get_close_matches(scope, known, n=2),
                                hint="" if known else "see `ole champion show`")
-            target = self._rollback_target(current, scope, to)
+            target = self._rollback_target(current, scope, to, channel)
             if target == current:
                 raise Conflict(f"{format_ref(*target)} is already active in {_where(channel, scope)}",
                                hint="pass --to an earlier version")
@@ -646,11 +659,12 @@ class Registry:
                                                             "scope": scope}, channel, key=key)
         return self.get(format_ref(*target))
 
-    def _rollback_target(self, current: tuple[str, int], scope: str, to: str | None) -> tuple[str, int] | None:
+    def _rollback_target(self, current: tuple[str, int], scope: str, to: str | None,
+                         channel: str = DEFAULT_CHANNEL) -> tuple[str, int] | None:
         """The version to roll back to; None = remove the (non-general) scope's pointer."""
         if to is not None:
             target = self._existing(to)
-            found = self._scope_of(target)
+            found = self._scope_of(target, channel)
             if scope != GENERAL_SCOPE and found != scope:
                 raise Conflict(f"{format_ref(*target)} has scope `{found}`, not `{scope}`",
                                hint="roll back to a version of this scope, or omit --to to remove the scope's "
@@ -658,7 +672,7 @@ class Registry:
             return target
         parents = self._index_parents(current)  # the index, not the blob: a damaged champion can roll back
         if scope != GENERAL_SCOPE:
-            if not parents or self._scope_of((current[0], parents[0])) != scope:
+            if not parents or self._scope_of((current[0], parents[0]), channel) != scope:
                 return None
         elif not parents:
             raise Conflict(f"{format_ref(*current)} has no parent to roll back to",
@@ -671,7 +685,15 @@ class Registry:
         payload = self._db.execute("SELECT payload FROM events WHERE seq = ?", (seq,)).fetchone()[0]
         return list(json.loads(payload).get("parents") or [])
 
-    def _scope_of(self, key: tuple[str, int]) -> str:
+    def _scope_of(self, key: tuple[str, int], channel: str = DEFAULT_CHANNEL) -> str:
+        """The scope a version serves on `channel`: where its last release (or rollback to it) put
+        it — a release is bounded by its evidence, so this can be narrower than the bundle's own
+        applicability — else its applicability's scope key."""
+        placed = [e for e in self.events(name=key[0], version=key[1])
+                  if e.kind in ("release", "rollback") and e.channel in (channel, DEFAULT_CHANNEL)
+                  and not e.payload.get("clear")]
+        if placed:
+            return placed[-1].payload.get("scope") or GENERAL_SCOPE
         return self.get(format_ref(*key)).bundle.applicability.scope_key
 
     def activate_pending(self, channel: str = DEFAULT_CHANNEL) -> RegisteredBundle | None:
@@ -701,6 +723,68 @@ class Registry:
         if cause.payload.get("clear"):
             payload["clear"] = True  # the scope's pointer goes; the event names the removed champion
         self._append("activation", cause.name, cause.version, payload, channel)
+
+    def _legacy_releases(self, events: list[Event]) -> list[tuple[Event, str, str | None, dict, str]]:
+        """Releases recorded before releases were bounded by evidence that still reach further than
+        their gate decision covered: (release, its scope, the bounded scope or None, evidence, why)."""
+        from ole.coverage import bound_for_release, decision_event
+        state = derive_state(events, DEFAULT_CHANNEL)
+        done = {e.payload.get("bounds_release") for e in events if e.kind in ("release", "rollback")}
+        out = []
+        for (channel, scope), target in sorted(state.pending.items(), key=lambda kv: kv[1].seq):
+            if target.kind != "release" or "evidence" in target.payload or target.seq in done:
+                continue
+            decision = decision_event(events, target.name, target.version, before=target.seq)
+            if decision is None:  # a release on a person's word: nothing to bound it from (shown as such)
+                continue
+            try:
+                own = self.get(target.ref).bundle.applicability
+            except OleError:  # a damaged blob: `ole fsck` reports it; opening must still work
+                continue
+            try:
+                applied, evidence = bound_for_release(own, decision, scopes.family_of)
+                new_scope, why = applied.scope_key, f"its gate decision #{decision.seq} covered only `{evidence['bound']}`"
+            except ValidationError as exc:
+                new_scope, evidence, why = None, {"decision_seq": decision.seq}, exc.message
+            if new_scope != scope:
+                out.append((target, scope, new_scope, evidence, why))
+        return out
+
+    def _bound_legacy_releases(self) -> None:
+        """Bound releases recorded before this rule from their stored gate decisions, as events.
+
+        For each such release that still names its scope's champion: a rollback of that scope to
+        the version that was active before it (or the scope's removal), then a release of the same
+        version into the scope its decision supports (none when it supports none). Both take
+        effect at the next task boundary, like any release; both name the release they bound
+        (`bounds_release`), so this happens once.
+        """
+        if not self._legacy_releases(self.events()):
+            return
+        with self._write("bound"):
+            for release, scope, new_scope, evidence, why in self._legacy_releases(self.events()):
+                ch, ref = release.channel, release.ref
+                reason = (f"bounded on open: {ref}'s release #{release.seq} (recorded before releases were "
+                          f"bounded by evidence) reached scope `{scope}`, but {why}")
+                previous = release.payload.get("active")
+                if not previous and scope == GENERAL_SCOPE and self.state().first is not None:
+                    previous = format_ref(*self.state().first)  # the general scope is never left empty
+                if previous and previous != ref:
+                    back = parse_ref(previous)
+                    self._append("rollback", back[0], int(back[1] or 0), {"reason": reason, "from": ref, "scope": scope,
+                                                                        "bounds_release": release.seq}, ch)
+                else:
+                    self._append("rollback", release.name, release.version, {
+                        "reason": reason, "from": ref, "scope": scope, "clear": True,
+                        "bounds_release": release.seq}, ch)
+                if new_scope is not None:
+                    current = self.state().champion(ch, new_scope)
+                    self._append("release", release.name, release.version, {
+                        "reason": reason, "forced": False, "scope": new_scope,
+                        "active": format_ref(*current) if current else None, "evidence": evidence,
+                        "bounds_release": release.seq}, ch)
+                self.bounded_on_open.append(reason + (f"; now released for `{new_scope}`" if new_scope
+                                                      else "; not released anywhere"))
 
     # ----- scoped routing (ole.scopes) ------------------------------------------------------
 

@@ -22,6 +22,7 @@ from datetime import datetime
 from pathlib import Path
 from typing import IO, Sequence
 
+from ole.agents import decisions
 from ole.agents.base import AgentContext, AgentResult, HostAgent
 from ole.agents.client import HostClient, HostError
 from ole.agents.edits import diff_lines, edit_kind
@@ -221,6 +222,7 @@ def _program_at(snapshots: Sequence[tuple[float, str]], started_at: object) -> s
 
 def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dict) -> str:
     """The brief for an external agent: every loop-policy component as rules, plus the protocol contract."""
+    policy = decisions.for_budget(policy, int(info.get("episode_budget", 0)) or 1)
     o, p, m, a, v, r, s, b = (policy.observation, policy.planning, policy.memory, policy.action,
                               policy.verification, policy.recovery, policy.stopping, policy.budget)
     budget = int(info.get("episode_budget", 0))

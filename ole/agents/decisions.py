@@ -19,7 +19,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from ole.loop_policy import LoopPolicy
+from ole.loop_policy import RUN_LENGTH_FIELDS, LoopPolicy
 
 MIN_SCALE = 1e-6
 """Smallest |incumbent mean| a relative margin is taken of (`verification.margin`)."""
@@ -31,7 +31,40 @@ ESCALATION: tuple[ErrorAction, ...] = ("retry", "revert", "restructure")
 Phase = Literal["synthesis", "tuning", "confirmation"]
 
 
-# ---- budget: how the episodes are split and how many one submit spends ---------------------------
+# ---- budget: the policy at the task's budget, how the episodes are split, how many one submit spends
+
+def scaled_count(value: int, budget: int, reference: int | None, *, floor: int = 1) -> int:
+    """A run-length count stated for `reference` episodes, at a task of `budget` episodes.
+
+    count x budget / reference, rounded half up, at least `floor`; unchanged without a reference.
+    """
+    if reference is None:
+        return value
+    return max(floor, int(math.floor(value * budget / reference + 0.5)))
+
+
+def for_budget(lp: LoopPolicy, budget: int) -> LoopPolicy:
+    """The policy as it applies to a task of `budget` episodes, with its run-length counts scaled.
+
+    With `budget.reference_episodes` set, `planning.plateau_submits`, `stopping.patience_submits`
+    and `stopping.reserve_episodes` (`RUN_LENGTH_FIELDS`) are the same share of the run at every
+    budget: patience 5 stated for 32 episodes is patience 20 at 128. The result holds the counts for
+    this task and no reference, so applying it again changes nothing.
+    Every agent calls this once, at the start of a task, and reads every field from the result.
+    """
+    ref = lp.budget.reference_episodes
+    if ref is None:
+        return lp
+    floors = {"stopping.reserve_episodes": 0}
+    updates: dict[str, dict[str, int]] = {}
+    for path in RUN_LENGTH_FIELDS:
+        comp, field_name = path.split(".")
+        value = getattr(getattr(lp, comp), field_name)
+        updates.setdefault(comp, {})[field_name] = scaled_count(value, budget, ref, floor=floors.get(path, 1))
+    changes: dict[str, Any] = {comp: getattr(lp, comp).model_copy(update=vals) for comp, vals in updates.items()}
+    changes["budget"] = changes.get("budget", lp.budget).model_copy(update={"reference_episodes": None})
+    return lp.model_copy(update=changes)
+
 
 @dataclass(frozen=True)
 class PhaseBudget:

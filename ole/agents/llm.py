@@ -106,6 +106,7 @@ class _Session:
     def run(self) -> AgentResult:
         info = self.host.info()
         self.budget = int(info["episode_budget"])
+        self.pol = decisions.for_budget(self.pol, self.budget)
         self.remaining = int(info["state"]["remaining_budget"])
         self.min_per = int(info.get("min_episodes_per_submit", 1))
         self.max_per = int(info.get("max_episodes_per_submit", self.budget))

@@ -18,6 +18,7 @@ from ole import evidence as evidence_mod
 from ole.bundle import Bundle
 from ole.cost import CostCaps, CostMeter
 from ole.evidence import EvidenceItem
+from ole.ablation import Ablation
 from ole.evolve.store import EvaluationStore, Fingerprint, fingerprint, package_versions, source_digest
 from ole.gate import GateConfig, GateDecision, Look, decide, look_alpha, should_extend
 from ole.jobs import EvalJob
@@ -62,9 +63,12 @@ class Suite(BaseModel):
         """The run condition of every run of this suite with this agent seed."""
         return RunCondition(host=self.host, seed=seed, model=self.model, command=self.command)
 
-    def instances(self, pool_seeds: Sequence[int], agent_seeds: Sequence[int]) -> list[Instance]:
-        """Every (task, condition) of the suite on these pools and agent seeds, env-major."""
-        return [(TaskSpec(env=env, profile=self.profile, budget=self.budget, pool_seed=p), self.condition(s))
+    def instances(self, pool_seeds: Sequence[int], agent_seeds: Sequence[int],
+                  budget: int | None = None) -> list[Instance]:
+        """Every (task, condition) of the suite on these pools and agent seeds, env-major; at the
+        suite's budget, or at `budget` (a gate tier) when given."""
+        b = self.budget if budget is None else budget
+        return [(TaskSpec(env=env, profile=self.profile, budget=b, pool_seed=p), self.condition(s))
                 for p in pool_seeds for env in self.envs for s in agent_seeds]
 
 
@@ -82,6 +86,17 @@ class EvolveConfig(BaseModel):
     """Pool seeds the adaptive gate adds while its verdict is open and the gate config's
     `max_pairs` allows, half as many per look as `gate_pools` has (see `gate_extra_chunks`);
     disjoint from the search and first-look pools."""
+    gate_budgets: tuple[int, ...] = (32, 128)
+    """Episode budgets every gate instance is run at (the quick budget and the bench/paper one). A
+    release covers the band between the smallest and the largest (`ole.coverage`), so a policy
+    searched at 32 serves budget-128 tasks only when the gate sampled 128 too. Runs at each
+    budget use the suite's profile (its validation and held-out sizes)."""
+    max_scopes: int = Field(3, ge=1, le=16)
+    """Most scope champions one offline run gates: the search's gains are split by env into at
+    most this many scopes, each gated (and released) on its own (`ole.evolve.scoping`)."""
+    ablate: bool = True
+    """Before gating, cut a multi-field candidate down to the field changes that carry its search
+    gain (`ole.evolve.ablate`); False gates the candidates as proposed."""
     agent_seeds: tuple[int, ...] = (0,)
     """Agent seeds crossed with every pool seed."""
     population: int = Field(12, ge=1, le=64)
@@ -113,6 +128,9 @@ class EvolveConfig(BaseModel):
         twice = sorted(set(self.gate_pools) & set(self.gate_extra_pools))
         if twice:
             raise ValueError(f"gate_pools and gate_extra_pools share {twice}: an added look must bring new instances")
+        if not self.gate_budgets or any(b < 1 for b in self.gate_budgets) \
+                or len(set(self.gate_budgets)) != len(self.gate_budgets):
+            raise ValueError(f"gate_budgets must be distinct budgets >= 1, got {list(self.gate_budgets)}")
         return self
 
     def gate_extra_chunks(self) -> list[tuple[int, ...]]:
@@ -122,10 +140,14 @@ class EvolveConfig(BaseModel):
         pools = self.gate_extra_pools
         return [pools[i:i + step] for i in range(0, len(pools), step)]
 
+    def gate_instances(self, pools: Sequence[int]) -> list[Instance]:
+        """Every suite instance on these pools, at every gate budget (budget-major)."""
+        return [i for b in self.gate_budgets for i in self.suite.instances(pools, self.agent_seeds, b)]
+
     def gate_looks(self) -> list[list[Instance]]:
-        """The gate instances look by look: the first gate pools, then each extra chunk."""
-        return [self.suite.instances(self.gate_pools, self.agent_seeds)] + [
-            self.suite.instances(chunk, self.agent_seeds) for chunk in self.gate_extra_chunks()]
+        """The gate instances look by look: the first gate pools, then each extra chunk; every
+        look at every gate budget."""
+        return [self.gate_instances(self.gate_pools)] + [self.gate_instances(c) for c in self.gate_extra_chunks()]
 
     def rungs(self) -> list[int]:
         """Instance counts of the staged search evaluation's rungs (the last is every search instance)."""
@@ -250,7 +272,8 @@ class Engine:
             self.proposer.observe(c.ref, c.bundle, summarize(c.pairs), rung=rung, final=final)
 
     def decide_gate(self, champion: tuple[str, Bundle], candidate: Candidate, looks: Sequence[Sequence[Instance]],
-                    seen_keys: set[str], stage: str, scope_families: Sequence[str] | None = None) -> GateDecision:
+                    seen_keys: set[str], stage: str, scope_families: Sequence[str] | None = None,
+                    ablation: Ablation | None = None) -> GateDecision:
         """The gate with an adaptive sample: judge on the first look's instances, add the next
         look's while the verdict is open (`gate.should_extend`), each look at its share of α.
 
@@ -278,7 +301,8 @@ class Engine:
             self.evaluate(champion, [candidate], instances, stage=f"{stage}-look{k}")
             alpha = look_alpha(self.gate, len(candidate.pairs), n_prev)
             decision = decide(candidate.pairs, self.gate, champion=champion[0], challenger=candidate.ref,
-                              seen_keys=seen_keys, alpha=alpha, scope_families=scope_families)
+                              seen_keys=seen_keys, alpha=alpha, scope_families=scope_families,
+                              ablation=ablation)
             record.append(Look(n_pairs=decision.stats.n_pairs, alpha=alpha, p_value=decision.stats.p_value,
                                mean_r=decision.stats.mean_r, verdict=decision.verdict,
                                added=tuple(instance_key(*i) for i in batch) if k else ()))
@@ -373,7 +397,7 @@ def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: 
     meter = CostMeter(cfg.caps, budget=budget, workers=cfg.workers)
     paired = PairedEvaluation(executor, store, evaluate, traces_root=str(traces_root), runs_root=str(workdir / "runs"),
                               isolation=isolation,
-                              before_batch=lambda jobs: meter.reserve([j.task.env for j in jobs]),
+                              before_batch=lambda jobs: meter.reserve([(j.task.env, j.task.budget) for j in jobs]),
                               on_result=on_result_counter(meter, progress))
     return Engine(registry, store, TraceArchive(traces_root), paired, proposer, gate, meter,
                   channel=cfg.channel, progress=progress)

@@ -1,22 +1,24 @@
-"""Offline mode: archive → evidence → staged search over generations → adaptive gate → release or not.
+"""Offline mode: archive → evidence → staged search over generations → scopes → ablation → gates → releases.
 
 Per generation, `population` candidates are proposed (mutations of the retained candidates
 aimed at the evidence drawn from *their own* search traces, plus recombinations) and go
 through a successive-halving cascade on the search instances: every candidate is screened
-on the first rung (one pool of every env by default), only the best ⌈n/eta⌉ move on to the
-next rung of twice as many instances, and so on to every search instance. So many more
-candidates are tried for the episodes that evaluating each on every instance would cost;
-the champion's runs are paid once and shared by every rung and generation. The retained set
-is the champion plus the candidates that finished the cascade and no other point dominates
-on (benefit ↑, tail ↑, episode and wall cost ↓); candidates the gate's cost or tail criterion
-would reject on their search pairs rank below every feasible one.
+on the first rung (one pool of every env by default), only the best ⌈n/eta⌉ — plus the best
+candidate of each env that gains there, so a specialist is not lost to the overall ranking —
+move on to the next rung of twice as many instances, and so on to every search instance. The
+champion's runs are paid once and shared by every rung and generation. The retained set (the
+next generation's parents) is the champion plus the candidates that finished the cascade and
+no other point dominates on (benefit ↑, tail ↑, episode and wall cost ↓).
 
-The best retained candidate then meets the gate on instances no proposal has seen, with an
-adaptive sample (`Engine.gate`). When its search gains come from one env family while the
-others lose, its **specialisation** to that family (same policy, applicability narrowed,
-a `specialization` edge) is gated instead, on the in-scope gate instances only — released,
-it serves that family and the general champion keeps serving the rest. With an empty
-archive the champion is run on the search instances first; those runs are also the
+Then the gains are split by env (`ole.evolve.scoping`): each env where some finished
+candidate gains goes to the candidate that gains most there, and each such candidate becomes
+one scope. Per scope, the candidate is cut down to the field changes that carry its gain on
+the in-scope search instances (`ole.evolve.ablate`), registered as a `specialization` of the
+champion whose applicability lists exactly those env ids, and gated on the in-scope gate
+instances — at every gate budget, with the adaptive sample (`Engine.decide_gate`). A release
+is bounded by what its gate's pairs covered (`ole.coverage`): hosts, env ids, the budget band.
+One run may so release several scope champions; envs without a gain keep the champion. With
+an empty archive the champion is run on the search instances first; those runs are also the
 champion side of every search pair, so bootstrapping costs nothing extra.
 """
 from __future__ import annotations
@@ -27,16 +29,36 @@ from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
+from ole.ablation import Ablation
 from ole.bundle import Bundle
 from ole.evolve import Candidate, Engine, EvolveConfig, summarize
+from ole.evolve import scoping
+from ole.evolve.ablate import ablate
 from ole.gate import GateConfig, GateDecision, decide
 from ole.paired import Instance, env_family, eval_key, instance_key
 from ole.proposers import Parent, accepted, child_bundle
 
-SPECIALIZE_GAIN = 0.05
-"""A family whose search pairs average at least this mean r is a specialisation target..."""
-SPECIALIZE_LOSS = -0.02
-"""...when some other family averages below this (the general change would hurt it)."""
+
+@dataclass
+class GateRun:
+    """One scope gated by an offline run."""
+
+    source: str
+    """The candidate as the search found it."""
+    final: str
+    """The version gated: the source's carrying changes, scoped to `envs`."""
+    envs: list[str]
+    """Env ids of the scope (its search gains: `gains`)."""
+    gains: dict[str, float]
+    """Search mean r of the source on each env of the scope."""
+    decision: GateDecision
+    """The gate's decision record."""
+    ablation: Ablation | None = None
+    """What was cut from the source (None: gated as found)."""
+
+    @property
+    def released(self) -> bool:
+        return self.decision.verdict == "release"
 
 
 @dataclass
@@ -46,16 +68,29 @@ class OfflineReport:
     champion: str
     candidates: list[Candidate] = field(default_factory=list)
     retained: list[str] = field(default_factory=list)
-    final: str | None = None
-    decision: GateDecision | None = None
+    gates: list[GateRun] = field(default_factory=list)
+    """Every scope gated, largest search gain first."""
     bootstrapped: int = 0
     evidence_ids: list[str] = field(default_factory=list)
     screened: dict[str, int] = field(default_factory=dict)
     """Candidate ref -> the last rung it was evaluated on (0-based)."""
-    scope: str = "general"
-    """Scope of the gated candidate: `general`, or the env family it was specialised to."""
     stopped: str = ""
     """Why the run stopped early (a cost cap), empty when it ran to the end."""
+
+    @property
+    def decision(self) -> GateDecision | None:
+        """The first gate's decision (the scope with the largest search gain), if any."""
+        return self.gates[0].decision if self.gates else None
+
+    @property
+    def final(self) -> str | None:
+        """The version the first gate judged."""
+        return self.gates[0].final if self.gates else None
+
+    @property
+    def released(self) -> list[str]:
+        """Versions released by this run."""
+        return [g.final for g in self.gates if g.released]
 
 
 WALL_TOLERANCE = 0.1
@@ -108,31 +143,6 @@ def rank_key(c: Candidate, gate: GateConfig | None = None) -> tuple:
     return ok, s["mean_r"], s["cvar"], -int(c.ref.split("@")[1])
 
 
-def _best(retained: Sequence[Candidate], gate: GateConfig | None = None) -> Candidate | None:
-    return max(retained, key=lambda c: rank_key(c, gate)) if retained else None
-
-
-def family_means(pairs) -> dict[str, float]:
-    """Mean r per env family of a candidate's pairs."""
-    by: dict[str, list[float]] = defaultdict(list)
-    for p in pairs:
-        by[p.family].append(p.r)
-    return {f: sum(v) / len(v) for f, v in sorted(by.items())}
-
-
-def specialization_target(pairs) -> str | None:
-    """The family to specialise to: it gains at least SPECIALIZE_GAIN while another loses.
-
-    None when the change helps (or does not hurt) every family — then the general candidate
-    is gated — or when no family gains enough to be worth a scope of its own.
-    """
-    means = family_means(pairs)
-    if len(means) < 2 or min(means.values()) >= SPECIALIZE_LOSS:
-        return None
-    best = max(means, key=means.get)
-    return best if means[best] >= SPECIALIZE_GAIN else None
-
-
 class OfflineEvolution:
     """One offline run over an engine; `run()` is resumable (same config + store = no re-spending)."""
 
@@ -143,6 +153,7 @@ class OfflineEvolution:
         self.gate_looks: list[list[Instance]] = cfg.gate_looks()
         self.report = OfflineReport(champion=champion_ref)
         self.traces_by_ref: dict[str, list] = {}
+        self.finished: list[Candidate] = []
 
     @property
     def gate_set(self) -> list[Instance]:
@@ -219,12 +230,13 @@ class OfflineEvolution:
                 break
             keep = max(1, math.ceil(len(alive) / self.cfg.eta))
             ranked = sorted(alive, key=lambda c: rank_key(c, self.e.gate), reverse=True)
-            cut = ranked[keep:]
+            promoted = ranked[:keep] + [c for c in env_leaders(alive) if c not in ranked[:keep]]
+            cut = [c for c in ranked if c not in promoted]
             if cut:
                 self.e.progress(f"  rung {k}: promoted " + ", ".join(f"{c.ref} ({summarize(c.pairs)['mean_r']:+.3f})"
-                                                                      for c in ranked[:keep])
+                                                                      for c in promoted)
                                 + f"; stopped {len(cut)} (best stopped {summarize(cut[0].pairs)['mean_r']:+.3f})")
-            alive = ranked[:keep]
+            alive = promoted
         return alive
 
     def search_generations(self, ev) -> list[Candidate]:
@@ -234,6 +246,7 @@ class OfflineEvolution:
             new = self._next_generation(g, retained, ev)
             self.report.candidates.extend(new)
             finished = self.cascade(new, g) if new else []
+            self.finished.extend(finished)
             retained = nondominated([*retained, *finished])
             self.e.progress(f"generation {g}: retained {self.champ[0]} + "
                             + (", ".join(f"{c.ref} (mean r {summarize(c.pairs)['mean_r']:+.3f})" for c in retained)
@@ -248,56 +261,89 @@ class OfflineEvolution:
             self.report.evidence_ids = [e.evidence_id for e in ev]
             retained = self.search_generations(ev)
             self.report.retained = [c.ref for c in retained]
-            self.final_gate(_best(retained, self.e.gate), self.seen_keys(traces))
+            self.final_gates(self.seen_keys(traces))
         except CapReached as exc:
             self.report.stopped = str(exc)
             self.e.progress(f"stopped before crossing a cost cap: {exc}")
         return self.report
 
-    # ----- gate -------------------------------------------------------------------------
-    def specialize(self, best: Candidate, family: str) -> Candidate | None:
-        """The best candidate's policy, scoped to one env family (a `specialization` child)."""
-        data = best.bundle.model_dump(mode="json")
-        data["applicability"]["env_families"] = [family]
-        data["applicability"]["env_ids"] = []
-        note = (f"specialised to env family {family}: search mean r per family "
-                + ", ".join(f"{f} {m:+.3f}" for f, m in family_means(best.pairs).items()))
+    # ----- scopes, ablation, gates -------------------------------------------------------------
+    def feasible(self, cand: Candidate, envs) -> bool:
+        """Would the candidate's search pairs on these envs pass the gate's tail and cost criteria?"""
+        pairs = [p for p in cand.pairs if p.task.env in envs]
+        d = decide(pairs, self.e.gate, champion="search", challenger=cand.ref)
+        return bool(pairs) and all(k.passed for k in d.criteria if k.name in ("cost", "tail"))
+
+    def scoped(self, minimal: Candidate, plan: scoping.ScopePlan, ablation: Ablation | None) -> Candidate | None:
+        """The gated version: `minimal`'s policy as a `specialization` of the champion on the plan's env ids."""
+        champ_ref, champ = self.champ
+        data = champ.applicability.model_dump(mode="json")
+        data.update(env_families=[], env_ids=list(plan.envs))
+        source = plan.candidate
+        note = (f"{source.ref}'s change scoped to {', '.join(plan.envs)} (search mean r "
+                + ", ".join(f"{e} {m:+.3f}" for e, m in plan.gains.items()) + ")"
+                + (f"; {ablation.describe()}" if ablation is not None and ablation.dropped else ""))
+        prov = source.bundle.provenance
         try:
-            bundle = child_bundle([best.parent], data["loop_policy"], edge="specialization",
-                                  evidence_ids=best.bundle.provenance.evidence_ids,
-                                  generation=best.bundle.provenance.generation, proposer=self.e.proposer.name,
-                                  note=note, applicability=data["applicability"])
-        except Exception as exc:  # a registry without specialisation support: gate the general candidate
-            self.e.progress(f"  cannot specialise {best.ref} to {family}: {exc}")
+            bundle = child_bundle([Parent(*self.champ)], minimal.bundle.loop_policy.model_dump(mode="json"),
+                                  edge="specialization", evidence_ids=prov.evidence_ids, generation=prov.generation,
+                                  proposer=self.e.proposer.name, note=note, applicability=data)
+        except Exception as exc:  # a champion whose scope is already these envs: nothing narrower to register
+            self.e.progress(f"  cannot scope {minimal.ref} to {', '.join(plan.envs)} under {champ_ref}: {exc}")
             return None
-        prop = accepted(self.e.proposer.name, "specialization", [best.parent], bundle)
-        cand = self.e.register(prop, self.champ[1])
+        cand = self.e.register(accepted(self.e.proposer.name, "specialization", [Parent(*self.champ)], bundle), champ)
         if cand is not None:
-            cand.pairs = [p for p in best.pairs if p.family == family]
+            cand.pairs = [p for p in minimal.pairs if p.task.env in plan.envs]
         return cand
 
-    def final_gate(self, best: Candidate | None, seen: set[str]) -> None:
-        if best is None:
-            self.e.progress("no candidate survived the search: nothing to gate, the champion stays")
+    def final_gates(self, seen: set[str]) -> None:
+        """Plan the scopes from the finished candidates, then ablate, scope and gate each."""
+        plans = scoping.plan(self.finished, max_scopes=self.cfg.max_scopes, feasible=self.feasible)
+        if not plans:
+            self.e.progress(f"no candidate gains >= {scoping.SCOPE_GAIN} mean r on any env of the search: "
+                            "nothing to gate, the champion stays")
             return
-        looks, scope_families = self.gate_looks, None
-        family = specialization_target(best.pairs)
-        if family is not None:
-            spec = self.specialize(best, family)
-            if spec is not None:
-                self.e.progress(f"{best.ref} gains on {family} only (search mean r per family "
-                                + ", ".join(f"{f} {m:+.3f}" for f, m in family_means(best.pairs).items())
-                                + f"): gating its specialisation {spec.ref} on the in-scope gate instances")
-                best, scope_families = spec, [family]
-                looks = [[i for i in look if env_family(i[0].env) == family] for look in self.gate_looks]
-                looks = [look for look in looks if look]
-                self.report.scope = family
-        self.report.final = best.ref
-        self.e.progress(f"final gate: {best.ref} vs {self.champ[0]} on {len(looks[0])} unseen gate instances "
+        self.e.progress("scopes: " + "; ".join(f"{p.candidate.ref} on {', '.join(p.envs)} (search gain "
+                                               + ", ".join(f"{m:+.3f}" for m in p.gains.values()) + ")"
+                                               for p in plans))
+        for plan in plans:
+            self.gate_scope(plan, seen)
+
+    def gate_scope(self, plan: scoping.ScopePlan, seen: set[str]) -> None:
+        """Ablate the plan's candidate on its in-scope search instances, scope it, gate it, release it."""
+        inside = [i for i in self.search if i[0].env in plan.envs]
+        minimal, ablation = plan.candidate, None
+        if self.cfg.ablate:
+            minimal, ablation = ablate(self.e, self.champ, plan.candidate, inside, stage=f"scope-{plan.candidate.ref}")
+        gated = self.scoped(minimal, plan, ablation)
+        if gated is None:
+            return
+        looks = [[i for i in look if i[0].env in plan.envs] for look in self.gate_looks]
+        looks = [look for look in looks if look]
+        families = sorted({env_family(e) for e in plan.envs})
+        self.e.progress(f"gate: {gated.ref} ({', '.join(plan.envs)}) vs {self.champ[0]} on {len(looks[0])} unseen "
+                        f"gate instances at budgets {', '.join(map(str, self.cfg.gate_budgets))} "
                         f"(up to {sum(len(x) for x in looks)} with the adaptive sample)")
-        decision = self.e.decide_gate(self.champ, best, looks, seen, stage="offline", scope_families=scope_families)
-        self.report.decision = decision
+        decision = self.e.decide_gate(self.champ, gated, looks, seen, stage="offline", scope_families=families,
+                                      ablation=ablation)
+        self.report.gates.append(GateRun(source=plan.candidate.ref, final=gated.ref, envs=list(plan.envs),
+                                         gains=dict(plan.gains), decision=decision, ablation=ablation))
         if decision.verdict == "release":
-            self.e.release(best.ref, f"offline gate: mean r {decision.stats.mean_r:+.3f}, "
-                                     f"p={decision.stats.p_value:.3f} at alpha {decision.alpha_applied}",
+            self.e.release(gated.ref, f"offline gate: mean r {decision.stats.mean_r:+.3f}, "
+                                      f"p={decision.stats.p_value:.3f} at alpha {decision.alpha_applied}",
                            stage="offline")
+
+
+def env_leaders(cands: Sequence[Candidate]) -> list[Candidate]:
+    """Per env, the candidate with the highest mean r there when that reaches `scoping.SCOPE_GAIN`."""
+    out: list[Candidate] = []
+    gains = {c.ref: scoping.env_gains(c.pairs) for c in cands}
+    envs = sorted({e for g in gains.values() for e in g})
+    for env in envs:
+        have = [c for c in cands if env in gains[c.ref] and gains[c.ref][env].informative]
+        if not have:
+            continue
+        best = max(have, key=lambda c: (gains[c.ref][env].mean_r, -int(c.ref.rsplit("@", 1)[1])))
+        if gains[best.ref][env].mean_r >= scoping.SCOPE_GAIN and best not in out:
+            out.append(best)
+    return out

@@ -74,8 +74,8 @@ class Worker:
 
     def __init__(self, ctx: AgentContext, host, extra: tuple[Mechanism, ...] = ()) -> None:
         self.ctx, self.host = ctx, host
-        self.lp = ctx.bundle.loop_policy
         self.info = host.info()
+        self.lp = decisions.for_budget(ctx.bundle.loop_policy, int(self.info["episode_budget"]))
         self.brief = host.task()
         meta = self.info["env_meta"]
         self.obs_space, self.act_space = meta["obs_space"], meta["action_space"]

@@ -1,0 +1,103 @@
+"""Which envs a search's gains come from, and which candidate to gate for which envs.
+
+A candidate's search gain is rarely uniform: one-episode submits gain +60 % on halfcheetah5,
+tie on acrobot and change nothing elsewhere; another candidate gains on pusher5 alone. Gating
+the best candidate on every env judged a one-env gain as a general one (issue "Releases that
+hold where they land"). So the offline driver splits the search's gains by env first:
+
+* an env is a **target** of a candidate when the candidate's search pairs there differ from
+  the champion's (not all ties) and average at least `SCOPE_GAIN`;
+* every target env goes to the candidate that gains most there, preferring, among candidates
+  within `MERGE_TOLERANCE` of that best, one that already serves other envs (fewer, larger
+  scopes: each gate then has more pairs);
+* the candidate's search pairs on its envs must pass the gate's tail and cost criteria
+  (`feasible`);
+* at most `max_scopes` scopes are kept, largest total gain first.
+
+Envs with no target stay with the champion. Each scope is then ablated, scoped to its env ids
+and gated on the in-scope gate instances only (`ole.evolve.offline`). The scope is fixed from
+the search before any gate pair is run, so the gate tests a pre-declared claim.
+"""
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+SCOPE_GAIN = 0.05
+"""Mean r over a candidate's search pairs on one env at which that env becomes its target (the
+search's noise floor on the workload is ~0.01-0.11 mean |r| per env at 32; see
+`experiments/results/sensitivity.md`)."""
+MERGE_TOLERANCE = 0.02
+"""A candidate within this mean r of an env's best gain may take the env if it already serves others."""
+
+
+@dataclass(frozen=True)
+class EnvGain:
+    """A candidate's search pairs on one env."""
+
+    mean_r: float
+    n_pairs: int
+    informative: bool
+    """At least one pair differed (r != 0)."""
+
+
+def env_gains(pairs) -> dict[str, EnvGain]:
+    """Per env: mean r, pairs, and whether any pair differed."""
+    by: dict[str, list[float]] = defaultdict(list)
+    for p in pairs:
+        by[p.task.env].append(float(p.r))
+    return {e: EnvGain(sum(rs) / len(rs), len(rs), any(r != 0.0 for r in rs)) for e, rs in sorted(by.items())}
+
+
+@dataclass
+class ScopePlan:
+    """One scope to gate: the candidate and the envs it is the best bet for."""
+
+    candidate: object
+    """The `ole.evolve.Candidate` (finished the search cascade)."""
+    envs: list[str] = field(default_factory=list)
+    """Target envs, sorted."""
+    gains: dict[str, float] = field(default_factory=dict)
+    """Search mean r on each of them."""
+
+    @property
+    def total(self) -> float:
+        return sum(self.gains.values())
+
+
+def _version(c) -> int:
+    return int(c.ref.rsplit("@", 1)[1])
+
+
+def plan(cands: Sequence, *, max_scopes: int,
+         feasible: Callable[[object, Sequence[str]], bool] = lambda c, envs: True) -> list[ScopePlan]:
+    """The scopes to gate, largest total search gain first (module docstring)."""
+    gains = {c.ref: env_gains(c.pairs) for c in cands}
+    targets: dict[str, list[tuple[float, object]]] = defaultdict(list)
+    for c in cands:
+        for env, g in gains[c.ref].items():
+            if g.informative and g.mean_r >= SCOPE_GAIN and feasible(c, [env]):
+                targets[env].append((g.mean_r, c))
+    chosen: dict[str, ScopePlan] = {}
+    for env in sorted(targets, key=lambda e: -max(m for m, _ in targets[e])):
+        best = max(m for m, _ in targets[env])
+        near = [c for m, c in targets[env] if m >= best - MERGE_TOLERANCE]
+        serving = [c for c in near if c.ref in chosen]
+        pool = serving or near
+        pick = max(pool, key=lambda c: (len(chosen[c.ref].envs) if c.ref in chosen else 0,
+                                        gains[c.ref][env].mean_r, -_version(c)))
+        entry = chosen.setdefault(pick.ref, ScopePlan(candidate=pick))
+        entry.envs.append(env)
+        entry.gains[env] = gains[pick.ref][env].mean_r
+    plans = []
+    for entry in chosen.values():
+        entry.envs.sort()
+        if len(entry.envs) == 1 or feasible(entry.candidate, entry.envs):
+            plans.append(entry)
+            continue
+        # the envs together fail a tail or cost bound: keep the single best env of the candidate
+        top = max(entry.envs, key=lambda e: entry.gains[e])
+        plans.append(ScopePlan(candidate=entry.candidate, envs=[top], gains={top: entry.gains[top]}))
+    plans.sort(key=lambda p: (-p.total, p.candidate.ref))
+    return plans[:max_scopes]
