@@ -277,3 +277,17 @@ def bound_for_release(own: Applicability, decision, family_of=None) -> tuple[App
     scope = bounded(own, bound, family_of)
     return scope, {"decision_seq": decision.seq, "verdict": decision.payload.get("verdict"),
                    "bound": bound.scope_key, "own": own.scope_key, "covered": cov.describe()}
+
+
+def evidence_line(event) -> str | None:
+    """One line on what bounds a release (the scope's last release or rollback event), or None."""
+    if event is None or event.kind != "release":
+        return None if event is None else f"rolled back (#{event.seq}): {event.payload.get('reason', '')}"
+    ev = event.payload.get("evidence")
+    if ev is None:
+        return (f"released #{event.seq} before releases were bounded by evidence, with no gate decision "
+                "to bound it from: its scope is the bundle's own")
+    if ev.get("bound") is None:
+        return f"released #{event.seq} without gate evidence: {ev.get('note', 'not bounded')}"
+    return (f"released #{event.seq}, bounded by gate decision #{ev['decision_seq']} (evidence supports "
+            f"`{ev['bound']}`): {ev.get('covered', '')}")

@@ -77,6 +77,11 @@ class Lineage:
             for position, parent in enumerate(event.payload.get("parents", [])):
                 self.graph.add_edge(format_ref(event.name, parent), event.ref,
                                     kind=event.payload.get("edge"), position=position)
+        for event in self.events:  # where each version was released, and what bounds that scope
+            if event.kind == "release" and event.ref in self.graph:
+                from ole.coverage import evidence_line
+                self.graph.nodes[event.ref].update(released_scope=event.payload.get("scope") or "general",
+                                                   evidence=evidence_line(event))
 
     def _scope(self, event) -> str | None:
         """Scope key of a registered version: recorded since scopes exist, else read from its bundle."""
@@ -238,7 +243,16 @@ def _scope_text(data: dict) -> str:
 def _label(graph: nx.DiGraph, node: str) -> str:
     data = graph.nodes[node]
     extra = f" {data['edge']}" if data["edge"] else " seed"
-    return f"{node} [{data['status']}]{extra} ({_scope_text(data)})" + (f" — {data['note']}" if data["note"] else "")
+    released = ""
+    if data.get("released_scope"):
+        released = f"; released for {data['released_scope']}"
+        ev = data.get("evidence") or ""
+        if "gate decision #" in ev:
+            released += " (bounded by gate decision #" + ev.split("gate decision #", 1)[1].split(" ", 1)[0] + ")"
+        elif ev:
+            released += " (not bounded by gate evidence)"
+    return (f"{node} [{data['status']}]{extra} ({_scope_text(data)}{released})"
+            + (f" — {data['note']}" if data["note"] else ""))
 
 
 def _tree(graph: nx.DiGraph) -> str:

@@ -42,6 +42,7 @@ from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bund
                         bundle_from_data,
                         dump_bundle_yaml, format_ref, load_bundle_yaml, parse_ref, parse_scope, validate_data)
 from ole.errors import Conflict, IntegrityError, NotFound, OleError, StorageError, ValidationError
+from ole.coverage import evidence_line
 from ole.fsck import FsckReport, check
 from ole.registry_state import State, derive_state
 from ole.scopes import ScopeChampion, Selection
@@ -823,7 +824,8 @@ class Registry:
                                      inherited=channel != state.default_channel
                                      and (channel, scope) not in state.pointers,
                                      pending=format_ref(*target) if target else None,
-                                     pending_removal=pending and target is None))
+                                     pending_removal=pending and target is None,
+                                     evidence=evidence_line(state.target_event(channel, scope))))
         return out
 
     def require_channel(self, channel: str, *, state: State | None = None) -> None:

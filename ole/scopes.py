@@ -76,6 +76,9 @@ class ScopeChampion(BaseModel):
     """Version a recorded release/rollback makes active at the next task boundary; null if none."""
     pending_removal: bool
     """True when the next task boundary removes this scope's pointer (a rollback out of the scope)."""
+    evidence: str | None = None
+    """What bounds the scope's current release: the gate decision and what its pairs covered, or
+    that it was released without gate evidence; null when nothing was released there (the seed)."""
 
 
 # ----- ranking and routing ---------------------------------------------------------------

@@ -1,10 +1,11 @@
 """`ole champion show|history|activate`, and the top-level `ole release` / `ole rollback`.
 
-A channel holds a general champion plus scope champions (one per applicability; see
-docs/registry.md). Release and rollback are recorded at once and take effect at the next
-task boundary, when a runner calls `Registry.select` (or `activate_pending`); `ole
-champion activate` does the same by hand. `ole release` acts on the scope the bundle's
-applicability names; `ole rollback --scope S` on one scope only.
+A channel holds a general champion plus scope champions (see docs/registry.md). Release and
+rollback are recorded at once and take effect at the next task boundary, when a runner calls
+`Registry.select` (or `activate_pending`); `ole champion activate` does the same by hand.
+`ole release` acts on the bundle's applicability narrowed to what its last gate decision's
+pairs covered (hosts, env ids, budget band; a version never gated keeps its own applicability
+and `champion show` says so); `ole rollback --scope S` on one scope only.
 
     ole champion show --channel default --env gym/acrobot --host builtin --budget 32
 """
@@ -38,7 +39,8 @@ def register(subparsers) -> None:
              "apply the pending releases of every scope now (what a runner does at a task boundary)")
     _channel(p)
     p = leaf(subparsers, "release", release,
-             "release a version on a channel, in its applicability's scope (active from the next task)")
+             "release a version on a channel, in its applicability's scope bounded by its gate evidence "
+             "(active from the next task)")
     p.add_argument("ref", metavar="NAME@VERSION")
     p.add_argument("--reason", required=True, help="why (recorded)")
     _channel(p)
@@ -82,10 +84,12 @@ def show(args: argparse.Namespace) -> Output:
                       RunCondition(host=args.host, model=args.model))
     with open_registry(args) as registry:
         chosen = registry.select(args.channel, ctx, activate=False)
+        evidence = next((c.evidence for c in registry.scope_champions(args.channel) if c.scope == chosen.scope), None)
     data = {"channel": args.channel, "task": ctx.model_dump(mode="json"), "ref": chosen.ref, "scope": chosen.scope,
-            "reason": chosen.reason, "matched": list(chosen.matched), "in_scope": chosen.in_scope}
+            "reason": chosen.reason, "matched": list(chosen.matched), "in_scope": chosen.in_scope,
+            "evidence": evidence}
     return Output(data, f"{ctx.env} on channel {args.channel}: {chosen.ref} (scope {chosen.scope})\n"
-                        f"why: {chosen.reason}")
+                        f"why: {chosen.reason}" + (f"\nevidence: {evidence}" if evidence else ""))
 
 
 def _show_channel(args: argparse.Namespace) -> Output:
@@ -107,6 +111,7 @@ def _show_channel(args: argparse.Namespace) -> Output:
         rows += [[c.scope, (c.active or "(none)") + (" (inherited from default)" if c.inherited else ""),
                   "removal" if c.pending_removal else (c.pending or "-")] for c in scoped]
         text += "\n" + table(rows)
+        text += "".join(f"\n  {c.scope}: {c.evidence}" for c in scoped if c.evidence)
     else:
         text += "\nno scope champions: every task gets the general champion"
     return Output(data, text)
@@ -168,10 +173,14 @@ def release(args: argparse.Namespace) -> Output:
     with open_registry(args) as registry:
         entry = registry.release(args.ref, channel=args.channel, reason=args.reason, force=args.force)
         event = registry.events(kind="release", channel=args.channel)[-1]
+    from ole.coverage import evidence_line
     scope = event.payload["scope"]
     where = args.channel + ("" if scope == GENERAL_SCOPE else f" scope {scope}")
-    return Output({"released": entry.ref, "channel": args.channel, "scope": scope, "seq": event.seq},
-                  f"released {entry.ref} on {where} (event #{event.seq}); active from the next task boundary")
+    evidence = evidence_line(event)
+    return Output({"released": entry.ref, "channel": args.channel, "scope": scope, "seq": event.seq,
+                   "evidence": event.payload.get("evidence")},
+                  f"released {entry.ref} on {where} (event #{event.seq}); active from the next task boundary"
+                  + (f"\nevidence: {evidence}" if evidence else ""))
 
 
 def rollback(args: argparse.Namespace) -> Output:

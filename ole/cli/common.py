@@ -102,6 +102,8 @@ def open_registry(args: argparse.Namespace, *, show_warnings: bool = True):
     registry = Registry(getattr(args, "root", None))
     for line in registry.warnings if show_warnings else ():
         print(f"ole: warning: {line}", file=sys.stderr, flush=True)
+    for line in registry.bounded_on_open:  # recorded as events: said once, always
+        print(f"ole: {line}", file=sys.stderr, flush=True)
     return registry
 
 

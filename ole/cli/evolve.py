@@ -1,11 +1,13 @@
 """`ole evolve --mode offline|online`: evolve the champion's loop policy.
 
-With no other arguments, offline mode runs the embedded default: the built-in agent and
-the built-in proposer on three cheap envs from three families (acrobot, FetchPickAndPlace,
-LunarLanderContinuous; quick profile, 32 episodes per run), with staged evaluation of 12
-candidates per generation and an adaptive gate. The cost estimate (an upper bound: runs, episodes, wall time) is
-printed before anything runs; `--estimate-only` prints only that. Re-running the same command resumes: stored evaluations are not spent
-again. Progress goes to stderr; the summary (or --json) to stdout.
+With no other arguments, offline mode runs the embedded default (`ole.evolve.DEFAULT_SUITE`):
+the built-in agent and the built-in proposer, searched at 32 episodes per run (quick
+profile) with staged evaluation of 12 candidates per generation; the search's gains are split
+into env scopes, each ablated to the changes that carry it and gated at budgets 32 and 128 with
+an adaptive sample, so one run may release several scope champions, each bounded by what its
+gate sampled. The cost estimate (runs, episodes, wall time) is printed before anything runs;
+`--estimate-only` prints only that. Re-running the same command resumes: stored evaluations are
+not spent again. Progress goes to stderr; the summary (or --json) to stdout.
 """
 from __future__ import annotations
 
@@ -77,6 +79,9 @@ def register(subparsers) -> None:
     g.add_argument("--budget", type=int, default=None, help=f"episode budget per run (default: {SUITE.budget})")
     g.add_argument("--search-pools", type=_ints, default=None, help=f"pool seeds the proposer sees (default: {_csv(CFG.search_pools)})")
     g.add_argument("--gate-pools", type=_ints, default=None, help=f"pool seeds of the gate (default: {_csv(CFG.gate_pools)})")
+    g.add_argument("--gate-budgets", type=_ints, default=None,
+                   help=f"episode budgets of every gate instance; a release covers their band "
+                        f"(default: {_csv(CFG.gate_budgets)})")
     g.add_argument("--agent-seeds", type=_ints, default=None, help=f"agent seeds (default: {_csv(CFG.agent_seeds)})")
     g.add_argument("--host", choices=("builtin", "llm", "command"), default=None,
                    help="host agent (default: builtin); `command` runs the command line after `--`")
@@ -89,6 +94,10 @@ def register(subparsers) -> None:
                    help=f"staged evaluation: keep the best 1/eta of the candidates per rung (default: {CFG.eta})")
     s.add_argument("--screen", type=int, default=None,
                    help="staged evaluation: search instances of the first rung (default: one pool of every env)")
+    s.add_argument("--max-scopes", type=int, default=None,
+                   help=f"most env scopes gated (and released) per run (default: {CFG.max_scopes})")
+    s.add_argument("--no-ablation", action="store_true",
+                   help="gate candidates as proposed (default: cut each to the changes that carry its gain)")
     s.add_argument("--proposer", default="builtin",
                    help="builtin (evidence-guided), random or tpe (black-box baselines over the same space), "
                         "or an LLM model string (`scripted:FILE`, `replay:FILE` or a litellm model)")
@@ -129,7 +138,8 @@ def config_from(args: argparse.Namespace) -> EvolveConfig:
         return EvolveConfig(suite=suite, caps=caps, **given(
             search_pools=args.search_pools, gate_pools=args.gate_pools, agent_seeds=args.agent_seeds,
             population=args.population, generations=args.generations, seed=args.seed, channel=args.channel,
-            workers=args.workers, eta=args.eta, screen=args.screen))
+            workers=args.workers, eta=args.eta, screen=args.screen, gate_budgets=args.gate_budgets,
+            max_scopes=args.max_scopes, ablate=False if args.no_ablation else None))
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "config"
@@ -138,23 +148,29 @@ def config_from(args: argparse.Namespace) -> EvolveConfig:
 
 
 def planned_envs(cfg: EvolveConfig, mode: str, tasks: int, every_k: int, monitor: int, max_pairs: int | None = None
-                 ) -> list[str]:
-    """One env slug per planned run (upper bound: no cache hits assumed beyond the champion's).
+                 ) -> list[tuple[str, int | None]]:
+    """One (env slug, budget) per planned run (no cache hits assumed beyond the champion's).
 
     Offline: the champion on every search instance; per generation, each rung's surviving
-    candidates on that rung's new instances; the gate's champion and challenger on every
-    look the adaptive sample may add (up to `max_pairs`).
+    candidates on that rung's new instances; the gate's champion on every gate instance the
+    adaptive sample may add (up to `max_pairs`, at every gate budget) and each of up to
+    `max_scopes` gated candidates on its share (one env each when the search splits by env).
+    Ablation is not counted (it depends on how many fields a candidate moved). An estimate, not a bound.
     """
-    search = [t.env for t, _ in cfg.suite.instances(cfg.search_pools, cfg.agent_seeds)]
-    gate = [t.env for t, _ in cfg.suite.instances(cfg.gate_pools + cfg.gate_extra_pools, cfg.agent_seeds)]
-    gate = gate[: max(max_pairs or 0, len(cfg.suite.instances(cfg.gate_pools, cfg.agent_seeds)))]
+    def runs_of(instances) -> list[tuple[str, int | None]]:
+        return [(t.env, t.budget) for t, _ in instances]
+    search = runs_of(cfg.suite.instances(cfg.search_pools, cfg.agent_seeds))
+    looks = cfg.gate_looks()
+    first = runs_of(looks[0])
+    gate = (first + runs_of([i for look in looks[1:] for i in look]))[: max(max_pairs or 0, len(first))]
     if mode == "offline":
         runs, alive, prev = list(search), cfg.population, 0
         for n in cfg.rungs():
             runs += search[prev:n] * alive * cfg.generations
             alive, prev = max(1, -(-alive // cfg.eta)), n
-        return runs + gate * 2
-    stream = [cfg.suite.envs[i % len(cfg.suite.envs)] for i in range(tasks)]
+        scopes = min(cfg.max_scopes, len(cfg.suite.envs))
+        return runs + gate + gate[: -(-len(gate) * scopes // len(cfg.suite.envs))]
+    stream = [(cfg.suite.envs[i % len(cfg.suite.envs)], cfg.suite.budget) for i in range(tasks)]
     return stream + gate * (1 + tasks // every_k) + stream[:monitor]
 
 
@@ -239,24 +255,36 @@ def _driver(args: argparse.Namespace) -> dict:
 
 
 def _offline(engine, cfg, registry, est) -> Output:
+    from ole.bundle import diff_bundles
     from ole.evolve.offline import OfflineEvolution
     champ = registry.champion(cfg.channel)
     report = OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()
-    if report.decision is not None and report.decision.verdict == "release":
+    if report.released:
         registry.activate_pending(cfg.channel)  # no task is in flight offline: this is a task boundary
-    d = report.decision
-    changes = []
-    if report.final is not None:
-        from ole.bundle import diff_bundles
+    gates = []
+    for g in report.gates:
+        d = g.decision
         changes = [f"{c.component}.{c.field}: {c.old!r} -> {c.new!r}"
-                   for c in diff_bundles(champ.bundle, registry.get(report.final).bundle)]
+                   for c in diff_bundles(champ.bundle, registry.get(g.final).bundle) if c.component != "applicability"]
+        scope = _released_scope(registry, g.final) if g.released else None
+        gates.append({"source": g.source, "final": g.final, "envs": g.envs, "search_gains": g.gains,
+                      "verdict": d.verdict, "reasons": list(d.reasons), "gain": _gain(d), "changes": changes,
+                      "bound": d.bound, "released_scope": scope, "coverage": d.evidence().describe(),
+                      "ablation": d.ablation.model_dump(mode="json") if d.ablation else None})
+    first = gates[0] if gates else None
     data = {"mode": "offline", "champion": report.champion, "candidates": [c.ref for c in report.candidates],
-            "retained": report.retained, "final": report.final, "scope": report.scope, "changes": changes,
-            "verdict": d.verdict if d else None, "reasons": list(d.reasons) if d else [],
-            "gain": _gain(d) if d else None, "screened": report.screened, "stopped": report.stopped,
+            "retained": report.retained, "gates": gates, "released": report.released,
+            "final": first["final"] if first else None, "verdict": first["verdict"] if first else None,
+            "screened": report.screened, "stopped": report.stopped,
             "rejected_proposals": len(engine.rejections), "spent": engine.meter.summary(),
             "estimate": est.model_dump(), "config": cfg.model_dump(mode="json")}
-    return Output(data, _summary(data, d, cfg.channel))
+    return Output(data, _summary(data, report, cfg.channel))
+
+
+def _released_scope(registry, ref: str) -> str | None:
+    """The scope key the release of `ref` took (bounded by its gate's evidence)."""
+    releases = [e for e in registry.events(kind="release") if e.ref == ref]
+    return releases[-1].payload.get("scope") if releases else None
 
 
 def _gain(d) -> dict:
@@ -284,7 +312,7 @@ def _online(engine, cfg, registry, args, est) -> Output:
     return Output(data, "\n".join(lines))
 
 
-def _summary(data: dict, d, channel: str) -> str:
+def _summary(data: dict, report, channel: str) -> str:
     screened = data.get("screened") or {}
     deepest = max(screened.values(), default=0)
     lines = [f"offline: champion {data['champion']}; {len(data['candidates'])} candidates registered "
@@ -293,22 +321,26 @@ def _summary(data: dict, d, channel: str) -> str:
              f"retained {', '.join(data['retained']) or 'none'}"]
     if data["stopped"]:
         lines.append(f"stopped early: {data['stopped']}")
-    if d is not None:
-        s = d.stats
-        scope = "every task" if data["scope"] == "general" else f"env family {data['scope']} only (a specialisation)"
+    if not report.gates and not data["stopped"]:
+        lines.append(f"no env gained in the search: nothing gated, the champion {data['champion']} stays everywhere")
+    for g, info in zip(report.gates, data["gates"]):
+        d, s = g.decision, g.decision.stats
         looks = f", {len(d.looks)} looks" if len(d.looks) > 1 else ""
-        lines.append(f"gate on {s.n_pairs} unseen pairs{looks}: {data['final']} -> {d.verdict.upper()} "
-                     f"(mean r {s.mean_r:+.3f}, {ci_text(s)}, win rate {s.win_rate:.2f}, "
-                     f"p={s.p_value:.4f} at alpha {d.alpha_applied if d.alpha_applied is not None else d.config.alpha:.4g}, "
-                     f"worst r {s.worst_r:+.3f})")
+        alpha = d.alpha_applied if d.alpha_applied is not None else d.config.alpha
+        lines.append(f"scope {', '.join(g.envs)}: gate on {s.n_pairs} unseen pairs{looks}: {g.final} "
+                     f"(from {g.source}) -> {d.verdict.upper()} (mean r {s.mean_r:+.3f}, {ci_text(s)}, "
+                     f"win rate {s.win_rate:.2f}, p={s.p_value:.4f} at alpha {alpha:.4g}, worst r {s.worst_r:+.3f})")
         lines += [f"  {c.name:<8} {'ok' if c.passed else 'FAILED: ' + '; '.join(c.reasons)}" for c in d.criteria]
-        lines.append(f"  scope: {scope}")
-        lines += ["  changed: " + "; ".join(data["changes"])] if data["changes"] else []
-        if d.verdict == "release":
-            lines.append(f"released and activated {data['final']} on channel `{channel}` for {scope}: "
-                         f"gain mean r {s.mean_r:+.3f} ({ci_text(s)})")
+        lines.append(f"  covered: {info['coverage']}")
+        if d.ablation is not None and d.ablation.steps:
+            lines.append(f"  {d.ablation.describe()}")
+        lines += ["  changed: " + "; ".join(info["changes"])] if info["changes"] else []
+        if g.released:
+            lines.append(f"  released and activated {g.final} on channel `{channel}` for scope "
+                         f"`{info['released_scope']}` (bounded by what the gate sampled): gain mean r "
+                         f"{s.mean_r:+.3f} ({ci_text(s)})")
         else:
-            lines.append(f"not released: the champion {data['champion']} stays")
+            lines.append(f"  not released: {', '.join(g.envs)} keep {data['champion']}")
     sp = data["spent"]
     lines.append(f"spent: {sp['episodes']} episodes, {sp['wall_s'] / 60:.1f} min")
     return "\n".join(lines + _hints(channel))

@@ -201,6 +201,8 @@ class Engine:
         self.registry, self.store, self.archive, self.paired = registry, store, archive, paired
         self.proposer, self.gate, self.meter, self.channel, self.progress = proposer, gate, meter, channel, progress
         self.rejections: list[Proposal] = []
+        self.reference_budget: int | None = None
+        """The search budget: run-length counts a proposal moves are stated for it (`_anchored`)."""
 
     # ----- evidence ------------------------------------------------------------------------
     def evidence(self, traces: Sequence[Trace], *, quiet: bool = False) -> list[EvidenceItem]:
@@ -243,6 +245,7 @@ class Engine:
             self.progress(f"  rejected proposal from {proposal.parents}: {proposal.rejection}")
             return None
         assert proposal.bundle is not None
+        proposal = self._anchored(proposal)
         if proposal.bundle.content_hash == champion.content_hash:
             return None
         known = self.registry.find_content(proposal.bundle.name, proposal.bundle.content_hash)
@@ -250,6 +253,24 @@ class Engine:
         what = f"same content as {reg.ref}" if known else f"registered {reg.ref}"
         self.progress(f"  {what} ({proposal.edge} of {', '.join(proposal.parents)}): {proposal.note[:120]}")
         return Candidate(reg.ref, reg.bundle, proposal)
+
+    def _anchored(self, proposal: Proposal) -> Proposal:
+        """The proposal with moved run-length counts stated for the search budget (`space.anchor_run_lengths`)."""
+        from ole.bundle import bundle_from_data
+        from ole.proposers.space import anchor_run_lengths
+        bundle = proposal.bundle
+        if self.reference_budget is None or bundle is None or not proposal.parents:
+            return proposal
+        parent = self.registry.get(proposal.parents[0]).bundle.loop_policy.model_dump(mode="json")
+        data = bundle.model_dump(mode="json")
+        before = data["loop_policy"]["budget"].get("reference_episodes")
+        anchor_run_lengths(parent, data["loop_policy"], self.reference_budget)
+        if data["loop_policy"]["budget"].get("reference_episodes") == before:
+            return proposal
+        data["provenance"]["note"] = (data["provenance"]["note"] + f"; run-length counts stated for "
+                                      f"{self.reference_budget} episodes").lstrip("; ")[:4000]
+        return proposal.model_copy(update={"bundle": bundle_from_data(data, source="anchored proposal"),
+                                           "note": data["provenance"]["note"]})
 
     # ----- evaluation and gate ------------------------------------------------------------------
     def evaluate(self, champion: tuple[str, Bundle], candidates: Sequence[Candidate],
@@ -399,5 +420,7 @@ def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: 
                               isolation=isolation,
                               before_batch=lambda jobs: meter.reserve([(j.task.env, j.task.budget) for j in jobs]),
                               on_result=on_result_counter(meter, progress))
-    return Engine(registry, store, TraceArchive(traces_root), paired, proposer, gate, meter,
-                  channel=cfg.channel, progress=progress)
+    engine = Engine(registry, store, TraceArchive(traces_root), paired, proposer, gate, meter,
+                    channel=cfg.channel, progress=progress)
+    engine.reference_budget = budget
+    return engine

@@ -92,6 +92,18 @@ class OfflineReport:
         """Versions released by this run."""
         return [g.final for g in self.gates if g.released]
 
+    @property
+    def derived(self) -> list[str]:
+        """Versions the driver registered itself (ablation variants, the scoped versions it gated)."""
+        cands = {c.ref for c in self.candidates}
+        out: list[str] = []
+        for g in self.gates:
+            steps = g.ablation.steps if g.ablation is not None else ()
+            for ref in [*(s.variant for s in steps), g.final]:
+                if ref and ref not in cands and ref != self.champion and ref not in out:
+                    out.append(ref)
+        return out
+
 
 WALL_TOLERANCE = 0.1
 """Wall-time ratios closer than this count as equal when comparing candidates: agent wall time

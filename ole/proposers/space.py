@@ -197,6 +197,25 @@ def repair(policy: dict) -> dict:
     return policy
 
 
+def anchor_run_lengths(parent: dict, child: dict, budget: int | None) -> dict:
+    """State a child's run-length counts for the budget it was searched at (in place).
+
+    When a proposal moves a run-length count (`ole.loop_policy.RUN_LENGTH_FIELDS`) or the
+    stopping mode that gives patience and reserve their effect, and the child states no
+    reference budget, the values it chose were chosen at `budget` (its search's): so they are
+    stated for it (`budget.reference_episodes`), and mean the same share of the run at any other
+    budget. Nothing changes without a budget or when no such field moved.
+    """
+    from ole.loop_policy import RUN_LENGTH_FIELDS
+    if budget is None or child["budget"].get("reference_episodes") is not None:
+        return child
+    moved = [p for p in (*RUN_LENGTH_FIELDS, "stopping.mode")
+             if parent[p.split(".")[0]][p.split(".")[1]] != child[p.split(".")[0]][p.split(".")[1]]]
+    if moved:
+        child["budget"]["reference_episodes"] = int(budget)
+    return child
+
+
 def sample_policy(rng: random.Random, host: str = "builtin", base: LoopPolicy | None = None) -> dict:
     """A uniform draw over every dimension the host reads (others keep `base`'s values)."""
     policy = (base or LoopPolicy()).model_dump(mode="json")

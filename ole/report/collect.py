@@ -165,6 +165,12 @@ class Gate:
     config: dict
     looks: tuple[dict, ...] = ()
     """Every look of an adaptive gate sample (n_pairs, alpha, p_value, mean_r, verdict, extend), as recorded."""
+    cells: tuple[dict, ...] = ()
+    """What the pairs covered per (env, budget): pairs, ties, mean r, verdict (`ole.coverage`)."""
+    bound: str | None = None
+    """Scope key of the widest scope the pairs support (a release on this decision is never wider)."""
+    ablation: dict | None = None
+    """The recorded ablation of the challenger (what was cut before gating), if any."""
 
     @property
     def page(self) -> str:
@@ -323,7 +329,8 @@ def _pair(p: dict) -> GatePair:
     task, cond = p.get("task") or {}, p.get("condition") or {}
     champ, chall = p.get("champion") or {}, p.get("challenger") or {}
     env = task.get("env", "?")
-    return GatePair(instance=f"{env} pool {task.get('pool_seed')} seed {cond.get('seed')}", env=env,
+    budget = f" budget {task['budget']}" if task.get("budget") is not None else ""
+    return GatePair(instance=f"{env} pool {task.get('pool_seed')} seed {cond.get('seed')}{budget}", env=env,
                     pool_seed=task.get("pool_seed"), agent_seed=cond.get("seed"), family=p.get("family", "?"),
                     q_champion=champ.get("q"), q_challenger=chall.get("q"), q_source=p.get("q_source", "?"),
                     delta=p.get("delta"), r=float(p.get("r", 0.0)), failure=p.get("failure", "none"),
@@ -349,7 +356,28 @@ def gate_from_event(event) -> Gate:
                 accepted=bool(d.get("accepted")), reasons=tuple(d.get("reasons") or ()), interval=interval,
                 win_rate=stats.get("win_rate"), p_value=stats.get("p_value"), test=str(config.get("test", "?")),
                 alpha=alpha, pairs=pairs, criteria=tuple(criteria), config=config,
-                looks=tuple(d.get("looks") or ()))
+                looks=tuple(d.get("looks") or ()), **_evidence(d))
+
+
+def _evidence(d: dict) -> dict:
+    """Coverage cells and bound of a decision payload (derived from its pairs when not stored)."""
+    from ole.coverage import coverage, evidence_bound, stored_pairs
+    from ole.errors import OleError
+    pairs = stored_pairs(d)
+    if not pairs:
+        return {"ablation": d.get("ablation")}
+    try:
+        cov = coverage(pairs)
+    except OleError:  # a pair without a known budget: show the decision without its coverage
+        return {"ablation": d.get("ablation")}
+    cells = tuple({**c.model_dump(), "verdict": c.verdict} for c in cov.cells)
+    bound = d.get("bound")
+    if bound is None and "bound" not in d:
+        try:
+            bound = evidence_bound(cov).scope_key
+        except OleError:
+            bound = None
+    return {"cells": cells, "bound": bound, "ablation": d.get("ablation")}
 
 
 # ----- versions ------------------------------------------------------------------------------

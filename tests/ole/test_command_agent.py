@@ -77,6 +77,10 @@ def test_instructions_render_every_component():
     assert "POST http://127.0.0.1:9/finish once 3 submits" in text and "never call /finalize" in text
     assert "ids never submitted before" in text
     assert "keep submitting until" in render_instructions(LoopPolicy(), "u", Path("ws"), info)
+    # run-length counts stated for 32 episodes read as the same share of a 128-episode run
+    rel = pol.model_copy(update={"budget": pol.budget.model_copy(update={"reference_episodes": 32})})
+    assert "once 3 submits" in render_instructions(rel, "u", Path("ws"), info)
+    assert "once 12 submits" in render_instructions(rel, "u", Path("ws"), {**info, "episode_budget": 128})
 
 
 def test_iterations_need_only_workspace_files(tmp_path):

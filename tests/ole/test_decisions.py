@@ -132,6 +132,30 @@ def test_plateau_and_patience_count_candidates():
     assert progress.run_stale == 0 and not decisions.should_finish(lp, progress, 50)
 
 
+def test_run_length_counts_stated_for_a_reference_budget_are_the_same_share_at_32_and_128():
+    lp = policy(planning__plateau_submits=3, stopping__mode="finish_early", stopping__patience_submits=5,
+                stopping__reserve_episodes=2, budget__reference_episodes=32)
+    at32, at128 = decisions.for_budget(lp, 32), decisions.for_budget(lp, 128)
+    for path in ("planning.plateau_submits", "stopping.patience_submits", "stopping.reserve_episodes"):
+        comp, name = path.split(".")
+        small, large = getattr(getattr(at32, comp), name), getattr(getattr(at128, comp), name)
+        assert small / 32 == large / 128, path  # the same share of the run
+    assert (at32.stopping.patience_submits, at128.stopping.patience_submits) == (5, 20)
+    assert at128.budget.reference_episodes is None and decisions.for_budget(at128, 128) == at128  # applied once
+    # patience read at 128: 19 non-improving candidates do not finish the run, the 20th does
+    progress = Progress()
+    for _ in range(19):
+        progress.candidate(False)
+    assert not decisions.should_finish(at128, progress, 100) and decisions.should_finish(at32, progress, 100)
+    progress.candidate(False)
+    assert decisions.should_finish(at128, progress, 100)
+    # sample sizes are not shares: a submit is the same number of episodes at any budget
+    assert at128.action.episodes_per_submit == at32.action.episodes_per_submit == lp.action.episodes_per_submit
+    # without a reference every count is used as written (the seed's choice)
+    assert decisions.for_budget(policy(stopping__patience_submits=5), 128).stopping.patience_submits == 5
+    assert decisions.for_budget(lp, 8).planning.plateau_submits == 1  # never below one candidate
+
+
 def test_step_factor_reads_the_edit_log_window():
     progress = Progress(edits=[True, True, True] + [False] * 3)
     assert decisions.step_factor(policy(), progress) == pytest.approx(1.0 / 1.0 * __import__("math").exp(0.375))

@@ -6,18 +6,21 @@ from pathlib import Path
 
 import pytest
 
+from ole.bundle import TaskContext
 from ole.cost import CostCaps
 from ole.evolve import EvolveConfig, Suite, open_engine
 from ole.evolve.offline import OfflineEvolution, dominates, nondominated
 from ole.executors import LocalExecutor
 from ole.gate import GateConfig
+from ole.paired import env_family
 from ole.proposers.builtin import BuiltinProposer
 from ole.registry import Registry
 from synthetic import archive_fake
 
 ROOT = Path(__file__).resolve().parents[2]
 SUITE = Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8)
-CFG = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202, 203), population=4, generations=2, seed=1)
+CFG = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202, 203), population=4, generations=2, seed=1,
+                   gate_budgets=(8,))
 GATE = GateConfig(min_pairs=6, min_families=2)
 
 
@@ -51,7 +54,7 @@ def test_offline_bootstraps_searches_gates_and_records_the_lineage(tmp_path):
     assert "archive is empty" in text and report.bootstrapped == 2
     assert report.candidates and report.decision is not None
     kinds = [e.kind for e in reg.events()]
-    assert kinds.count("registration") == 1 + len(report.candidates)
+    assert kinds.count("registration") == 1 + len(report.candidates) + len(report.derived)
     assert "evaluation" in kinds and "gate_decision" in kinds
     gate_event = [e for e in reg.events() if e.kind == "gate_decision"][-1]
     assert gate_event.payload["verdict"] == report.decision.verdict
@@ -101,22 +104,28 @@ def test_nondominated_keeps_tradeoffs_and_drops_what_the_champion_dominates():
 @pytest.mark.sandbox
 def test_tiny_offline_run_on_the_real_host(tmp_path):
     from ole.jobs import run_job
-    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot",), budget=2), search_pools=(101,), gate_pools=(201,),
+    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot",), budget=2), search_pools=(101,), gate_pools=(201,), gate_budgets=(2,),
                        population=1, generations=1, workers=1)
     root = tmp_path / "bundles"
     root.mkdir()
     shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
     reg = Registry(root)
-    # a move that cannot change a 2-episode run (one submit): the candidate ties the champion and is gated
+    # a move that cannot change a 2-episode run (one submit): the candidate ties the champion everywhere
     proposer = Scripted([("memory", "carry_lessons", False)])
+    lines: list[str] = []
     engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=cfg,
                          evaluate=run_job, proposer=proposer, gate=GateConfig(min_pairs=2, min_families=1),
-                         executor=LocalExecutor(1), progress=lambda line: None)
+                         executor=LocalExecutor(1), progress=lines.append)
     champ = reg.champion()
-    report = OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()
+    evo = OfflineEvolution(engine, cfg, champ.ref, champ.bundle)
+    report = evo.run()
     assert report.bootstrapped == 1 and len(report.candidates) == 1
-    d = report.decision
-    assert d is not None and d.verdict == "indecisive"  # one pair < min_pairs: too thin to judge
+    # a tie shows no effect: nothing is gated, nothing released
+    assert report.gates == [] and any("nothing to gate" in line for line in lines)
+    # the gate itself on the real host: one pair is too thin to judge
+    cand = report.candidates[0]
+    d = engine.decide_gate(evo.champ, cand, evo.gate_looks, evo.seen_keys([]), stage="offline")
+    assert d.verdict == "indecisive"
     assert d.pairs[0].champion.verified and d.pairs[0].champion.trace_id in engine.archive.ids()
     assert [e.kind for e in reg.events()].count("gate_decision") == 1
 
@@ -181,7 +190,7 @@ def _engine(tmp_path, cfg, proposer, gate, evaluate=archive_fake):
 
 def test_staged_evaluation_screens_many_and_promotes_the_best(tmp_path):
     edits = [("verification", "retest_episodes", v) for v in (0, 1, 2, 3, 5, 6, 7, 8, 9)]  # >4 helps (+15 %)
-    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102, 103, 104), gate_pools=(201, 202, 203),
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102, 103, 104), gate_pools=(201, 202, 203), gate_budgets=(8,),
                        gate_extra_pools=(), population=9, generations=1, eta=3, seed=1)
     assert cfg.rungs() == [2, 4, 8]
     counting = Counting()
@@ -198,7 +207,7 @@ def test_staged_evaluation_screens_many_and_promotes_the_best(tmp_path):
 
 
 def test_adaptive_gate_adds_looks_while_open_and_records_them(tmp_path):
-    cfg = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202), gate_extra_pools=(203, 204, 205),
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202), gate_extra_pools=(203, 204, 205), gate_budgets=(8,),
                        population=1, generations=1, seed=1)
     gate = GateConfig(min_pairs=6, min_families=2, max_pairs=10)
     reg, evo, lines = _engine(tmp_path, cfg, Scripted([("verification", "retest_episodes", 8)]), gate)
@@ -228,15 +237,81 @@ def family_fake(job):
     return trace.model_copy(update={"outcome": out.model_copy(update={"final_score": raw})})
 
 
-def test_a_family_only_gain_is_released_as_a_specialisation(tmp_path):
-    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203, 204, 205, 206),
+def test_an_env_only_gain_is_released_for_that_env_only(tmp_path):
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203, 204, 205, 206), gate_budgets=(8,),
                        gate_extra_pools=(), population=1, generations=1, seed=1)
     gate = GateConfig(min_pairs=6, min_families=2)
     reg, evo, lines = _engine(tmp_path, cfg, Scripted([("planning", "max_mechanisms", 1)]), gate, family_fake)
     report = evo.run()
-    assert report.scope == "minigrid"
+    four_rooms = "gymnasium/MiniGrid-FourRooms-v0"
+    assert [g.envs for g in report.gates] == [[four_rooms]]  # acrobot loses: it is not in the scope
     spec = reg.get(report.final)
-    assert spec.bundle.provenance.edge == "specialization"
-    assert spec.bundle.applicability.env_families == ("minigrid",)
+    assert spec.bundle.provenance.edge == "specialization" and spec.bundle.provenance.parents == (1,)
+    assert spec.bundle.applicability.env_ids == (four_rooms,) and spec.bundle.applicability.env_families == ()
     d = report.decision
-    assert {p.family for p in d.pairs} == {"minigrid"} and d.verdict == "release", d.reasons
+    assert {p.task.env for p in d.pairs} == {four_rooms} and d.verdict == "release", d.reasons
+    # the release is bounded by what the gate sampled: this host, this env, this budget
+    release = [e for e in reg.events(kind="release")][-1]
+    assert release.payload["scope"] == f"hosts=builtin;envs={four_rooms};budget=8-8"
+    assert release.payload["evidence"]["decision_seq"] == [e for e in reg.events(kind="gate_decision")][-1].seq
+
+
+class MultiScripted(Scripted):
+    """Proposes several field edits at once (one list per proposal, then repeats the last)."""
+
+    def mutate(self, parent, evidence, *, edge, generation, seed):
+        edits = self.edits[min(self.i, len(self.edits) - 1)]
+        self.i += 1
+        policy = parent.bundle.loop_policy.model_dump(mode="json")
+        for comp, field, value in edits:
+            policy[comp][field] = value
+        return accepted(self.name, edge, [parent], child_bundle([parent], policy, edge=edge, evidence_ids=(),
+                                                                generation=generation, proposer=self.name, note=""))
+
+
+def per_env_fake(job):
+    """retest_episodes > 4 helps acrobot only (+20 %); max_mechanisms == 1 helps FourRooms only (+30 %)."""
+    trace = archive_fake(job)
+    out = trace.outcome
+    if out.normalized_score is None:
+        return trace
+    lp = job.bundle.loop_policy
+    base = out.normalized_score / (1.15 if lp.verification.retest_episodes > 4 else 1.0)  # undo the generic effect
+    if "acrobot" in job.task.env and lp.verification.retest_episodes > 4:
+        base *= 1.2
+    if "MiniGrid" in job.task.env and lp.planning.max_mechanisms == 1:
+        base *= 1.3
+    from evogym.anchors import anchors
+    a = anchors(job.task.env)
+    raw = a.random_baseline + base / 100.0 * (a.expert_baseline - a.random_baseline)
+    return trace.model_copy(update={"outcome": out.model_copy(update={"normalized_score": base, "final_score": raw})})
+
+
+def test_gains_on_two_envs_become_two_scope_releases_each_cut_to_its_carrying_change(tmp_path):
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203), gate_extra_pools=(),
+                       gate_budgets=(8, 16), population=2, generations=1, eta=1, seed=1)
+    gate = GateConfig(min_pairs=6, min_families=2)
+    neutral = ("memory", "top_k_programs", 5)  # moved along, carries nothing
+    proposer = MultiScripted([[("verification", "retest_episodes", 8), neutral],
+                              [("planning", "max_mechanisms", 1), neutral]])
+    reg, evo, lines = _engine(tmp_path, cfg, proposer, gate, per_env_fake)
+    report = evo.run()
+    by_env = {tuple(g.envs): g for g in report.gates}
+    assert set(by_env) == {("gym/acrobot",), ("gymnasium/MiniGrid-FourRooms-v0",)}, lines
+    for envs, g in by_env.items():
+        assert g.released, g.decision.reasons
+        assert g.ablation.dropped == ("memory.top_k_programs",) and len(g.ablation.kept) == 1
+        gated = reg.get(g.final).bundle
+        assert gated.loop_policy.memory.top_k_programs == 3  # the side effect is not released
+        assert gated.applicability.env_ids == envs and gated.provenance.parents == (1,)
+        assert {p.task.budget for p in g.decision.pairs} == {8, 16}  # every gate budget sampled
+        event = [e for e in reg.events(kind="gate_decision") if e.ref == g.final][-1]
+        assert event.payload["ablation"]["dropped"] == ["memory.top_k_programs"]
+    reg.activate_pending()
+    route = lambda env, budget: reg.select("default", TaskContext(  # noqa: E731
+        host="builtin", env=env, family=env_family(env), budget=budget)).ref
+    assert route("gym/acrobot", 16) == by_env[("gym/acrobot",)].final
+    assert route("gymnasium/MiniGrid-FourRooms-v0", 8) == by_env[("gymnasium/MiniGrid-FourRooms-v0",)].final
+    assert route("gym/acrobot", 32) == "coder@1"  # outside the sampled band: the parent
+    assert route("gym/pusher5", 8) == "coder@1"  # never sampled: the parent
+    assert len(report.released) == 2

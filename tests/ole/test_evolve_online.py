@@ -17,7 +17,7 @@ from ole.registry import Registry
 from synthetic import archive_fake
 
 ROOT = Path(__file__).resolve().parents[2]
-CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                    search_pools=(101,), gate_pools=(201, 202, 203), seed=2)
 GATE = GateConfig(min_pairs=6, min_families=2)
 

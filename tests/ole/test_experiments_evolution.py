@@ -59,3 +59,14 @@ def test_evolved_vs_initial_smoke(tmp_path):
     _run("evolved_vs_initial.py", "--smoke", "--workdir", str(tmp_path / "w"), "--out", str(out), timeout=1800)
     text = out.read_text()
     assert "90 % CI" in text and "Ablation" in text and out.with_suffix(".lineage.png").is_file()
+
+
+@pytest.mark.sandbox
+def test_budget_transfer_smoke(tmp_path):
+    out = tmp_path / "bt.md"
+    _run("budget_transfer.py", "--smoke", "--workdir", str(tmp_path / "w"), "--out", str(out))
+    text = out.read_text()
+    assert "| released@32 (coder@23) | absolute | 4 |" in text and "| released@32 (coder@23) | relative | 4 |" in text
+    assert "| 1-episode submits only | either | 2 |" in text
+    rows = json.loads(out.with_suffix(".json").read_text())
+    assert {r["budget"] for r in rows} == {2, 4} and all(r["q_seed"] is not None for r in rows)

@@ -42,7 +42,7 @@ TASK = """
     from ole.trace import RunCondition, TaskSpec
     import synthetic
     tmp, i = Path(sys.argv[1]), int(sys.argv[2])
-    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                        search_pools=(101,), gate_pools=(201, 202, 203), seed=3)
     online = OnlineConfig(every_k=2, monitor=1)
     from ole.evolve import open_engine

@@ -109,7 +109,7 @@ DRIVER = """
     from ole.registry import Registry
     import synthetic
     tmp, kind = Path(sys.argv[1]), sys.argv[2]
-    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                        search_pools=(101,), gate_pools=(201, 202, 203), population=2, generations=1, seed=1)
     reg = Registry(tmp / "bundles")
     evaluate = synthetic.slow_logged_evaluate if kind == "ray" else synthetic.fake_evaluate

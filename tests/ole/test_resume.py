@@ -22,7 +22,7 @@ from ole.registry import CRASH_EXIT, Registry
 from synthetic import fake_evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
-CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                    search_pools=(101,), gate_pools=(201, 202, 203), population=2, generations=1, seed=1)
 GATE = GateConfig(min_pairs=6, min_families=2)
 
@@ -115,7 +115,7 @@ SCRIPT = """
     from ole.registry import Registry
     from synthetic import fake_evaluate
     tmp = Path(sys.argv[1])
-    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                        search_pools=(101,), gate_pools=(201, 202, 203), population=4, generations=2, seed=1)
     reg = Registry(tmp / "bundles")
     engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
@@ -193,7 +193,7 @@ ONLINE = """
     from ole.registry import Registry
     from synthetic import fake_evaluate
     tmp = Path(sys.argv[1])
-    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8),
+    cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                        search_pools=(101,), gate_pools=(201, 202, 203), seed=2)
     online = OnlineConfig(tasks=5, every_k=100, monitor=2)
     reg = Registry(tmp / "bundles")
