@@ -38,7 +38,14 @@ COMMANDS = (
 def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--profile", default="bench", help="host profile (paper | bench | quick)")
-    p.add_argument("--bundle", default="coder@1", help="bundle ref")
+    p.add_argument("--bundle", default="coder@1", help="bundle ref, or `routed`: what the registry routes each task "
+                   "to at its task boundary (scope champions where their scope matches, the seed elsewhere)")
+    p.add_argument("--reuse", default=None, metavar="JSON",
+                   help="with --bundle routed: take an env's row from this sweep when its task is routed to "
+                        "--reuse-ref (the same bundle, task and agent seed give the same run; check one env by "
+                        "running it with --no-reuse ENV)")
+    p.add_argument("--reuse-ref", default="coder@1", help="the bundle the --reuse sweep ran (default %(default)s)")
+    p.add_argument("--no-reuse", nargs="*", default=[], metavar="ENV", help="envs to run even when reusable")
     p.add_argument("--root", default=None, help="registry root (default: $OLE_ROOT, else bundles/)")
     p.add_argument("--seed", type=int, default=0, help="agent seed")
     p.add_argument("--envs", nargs="*", default=list(CORE16), help="env slugs (default: all of Core16)")
@@ -73,10 +80,21 @@ def curve(trace) -> list[list[float]]:
     return out
 
 
+def routed_to(args: argparse.Namespace, env: str, budget: int | None):
+    """The selection a task boundary would make for this env's task (nothing activated)."""
+    from ole.registry import Registry
+    from ole.scopes import context_for
+    cond = RunCondition(host="builtin", seed=args.seed)
+    with Registry(args.root) as reg:
+        return reg.select("default", context_for(TaskSpec(env=env, profile=args.profile, budget=budget), cond),
+                          activate=False)
+
+
 def run_env(args: argparse.Namespace, env: str, budget: int | None) -> dict:
     t0 = time.monotonic()
     task = TaskSpec(env=env, profile=args.profile, budget=budget)
-    trace = run_task(task, args.bundle, "builtin", RunCondition(host="builtin", seed=args.seed), root=args.root,
+    bundle = None if args.bundle == "routed" else args.bundle
+    trace = run_task(task, bundle, "builtin", RunCondition(host="builtin", seed=args.seed), root=args.root,
                      runs_dir=args.runs_dir, traces_dir=args.traces_dir, lessons_path=args.lessons,
                      isolation=args.isolation, serve_args=("--jobs", str(args.host_jobs)), progress=lambda line: print(f"  {line}", flush=True))
     o = trace.outcome
@@ -85,7 +103,21 @@ def run_env(args: argparse.Namespace, env: str, budget: int | None) -> dict:
             "normalized_score": o.normalized_score, "best_val_score": o.best_val_score,
             "episodes_used": o.episodes_used, "n_submits": o.n_submits, "budget": budget,
             "profile": args.profile, "mechanisms": sorted(set(m for m in mechs if m)),
-            "curve": curve(trace), "wall_s": round(time.monotonic() - t0, 1)}
+            "curve": curve(trace), "wall_s": round(time.monotonic() - t0, 1),
+            "bundle": trace.selection.ref if trace.selection else bundle,
+            "scope": trace.selection.scope if trace.selection else None}
+
+
+def reusable(args: argparse.Namespace, env: str, budget: int | None) -> dict | None:
+    """With `--bundle routed --reuse JSON`: the JSON's row for an env whose task is routed to `--reuse-ref`."""
+    if args.bundle != "routed" or not args.reuse or env in args.no_reuse:
+        return None
+    chosen = routed_to(args, env, budget)
+    rows = json.loads(Path(args.reuse).read_text())
+    if chosen.ref != args.reuse_ref or env not in rows or rows[env].get("budget") != budget:
+        return None
+    print(f"   {env}: routed to {chosen.ref} (scope {chosen.scope}): row reused from {args.reuse}", flush=True)
+    return {**rows[env], "bundle": chosen.ref, "scope": chosen.scope, "reused_from": args.reuse}
 
 
 def recover(env: str, run_dir: Path, profile: str, budget: str) -> dict:
@@ -118,7 +150,8 @@ def rank_normalized(env: str, score: float) -> float:
 
 def render(results: dict[str, dict], args: argparse.Namespace) -> str:
     base = json.loads(Path(args.baseline).read_text()) if args.baseline else None
-    head = ["env", "ours", *(["baseline"] if base is not None else []), *ROWS, "rank-norm", "episodes", "mechanism(s)"]
+    head = ["env", "ours", *(["baseline"] if base is not None else []), *ROWS, "rank-norm",
+            *(["routed to"] if args.bundle == "routed" else []), "episodes", "mechanism(s)"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     beats = {name: 0 for name in ROWS}
     ranks = []
@@ -132,6 +165,7 @@ def render(results: dict[str, dict], args: argparse.Namespace) -> str:
         theirs = [] if base is None else [_score_text((base.get(env) or {}).get("final_score"))]
         cells = [env, _score_text(score), *theirs, *(f"{row[n]:.4g}" for n in ROWS),
                  "-" if score is None else f"{rank_normalized(env, score):.2f}",
+                 *([] if args.bundle != "routed" else [(r.get("bundle") or "?") + (" (reused)" if r.get("reused_from") else "")]),
                  f"{r['episodes_used']} ({r['profile']}" + ("" if r["budget"] is None else f", budget {r['budget']}") + ")",
                  ", ".join(r["mechanisms"])]
         lines.append("| " + " | ".join(cells) + " |")
@@ -139,7 +173,15 @@ def render(results: dict[str, dict], args: argparse.Namespace) -> str:
     summary = [f"Envs measured: {n}/16. Mean rank-normalized score: "
                f"{(sum(ranks) / len(ranks)) if ranks else float('nan'):.3f} (1.0 = above all five rows).",
                "Beats (strictly higher held-out mean): " + ", ".join(f"{k} {v}/{n}" for k, v in beats.items()) + "."]
-    title = "the seed bundle" if args.bundle == "coder@1" else f"bundle `{args.bundle}`"
+    if base is not None:
+        worse = []
+        for env, r in results.items():
+            theirs = (base.get(env) or {}).get("final_score")
+            if r["final_score"] is not None and theirs is not None and r["final_score"] < theirs - 0.02 * abs(theirs):
+                worse.append(f"{env} ({r['final_score']:.4g} vs {theirs:.4g})")
+        summary.append("More than 2 % below the baseline column: " + (", ".join(worse) or "none") + ".")
+    title = ("the seed bundle" if args.bundle == "coder@1" else "the routed champions (scope champions where their "
+             "scope matches, the seed elsewhere)" if args.bundle == "routed" else f"bundle `{args.bundle}`")
     compared = [] if base is None else [f"Column `baseline`: held-out means of `{args.baseline}` (same envs, profile and seed).", ""]
     head = [f"# Core16 with the built-in agent and {title}", "",
             f"Bundle `{args.bundle}`, agent seed {args.seed}, one run per env through `ole.runner.run_task` "
@@ -200,7 +242,8 @@ def main(argv: list[str] | None = None) -> None:
                 continue
             print(f"== {env}", flush=True)
             budget = int(overrides[env]) if env in overrides else args.budget
-            results[env] = run_env(args, env, budget)
+            reused = reusable(args, env, budget)
+            results[env] = reused if reused is not None else run_env(args, env, budget)
             store.write_text(json.dumps(results, indent=2) + "\n")
             print(f"   {env}: {results[env]['final_score']} ({results[env]['wall_s']} s)", flush=True)
     ordered = {env: results[env] for env in CORE16 if env in results}

@@ -6,10 +6,12 @@
    (`Registry.select`: the most specific released bundle whose scope matches, else the
    channel's general champion) and paired with the seed bundle on **pools used neither in
    search nor in the gate**, over the search envs and over `--heldout-envs` that evolution
-   never saw at all. A task the evolved registry still routes to the seed is a pair with
-   r = 0 by construction (same bundle) and is reported as such without a run.
-   Reported: mean r with a 90 % percentile-bootstrap interval (two-sided, labelled as such),
-   per family and per env, and the win rate.
+   never saw at all, at **every budget of `--budgets`** (32 and 128: a release covers only the
+   budget band its gate sampled). A task the evolved registry still routes to the seed is a pair
+   with r = 0 by construction (same bundle, same task, same agent seed: the runs are identical)
+   and is reported as such without a run. Reported per budget: mean r with a 90 % percentile-
+   bootstrap interval (two-sided, labelled as such), over the workload envs, over the unseen
+   envs, per family and per env, and the win rate.
 3. Ablation: the same evolution from a deliberately minimal starting policy
    (`experiments/bundles/minimal.yaml`: one mechanism, tuning only, large submits, no retests,
    no confirmation), then minimal vs evolved-from-minimal vs the hand-written seed on the same
@@ -53,8 +55,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--evolve-args", default="", help="extra `ole evolve --mode offline` flags, as one string "
                    "(default: none, i.e. exactly what `make evolve` runs)")
     p.add_argument("--eval-pools", default="301,302,303,304,305,306", help="pools of this comparison (unseen)")
-    p.add_argument("--heldout-envs", default="gym/continuouscar,gymnasium/Pendulum-v1",
-                   help="envs never used in search or gate, also compared")
+    p.add_argument("--heldout-envs", default="gym/acrobot,gym/reacher5,gym/bipedal,gymnasium/Pendulum-v1,"
+                   "gymnasium/MiniGrid-FourRooms-v0", help="envs never used in search or gate, also compared")
+    p.add_argument("--budgets", default="32,128", help="episode budgets of the comparison tasks")
     p.add_argument("--no-ablation", action="store_true", help="skip the minimal-seed ablation")
     p.add_argument("--workers", type=int, default=2, help="parallel runs of the comparison")
     p.add_argument("--workdir", default="experiments/out/evolved_vs_initial", help="registries, stores, runs, traces")
@@ -65,7 +68,8 @@ def parse() -> argparse.Namespace:
     if args.smoke:
         args.evolve_args = ("--envs gym/acrobot --budget 4 --search-pools 101 --gate-pools 201 --population 2 "
                             "--generations 1 --workers 1")
-        args.eval_pools, args.heldout_envs, args.workers = "301", "gym/reacher5", 1
+        args.evolve_args += " --gate-budgets 4"
+        args.eval_pools, args.heldout_envs, args.workers, args.budgets = "301", "gym/reacher5", 1, "4,8"
     return args
 
 
@@ -105,9 +109,10 @@ def instances(summary: dict, args) -> list[tuple[TaskSpec, RunCondition]]:
     if used & set(pools):
         raise SystemExit(f"--eval-pools {sorted(used & set(pools))} were used in search or gate; pick unused pools")
     s = cfg["suite"]
-    return [(TaskSpec(env=e, profile=s["profile"], budget=s["budget"], pool_seed=p),
+    budgets = [int(b) for b in args.budgets.split(",")]
+    return [(TaskSpec(env=e, profile=s["profile"], budget=b, pool_seed=p),
              RunCondition(host=s["host"], seed=seed, model=s["model"]))
-            for p in pools for e in envs for seed in cfg["agent_seeds"]]
+            for b in budgets for p in pools for e in envs for seed in cfg["agent_seeds"]]
 
 
 def routed(reg: Registry, channel: str, task: TaskSpec, cond: RunCondition):
@@ -127,15 +132,17 @@ def compare(paired: PairedEvaluation, base, reg: Registry, channel: str, insts) 
     for (task, cond), sel in zip(insts, routes):
         fam = env_family(task.env)
         if sel.bundle.bundle.content_hash == base.bundle.content_hash:
-            rows.append({"env": task.env, "family": fam, "pool": task.pool_seed, "bundle": sel.ref, "r": 0.0,
-                         "q_base": None, "q_evolved": None, "same_bundle": True})
+            rows.append({"env": task.env, "family": fam, "pool": task.pool_seed, "budget": task.budget,
+                         "bundle": sel.ref, "scope": sel.scope, "r": 0.0, "q_base": None, "q_evolved": None,
+                         "same_bundle": True})
             continue
         from ole.paired import eval_key
         champ, _ = paired.store.get(eval_key(base.bundle.content_hash, task, cond))
         chall, _ = paired.store.get(eval_key(sel.bundle.bundle.content_hash, task, cond))
         pair = make_pair(task, cond, fam, champ, chall)
-        rows.append({"env": task.env, "family": fam, "pool": task.pool_seed, "bundle": sel.ref, "r": pair.r,
-                     "q_base": pair.champion.q, "q_evolved": pair.challenger.q, "same_bundle": False})
+        rows.append({"env": task.env, "family": fam, "pool": task.pool_seed, "budget": task.budget,
+                     "bundle": sel.ref, "scope": sel.scope, "r": pair.r, "q_base": pair.champion.q,
+                     "q_evolved": pair.challenger.q, "same_bundle": False})
     return rows
 
 
@@ -154,7 +161,7 @@ def table(rows: list[dict], key: str) -> list[str]:
     by: dict[str, list[dict]] = defaultdict(list)
     for row in rows:
         by[row[key]].append(row)
-    out = [f"| {key} | pairs | routed to | q seed (mean) | q evolved (mean) | mean r [90 % CI] | win rate |",
+    out = [f"| {key} | pairs | routed to | q seed (mean) | q routed (mean) | mean r [90 % CI] | win rate |",
            "|---|---|---|---|---|---|---|"]
     for name, rs in sorted(by.items()):
         m, lo, hi = ci90([x["r"] for x in rs])
@@ -168,6 +175,24 @@ def table(rows: list[dict], key: str) -> list[str]:
 
 def _m(values) -> str:
     return f"{sum(values) / len(values):.2f}" if values else "-"
+
+
+def evolution_lines(summary: dict, args) -> list[str]:
+    """What `ole evolve` gated and released, scope by scope."""
+    out = [f"Evolution (`ole evolve --mode offline {args.evolve_args}`): {len(summary['candidates'])} candidates "
+           f"proposed; {len(summary.get('gates') or [])} scope(s) gated; released: "
+           + (", ".join(summary.get("released") or []) or "nothing") + ".", ""]
+    for g in summary.get("gates") or []:
+        gain = g.get("gain") or {}
+        out.append(f"- `{g['final']}` (from `{g['source']}`) for {', '.join(g['envs'])}: **{g['verdict']}**"
+                   + (f" — gate mean r {gain['mean_r']:+.3f}, {gain['ci_level']:.0%} CI [{gain['ci_low']:+.3f}, "
+                      f"{gain['ci_high']:+.3f}] on {gain['n_pairs']} pairs" if gain else "")
+                   + (f"; released for `{g['released_scope']}`" if g.get("released_scope") else "")
+                   + f"; changed: {'; '.join(g.get('changes') or []) or 'nothing'}")
+    out += ["", f"Comparison pools {args.eval_pools} (unseen by search and gate) at budgets {args.budgets}; "
+            f"unseen envs {args.heldout_envs} (never used by evolution). Each task gets what a task boundary "
+            "would hand it (`Registry.select`); a task routed to the seed is r = 0 by construction.", ""]
+    return out
 
 
 def ablation(args, work: Path, paired: PairedEvaluation, seed_reg: Registry, insts) -> list[str]:
@@ -192,11 +217,9 @@ def ablation(args, work: Path, paired: PairedEvaluation, seed_reg: Registry, ins
     mean = {k: float(np.mean(v)) if v else float("nan") for k, v in q.items()}
     gap = mean["seed"] - mean["minimal"]
     share = (mean["evolved"] - mean["minimal"]) / gap if gap else float("nan")
-    d = summary.get("verdict")
     return ["## Ablation: evolution from a deliberately minimal starting policy", "",
-            f"Start: `{MINIMAL.relative_to(ROOT)}` ({minimal.ref}); same evolve flags; gate verdict **{d}**"
-            f" on `{summary.get('final')}` (scope {summary.get('scope')}); changed: "
-            + ("; ".join(summary.get("changes") or []) or "nothing") + ".", "",
+            f"Start: `{MINIMAL.relative_to(ROOT)}` ({minimal.ref}); same evolve flags.", "",
+            *evolution_lines(summary, args),
             f"On the same {len(q['seed'])} unseen tasks: mean q minimal {mean['minimal']:.2f}, evolved from minimal "
             f"{mean['evolved']:.2f}, hand-written seed {mean['seed']:.2f}. **Share of the seed's advantage over the "
             "minimal policy that OLE recovered by itself: "
@@ -223,28 +246,22 @@ def main() -> None:
         paired = PairedEvaluation(ex, store, run_job, traces_root=str(work / "comparison-traces"),
                                   runs_root=str(work / "comparison-runs"))
         rows = compare(paired, seed, reg, summary["config"]["channel"], insts)
-        d = summary.get("verdict")
-        gain = summary.get("gain") or {}
-        lines += [f"Evolution (`ole evolve --mode offline {args.evolve_args}`): {len(summary['candidates'])} "
-                  f"candidates, gate on `{summary.get('final')}` (scope {summary.get('scope')}): **{d}**"
-                  + (f" — gate mean r {gain['mean_r']:+.3f}, {gain['ci_level']:.0%} CI [{gain['ci_low']:+.3f}, "
-                     f"{gain['ci_high']:+.3f}] on {gain['n_pairs']} pairs" if gain else "")
-                  + f"; changed: {'; '.join(summary.get('changes') or []) or 'nothing'}.", "",
-                  f"Comparison pools {args.eval_pools} (unseen by search and gate); held-out envs "
-                  f"{args.heldout_envs} (never used by evolution). Each task gets what a task boundary would "
-                  "hand it (`Registry.select`).", ""]
-        m, lo, hi = ci90([x["r"] for x in rows])
-        families = {}
-        for fam in sorted({x["family"] for x in rows}):
-            families[fam] = float(np.mean([x["r"] for x in rows if x["family"] == fam]))
-        lines += [f"**All {len(rows)} pairs: mean r = {m:+.4f}, 90 % CI [{lo:+.4f}, {hi:+.4f}]** "
-                  "(percentile bootstrap, two-sided); lowest family mean "
-                  f"{min(families.values()):+.4f} ({min(families, key=families.get)}).", ""]
-        heldout = [x for x in rows if x["env"] in args.heldout_envs.split(",")]
-        if heldout:
-            hm, hlo, hhi = ci90([x["r"] for x in heldout])
-            lines += [f"Held-out envs only ({len(heldout)} pairs): mean r {hm:+.4f}, 90 % CI [{hlo:+.4f}, {hhi:+.4f}].", ""]
-        lines += ["Per family:", "", *table(rows, "family"), "", "Per env:", "", *table(rows, "env"), ""]
+        lines += evolution_lines(summary, args)
+        workload = set(summary["config"]["suite"]["envs"])
+        for budget in sorted({x["budget"] for x in rows}):
+            at = [x for x in rows if x["budget"] == budget]
+            lines += [f"## Budget {budget}", ""]
+            for label, subset in (("workload envs", [x for x in at if x["env"] in workload]),
+                                  ("unseen envs", [x for x in at if x["env"] not in workload]), ("all", at)):
+                if subset:
+                    m, lo, hi = ci90([x["r"] for x in subset])
+                    routed_seed = sum(x["same_bundle"] for x in subset)
+                    lines.append(f"- **{label}** ({len(subset)} pairs, {routed_seed} routed to the seed itself): "
+                                 f"mean r **{m:+.4f}**, 90 % CI [{lo:+.4f}, {hi:+.4f}]")
+            per_env = {e: float(np.mean([x["r"] for x in at if x["env"] == e])) for e in sorted({x["env"] for x in at})}
+            worst = min(per_env, key=per_env.get)
+            lines += [f"- lowest env mean r: {per_env[worst]:+.4f} ({worst})", "",
+                      "Per family:", "", *table(at, "family"), "", "Per env:", "", *table(at, "env"), ""]
         if not args.no_ablation:
             lines += ablation(args, work, paired, reg, insts)
     lines += ["Gate records (registry `gate_decision` events):", ""]

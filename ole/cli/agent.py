@@ -62,7 +62,9 @@ def register(subparsers) -> None:
                    "(default: $OLE_ONLINE_WORKDIR, else ~/.local/state/ole/online-CHANNEL)")
     o.add_argument("--gate-envs", help="envs of the gate instances (default: the evolve default suite)")
     o.add_argument("--gate-pools", type=_ints, help="pool seeds of the gate instances (default 201,202,203,204)")
-    o.add_argument("--gate-budget", type=int, help="episode budget of each gate run (default 32)")
+    o.add_argument("--gate-budget", type=int,
+                   help="episode budget of each gate run (default 32); a release covers only the budget its gate "
+                        "sampled, so stream tasks at other budgets keep the parent")
     o.add_argument("--gate-profile", help="host profile of the gate runs (default quick)")
     o.add_argument("--gate-config", help="gate YAML (default: ole/gate.yaml)")
     o.add_argument("--proposer", default="builtin", help="builtin, or an LLM model string (see `ole evolve`)")
@@ -140,8 +142,11 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
     try:
         suite = Suite(**given(envs=envs, profile=args.gate_profile, budget=args.gate_budget), host=condition.host,
                       model=condition.model, command=condition.command)
+        from evogym.pools import profile
+        gate_budget = suite.budget or profile(suite.profile).budget
         cfg = EvolveConfig(**given(gate_pools=args.gate_pools), suite=suite, agent_seeds=(condition.seed,),
-                           seed=args.evolve_seed, channel=args.channel, workers=args.workers)
+                           seed=args.evolve_seed, channel=args.channel, workers=args.workers,
+                           gate_budgets=(gate_budget,))
         online = OnlineConfig(every_k=args.every_k, monitor=args.monitor, rollback_tau=args.rollback_tau,
                               recent=args.recent)
     except pydantic.ValidationError as exc:
