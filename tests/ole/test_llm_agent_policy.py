@@ -83,6 +83,7 @@ VARIANTS = {
     ("budget", "max_tokens"): 60,
     ("budget", "max_usd"): 0.025,
     ("budget", "wall_time_s"): 0.001,
+    ("budget", "reference_episodes"): 4,  # counts stated for 4 episodes read x3 at budget 12
 }
 
 

@@ -235,6 +235,8 @@ CASES = {
     ("budget", "synthesis_fraction"): (0.0, {}, ()),
     ("budget", "confirmation_fraction"): (0.5, {}, ()),
     ("budget", "wall_time_s"): (1e-6, {}, ()),
+    # counts stated for 20 episodes read x4 at this budget of 80: a plateau of 2 becomes 8
+    ("budget", "reference_episodes"): (20, {"planning__plateau_submits": 2}, ()),
 }
 
 LLM_ONLY = {("budget", "max_llm_calls"), ("budget", "max_tokens"), ("budget", "max_usd")}
