@@ -321,8 +321,36 @@ class OfflineEvolution:
         for plan in plans:
             self.gate_scope(plan, seen)
 
+    def incumbents(self, envs) -> dict[str, str]:
+        """Per env, the bundle its gate tasks are routed to now when that is not this run's champion.
+
+        A scope champion released by an earlier run already serves those tasks: a candidate
+        derived from (and searched against) the general champion says nothing about beating it,
+        so such envs are left out of this run's scopes (evolve that scope's champion instead).
+        """
+        from ole.scopes import context_for
+        out = {}
+        for env in envs:
+            for budget in self.cfg.gate_budgets:
+                task, cond = self.cfg.suite.instances(self.cfg.gate_pools[:1], self.cfg.agent_seeds[:1], budget)[0]
+                if task.env != env:
+                    task = task.model_copy(update={"env": env})
+                chosen = self.e.registry.select(self.e.channel, context_for(task, cond), activate=False)
+                ours = self.e.store.step(f"release|offline|{chosen.ref}") is not None  # a resumed run's own release
+                if chosen.ref != self.champ[0] and not ours:
+                    out[env] = f"{chosen.ref} (scope {chosen.scope})"
+        return out
+
     def gate_scope(self, plan: scoping.ScopePlan, seen: set[str]) -> None:
         """Ablate the plan's candidate on its in-scope search instances, scope it, gate it, release it."""
+        taken = self.incumbents(plan.envs)
+        if taken:
+            self.e.progress("  left out, already served by another champion: "
+                            + "; ".join(f"{e} -> {who}" for e, who in taken.items()))
+            plan = scoping.ScopePlan(candidate=plan.candidate, envs=[e for e in plan.envs if e not in taken],
+                                     gains={e: m for e, m in plan.gains.items() if e not in taken})
+            if not plan.envs:
+                return
         inside = [i for i in self.search if i[0].env in plan.envs]
         minimal, ablation = plan.candidate, None
         if self.cfg.ablate:

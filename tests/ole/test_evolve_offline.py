@@ -315,3 +315,19 @@ def test_gains_on_two_envs_become_two_scope_releases_each_cut_to_its_carrying_ch
     assert route("gym/acrobot", 32) == "coder@1"  # outside the sampled band: the parent
     assert route("gym/pusher5", 8) == "coder@1"  # never sampled: the parent
     assert len(report.released) == 2
+
+
+def test_a_second_run_does_not_replace_a_scope_champion_it_never_compared_against(tmp_path):
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203, 204, 205, 206), gate_budgets=(8,),
+                       gate_extra_pools=(), population=1, generations=1, seed=1)
+    gate = GateConfig(min_pairs=6, min_families=2)
+    reg, evo, _ = _engine(tmp_path, cfg, Scripted([("planning", "max_mechanisms", 1)]), gate, family_fake)
+    first = evo.run()
+    assert first.released and reg.activate_pending() is not None
+    # a new workdir, the same registry: the champion is still the seed, FourRooms is served by the release
+    engine = open_engine(registry=reg, workdir=tmp_path / "work2", traces_root=tmp_path / "traces", cfg=cfg,
+                         evaluate=family_fake, proposer=Scripted([("planning", "max_mechanisms", 1)]), gate=gate,
+                         executor=LocalExecutor(1), progress=(lines := []).append)
+    champ = reg.champion()
+    second = OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()
+    assert second.gates == [] and any("already served by" in line and first.released[0] in line for line in lines)
