@@ -21,7 +21,7 @@ from ole.errors import OleError
 
 RECOVERY = ("only this version is affected; restore its blob from a backup with `ole fsck --restore FILE`, "
             "or release/roll back to another version (docs/registry.md, A damaged blob)")
-EVENT_KINDS = ("registration", "evaluation", "gate_decision", "release", "activation", "rollback")
+EVENT_KINDS = ("registration", "evaluation", "gate_decision", "release", "activation", "rollback", "stage")
 
 
 class FsckReport(BaseModel):
@@ -46,8 +46,8 @@ class FsckReport(BaseModel):
     """Scope champions (scope key -> `NAME@VERSION`) per channel that has any, `general` left out."""
 
 
-def check(registry, *, repair: bool) -> FsckReport:
-    """Check `registry` (called with its write lock held)."""
+def check(registry, *, repair: bool, traces=()) -> FsckReport:
+    """Check `registry` (called with its write lock held); with `traces`, the trace ids events name."""
     problems: list[str] = []
     quarantined: list[str] = []
     db = registry._db
@@ -72,6 +72,8 @@ def check(registry, *, repair: bool) -> FsckReport:
     scoped, scope_problems = _check_scopes(registry, events, state, known)
     problems.extend(scope_problems)
     problems.extend(registry.seed_problems())
+    if traces:
+        problems.extend(_check_trace_ids(events, traces))
     referenced = {r[3] for r in rows}
     swept = _sweep(registry, referenced, repair)
     return FsckReport(ok=not problems, problems=tuple(problems), swept=tuple(swept),
@@ -81,8 +83,10 @@ def check(registry, *, repair: bool) -> FsckReport:
 
 def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, dict[str, str]], list[str]]:
     """Scope keys of events are canonical; every specialisation is strictly narrower than its parent;
-    every scope pointer and pending target names a registered version whose applicability is that scope.
+    every scope pointer and pending target names a registered version whose applicability admits
+    that scope (a release bounded by its evidence is narrower than the bundle's own applicability).
     Returns the scope champions per channel and the problems."""
+    from ole.scopes import family_of
     scope_of: dict[tuple[str, int], str | None] = {}
 
     def bundle(key: tuple[str, int]):
@@ -107,8 +111,10 @@ def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, 
             where = f"channel `{channel}` scope `{scope}`"
             if key is not None and key not in known:
                 problems.append(f"{where} {what} unregistered {format_ref(*key)}")
-            elif key is not None and version_scope(key) not in (None, scope):
-                problems.append(f"{where} {what} {format_ref(*key)}, whose scope is `{version_scope(key)}`")
+            elif key is not None and version_scope(key) is not None \
+                    and not parse_scope(scope).within(parse_scope(version_scope(key)), family_of=family_of):
+                problems.append(f"{where} {what} {format_ref(*key)}, whose scope `{version_scope(key)}` does "
+                                "not admit it")
         active = state.champion(channel, scope)
         if active is not None:
             scoped.setdefault(channel, {})[scope] = format_ref(*active)
@@ -117,7 +123,7 @@ def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, 
 
 def _check_scope_event(event, known: set, bundle, version_scope) -> list[str]:
     from ole.scopes import check_specialization
-    if event.kind in ("release", "rollback", "activation") and "scope" in event.payload:
+    if event.kind in ("release", "rollback", "activation", "stage") and "scope" in event.payload:
         scope = event.payload["scope"]
         try:
             canonical = parse_scope(scope).scope_key if isinstance(scope, str) else None
@@ -138,6 +144,34 @@ def _check_scope_event(event, known: set, bundle, version_scope) -> list[str]:
                 check_specialization(child, parent)
             except OleError as exc:
                 problems.append(f"{event.ref}: specialization edge, but {exc.message}")
+    return problems
+
+
+def named_trace_ids(event) -> list[str]:
+    """Trace ids an event names as its evidence: both runs of every gate pair, an evaluation's
+    challenger runs, a monitor pair's run and control run."""
+    p = event.payload
+    out: list[str] = []
+    if event.kind == "gate_decision":
+        for pair in p.get("pairs") or ():
+            out += [(pair.get(side) or {}).get("trace_id") for side in ("champion", "challenger")]
+    elif event.kind == "evaluation":
+        out += list(p.get("trace_ids") or ()) + list(p.get("control_trace_ids") or ())
+        out += [p.get("trace_id"), p.get("control_trace_id")]
+    return [t for t in out if isinstance(t, str) and t]
+
+
+def _check_trace_ids(events: list, roots) -> list[str]:
+    """Every trace id an event names exists in one of the trace archives `roots`."""
+    from pathlib import Path
+    present = {f.stem for root in roots if Path(root).is_dir() for f in Path(root).glob("*.json")}
+    problems = []
+    for e in events:
+        missing = sorted({t for t in named_trace_ids(e) if t not in present})
+        if missing:
+            problems.append(f"event {e.seq} ({e.kind} of {e.ref}) names {len(missing)} trace(s) not in "
+                            f"{', '.join(str(r) for r in roots)}: {', '.join(missing[:3])}"
+                            + (" ..." if len(missing) > 3 else ""))
     return problems
 
 
@@ -183,7 +217,7 @@ def _check_events(events: list, rows: list) -> list[str]:
             problems.append(f"event {event.seq}: unknown kind {event.kind!r}")
         if (event.name, event.version) not in known:
             problems.append(f"event {event.seq} ({event.kind}) names unregistered {event.ref}")
-        if event.kind in ("release", "rollback", "activation") and not event.channel:
+        if event.kind in ("release", "rollback", "activation", "stage") and not event.channel:
             problems.append(f"event {event.seq} ({event.kind}) has no channel")
         json.dumps(event.payload)
     return problems

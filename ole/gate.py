@@ -31,6 +31,7 @@ from scipy import stats as sps
 from ole.ablation import Ablation
 from ole.coverage import Coverage, coverage, evidence_bound
 from ole.errors import ValidationError
+from ole.monitor import AnalysisConfig
 from ole.paired import Pair, instance_key
 from ole.trace import utc_now
 
@@ -86,6 +87,9 @@ class GateConfig(_Record):
     max_pairs: int | None = Field(None, ge=2)
     """Cap of the adaptive sample: while a verdict is open, the driver adds gate pairs up to this
     many and α is spent over it (see `look_alpha`). None: one look at the pairs given, at α."""
+    analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
+    """How a release is exposed and monitored on a live stream after the gate (`ole.monitor`):
+    the staged share, the anytime-valid rollback and promotion tests, the deadline."""
 
     @model_validator(mode="after")
     def _known_resources(self) -> "GateConfig":

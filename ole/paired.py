@@ -245,7 +245,7 @@ class PairedEvaluation:
         self.runs_root, self.isolation = runs_root, isolation
         self.before_batch, self.on_result = before_batch, on_result
         self.traces: dict[str, Trace] = {}
-        """Traces of the runs made by this instance, by trace id (failed runs are not archived)."""
+        """Traces of the runs made by this instance, by trace id."""
 
     @property
     def traces_root(self) -> str:
@@ -256,9 +256,10 @@ class PairedEvaluation:
                        isolation=self.isolation)
 
     def _keep(self, trace: Trace) -> None:
-        """Archive a verified trace once (a retried job or a resumed batch may return it again)."""
+        """Archive a host-recorded trace once (a retried job or a resumed batch may return it again);
+        failed runs too, since the pairs that name them are decisions' evidence."""
         self.traces[trace.trace_id] = trace
-        if trace.verified and not (self.archive.root / f"{trace.trace_id}.json").exists():
+        if trace.host_recorded and not (self.archive.root / f"{trace.trace_id}.json").exists():
             try:
                 self.archive.append(trace)
             except FileExistsError:  # another driver of the same stream archived this id meanwhile

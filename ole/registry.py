@@ -44,7 +44,7 @@ from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bund
 from ole.errors import Conflict, IntegrityError, NotFound, OleError, StorageError, ValidationError
 from ole.coverage import evidence_line
 from ole.fsck import FsckReport, check
-from ole.registry_state import State, derive_state
+from ole.registry_state import State, derive_state, is_staged
 from ole.scopes import ScopeChampion, Selection
 
 REGISTRY_DIR = ".registry"
@@ -68,8 +68,8 @@ CRASH_POINTS = ("blob_temp_written", "blob_fsynced", "blob_renamed", "register_b
                 "register_after_commit", "evaluation_before_commit", "gate_decision_before_commit",
                 "release_before_commit", "rollback_before_commit", "activation_before_commit")
 """Named steps of the write paths where a test may kill the writer."""
-Status = Literal["registered", "evaluated", "released", "active", "rejected", "rolled_back", "retired"]
-EventKind = Literal["registration", "evaluation", "gate_decision", "release", "activation", "rollback"]
+Status = Literal["registered", "evaluated", "released", "canary", "active", "rejected", "rolled_back", "retired"]
+EventKind = Literal["registration", "evaluation", "gate_decision", "release", "activation", "rollback", "stage"]
 
 _SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
@@ -582,7 +582,8 @@ class Registry:
                                                       {**decision, "accepted": accepted}, key=key)
 
     def release(self, ref: str, *, channel: str = DEFAULT_CHANNEL, reason: str,
-                force: bool = False, key: str | None = None) -> RegisteredBundle:
+                force: bool = False, key: str | None = None, exposure: float | None = None,
+                analysis: str | None = None) -> RegisteredBundle:
         """Release a version on a channel; it becomes active at the next `activate_pending` / `select`.
 
         The release's scope is the version's applicability **narrowed to what its last gate
@@ -590,7 +591,14 @@ class Registry:
         effect, the budget band), so a release never reaches tasks its evidence did not; the
         event records the decision it was bounded by. A version never gated keeps its own
         applicability, and the event says that no evidence bounds it.
+
+        With `exposure` the release is **staged**: the next task boundary starts it as a canary
+        (a `stage` event) instead of activating it; it takes that share of the in-scope task
+        boundaries of an online stream, each paired with the control, until `stage()` records
+        its promotion or rollback (`analysis`: the hash of the analysis that will judge it).
         """
+        if exposure is not None and not 0.0 < exposure <= 1.0:
+            raise ValidationError(f"exposure must be in (0, 1], got {exposure}", hint="e.g. 0.5: every second task")
         from ole.coverage import bound_for_release, decision_event
         name, version = self._existing(ref)
         _need_reason(reason, "release")
@@ -614,9 +622,10 @@ class Registry:
                 raise Conflict(f"{format_ref(*this)} is already the release of {_where(channel, scope)}",
                                hint="see `ole champion show`")
             current = state.champion(channel, scope)
+            staged = {} if exposure is None else {"exposure": exposure, "analysis": analysis}
             self._append("release", name, version, {"reason": reason, "forced": force, "scope": scope,
                                                     "active": format_ref(*current) if current else None,
-                                                    "evidence": evidence}, channel, key=key)
+                                                    "evidence": evidence, **staged}, channel, key=key)
         return self.get(format_ref(name, version))
 
     def rollback(self, channel: str = DEFAULT_CHANNEL, *, scope: str = GENERAL_SCOPE, to: str | None = None,
@@ -714,8 +723,45 @@ class Registry:
             state = self.state()
             pending = [s for s in state.scopes(channel) if state.is_pending(channel, s)]
             for scope in pending:  # an inherited champion may be pinned
-                self._activate(state, channel, scope)
+                if is_staged(state.target_event(channel, scope)):
+                    self._start_canary(state, channel, scope)
+                else:
+                    self._activate(state, channel, scope)
             return self.state() if pending else state
+
+    def _start_canary(self, state: State, channel: str, scope: str) -> None:
+        cause = state.target_event(channel, scope)
+        control = state.champion(channel, scope)
+        self._append("stage", cause.name, cause.version, {
+            "stage": "canary", "scope": scope, "release_seq": cause.seq, "exposure": cause.payload["exposure"],
+            "analysis": cause.payload.get("analysis"), "control": format_ref(*control) if control else None,
+            "reason": cause.payload.get("reason", "")}, channel)
+
+    def stage(self, channel: str, scope: str, step: Literal["look", "promoted", "rolled_back"], *, reason: str,
+              monitor: dict | None = None, key: str | None = None) -> Event:
+        """Record a step of the canary running in (channel, scope): a monitor `look` that holds, its
+        promotion (it becomes the scope's champion at once: it has been serving tasks) or its
+        rollback (the canary ends; the control never stopped being the champion)."""
+        _need_reason(reason, f"stage {step}")
+        scope = parse_scope(scope).scope_key
+        with self._write("stage"):
+            done = self._replayed(key)
+            if done is not None:
+                return done
+            canary = self.state().canary(channel, scope)
+            if canary is None:
+                raise Conflict(f"no canary is running in scope `{scope}` of channel `{channel}`",
+                               hint="a staged release starts as a canary at the next task boundary")
+            seq = self._append("stage", canary.name, canary.version, {
+                "stage": step, "scope": scope, "release_seq": canary.payload.get("release_seq"),
+                "canary_seq": canary.seq, "reason": reason, "monitor": monitor or {},
+                "analysis": canary.payload.get("analysis")}, channel, key=key)
+        return self.events(since=seq - 1)[0]
+
+    def canaries(self, channel: str = DEFAULT_CHANNEL) -> dict[str, Event]:
+        """Scope key -> the `stage` event of each canary running on `channel`."""
+        state = self.state()
+        return {s: e for s in state.scopes(channel) if (e := state.canary(channel, s)) is not None}
 
     def _activate(self, state: State, channel: str, scope: str) -> None:
         current, cause = state.champion(channel, scope), state.target_event(channel, scope)
@@ -818,15 +864,38 @@ class Registry:
             active = state.champion(channel, scope)
             pending = state.is_pending(channel, scope)
             target = state.target(channel, scope) if pending else None
-            if active is None and not pending:
+            if active is None and not pending and state.canary(channel, scope) is None:
                 continue
             out.append(ScopeChampion(channel=channel, scope=scope, active=format_ref(*active) if active else None,
                                      inherited=channel != state.default_channel
                                      and (channel, scope) not in state.pointers,
                                      pending=format_ref(*target) if target else None,
                                      pending_removal=pending and target is None,
-                                     evidence=evidence_line(state.target_event(channel, scope))))
+                                     evidence=evidence_line(state.target_event(channel, scope)),
+                                     **self._stage_of(state, channel, scope)))
         return out
+
+    def _stage_of(self, state: State, channel: str, scope: str) -> dict:
+        """`canary` and `stage` of a ScopeChampion: the running canary and the monitor's last look,
+        else how the scope's last stage ended."""
+        canary = state.canary(channel, scope)
+        steps = [e for e in self.events(kind="stage", channel=channel) if e.payload.get("scope") == scope]
+        if canary is not None:
+            looks = [e for e in self.events(kind="evaluation", name=canary.name, version=canary.version)
+                     if e.payload.get("stage") == "monitor-look" and e.payload.get("canary") == canary.seq]
+            last = looks[-1].payload if looks else None
+            control = canary.payload.get("control") or "the task's champion without it"
+            text = (f"canary since #{canary.seq}: takes {canary.payload.get('exposure', 1):.0%} of this scope's task "
+                    f"boundaries, each rerun by {control}; "
+                    + (f"{last['n']} monitored pair(s), last look: {last['decision']} ({last['reason']})" if last
+                       else "no monitored pair yet"))
+            return {"canary": canary.ref, "stage": text}
+        ended = [e for e in steps if e.payload.get("stage") in ("promoted", "rolled_back")]
+        if ended:
+            e = ended[-1]
+            return {"canary": None, "stage": f"{e.ref} {e.payload['stage'].replace('_', ' ')} (#{e.seq}): "
+                                              f"{e.payload.get('reason', '')}"}
+        return {}
 
     def require_channel(self, channel: str, *, state: State | None = None) -> None:
         """Raise `NotFound` (with close names) unless `channel` is `default` or named by an event."""
@@ -837,10 +906,11 @@ class Registry:
             raise NotFound(f"no channel `{channel}`; channels: {', '.join(known)}", suggestions=close,
                            hint="" if close else "a channel starts with `ole release REF --channel NAME`")
 
-    def fsck(self, *, repair: bool = True) -> FsckReport:
-        """Check hashes, lineage DAG and pointers; sweep orphans and quarantine corrupt blobs."""
+    def fsck(self, *, repair: bool = True, traces: Sequence[str | Path] = ()) -> FsckReport:
+        """Check hashes, lineage DAG and pointers; sweep orphans and quarantine corrupt blobs. With
+        `traces` (trace archive folders), every trace id an event names must be in one of them."""
         with self._write("fsck"):
-            return check(self, repair=repair)
+            return check(self, repair=repair, traces=traces)
 
 
 def _edited_seed(path: Path, name: str) -> str:

@@ -38,6 +38,11 @@ def event_scope(event) -> str:
     return event.payload.get("scope") or GENERAL_SCOPE
 
 
+def is_staged(event) -> bool:
+    """True for a release that starts as a canary (`exposure` set), not on every task at once."""
+    return event.kind == "release" and event.payload.get("exposure") is not None
+
+
 def event_outcome(event) -> Key | None:
     """The pointer a release or rollback asks for: its version, or None for a scope removal."""
     return None if event.payload.get("clear") else (event.name, event.version)
@@ -54,6 +59,10 @@ class State:
     """Own pointer of a (channel, scope) after its last activation; None = removed."""
     pending: dict[Slot, object] = field(default_factory=dict)
     """Last release or rollback event of a (channel, scope), whether activated yet or not."""
+    canaries: dict[Slot, object] = field(default_factory=dict)
+    """The `stage` event that started a staged release's canary in (channel, scope), while it runs."""
+    staged: set[int] = field(default_factory=set)
+    """Seqs of staged releases taken up at a task boundary (a canary started, or ended, for them)."""
 
     # ----- general scope (the pre-scope API, unchanged for its callers) --------------------
 
@@ -95,9 +104,21 @@ class State:
         return own
 
     def is_pending(self, channel: str, scope: str = GENERAL_SCOPE) -> bool:
-        """True when the next task boundary of `channel` would change the pointer of `scope`."""
+        """True when the next task boundary of `channel` would change the pointer of `scope`, or start
+        the canary of a staged release."""
         event = self.pending.get((channel, scope))
-        return event is not None and self.pointers.get((channel, scope), _ABSENT) != event_outcome(event)
+        if event is None or event.seq in self.staged:
+            return False
+        if is_staged(event):
+            return True
+        return self.pointers.get((channel, scope), _ABSENT) != event_outcome(event)
+
+    def canary(self, channel: str, scope: str = GENERAL_SCOPE):
+        """The `stage` event of the canary running in (channel, scope), or None (own or `default`'s)."""
+        own = self.canaries.get((channel, scope))
+        if own is not None or channel == self.default_channel or (channel, scope) in self.pointers:
+            return own
+        return self.canaries.get((self.default_channel, scope))
 
     # ----- scopes ------------------------------------------------------------------------
 
@@ -131,6 +152,8 @@ class State:
         key = (name, version)
         if any(key in self.champions(c).values() for c in self.channels()):
             return "active"
+        if any((e.name, e.version) == key for e in self.canaries.values()):
+            return "canary"
         return self.base.get(key, "registered")
 
 
@@ -164,9 +187,32 @@ def _apply(state: State, event) -> None:
             base[key] = "released"
         state.pending[(event.channel, event_scope(event))] = event
     elif event.kind == "activation":
-        slot = (event.channel, event_scope(event))
-        new = None if event.payload.get("clear") else key
-        previous = state.champion(*slot)
-        if previous is not None and previous != new and base.get(previous) != "rolled_back":
-            base[previous] = "retired"
-        state.pointers[slot] = new
+        _point(state, (event.channel, event_scope(event)), None if event.payload.get("clear") else key)
+    elif event.kind == "stage":
+        _stage(state, event, key)
+
+
+def _point(state: State, slot: Slot, new: Key | None) -> None:
+    """Move a (channel, scope) pointer; the version it leaves is retired (unless rolled back)."""
+    previous = state.champion(*slot)
+    if previous is not None and previous != new and state.base.get(previous) != "rolled_back":
+        state.base[previous] = "retired"
+    state.pointers[slot] = new
+
+
+def _stage(state: State, event, key: Key) -> None:
+    """A staged release's steps: `canary` (taken up at a boundary; the pointer stays with the
+    control), `promoted` (the pointer moves to it) or `rolled_back` (the canary ends, the pointer
+    never moved). A `look` changes nothing (it records a monitor decision to hold)."""
+    slot = (event.channel, event_scope(event))
+    what = event.payload.get("stage")
+    if what == "canary":
+        state.canaries[slot] = event
+        state.staged.add(int(event.payload.get("release_seq", -1)))
+    elif what in ("promoted", "rolled_back"):
+        state.canaries.pop(slot, None)
+        state.staged.add(int(event.payload.get("release_seq", -1)))
+        if what == "promoted":
+            _point(state, slot, key)
+        else:
+            state.base[key] = "rolled_back"

@@ -79,6 +79,11 @@ class ScopeChampion(BaseModel):
     evidence: str | None = None
     """What bounds the scope's current release: the gate decision and what its pairs covered, or
     that it was released without gate evidence; null when nothing was released there (the seed)."""
+    canary: str | None = None
+    """`NAME@VERSION` of a staged release running as this scope's canary (null: none)."""
+    stage: str | None = None
+    """The canary's stage in words: its share of the scope's task boundaries, its control and the
+    monitor's last look; or how the scope's last stage ended (promoted, rolled back)."""
 
 
 # ----- ranking and routing ---------------------------------------------------------------

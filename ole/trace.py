@@ -208,6 +208,12 @@ class Trace(_Record):
     selection: SelectionRecord | None = None
     """How the bundle was chosen at the task boundary; null in traces written before scoped routing."""
 
+    @property
+    def host_recorded(self) -> bool:
+        """True when the outcome is the host's own: scored (`verified`), or a failure the host wrote
+        in its run.json (no ok submit, an error). Decisions that name a failed run keep its trace."""
+        return self.verified or (self.outcome.status != "completed" and self.run_json_sha256.startswith("sha256:"))
+
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
@@ -221,15 +227,21 @@ def make_trace_id(task: TaskSpec, bundle: str, version: int, seed: int, salt: st
 
 
 class TraceArchive:
-    """Append-only archive of verified traces under a root folder (default `traces/`)."""
+    """Append-only archive of host-recorded traces (scored, or failures a decision names) under a root
+    folder (default `traces/`)."""
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
 
     def append(self, trace: Trace) -> Path:
-        """Write a trace atomically; refuses unverified traces and existing ids."""
-        if not trace.verified:
-            raise ValidationError("only verified traces enter the archive", hint="score the run first")
+        """Write a trace atomically; refuses traces whose outcome the host did not record, and existing ids.
+
+        A host-recorded failure enters too (a decision that paired it names it); it is never
+        evidence: everything that reads evidence takes `verified` traces only.
+        """
+        if not trace.host_recorded:
+            raise ValidationError("only traces whose outcome the host recorded enter the archive",
+                                  hint="finalize the run first")
         self.root.mkdir(parents=True, exist_ok=True)
         path = self.root / f"{trace.trace_id}.json"
         if path.exists():

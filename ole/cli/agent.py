@@ -15,9 +15,10 @@ each task is one task of an online evolution stream kept in `--workdir`:
 
 the task takes the channel's champion at its boundary, its verified trace (from the
 host's run.json) is archived and told to the engine, and every k finished tasks of the
-stream a challenger is gated on instances the proposer never saw; a release takes effect
-at the next task boundary of whatever the harness runs next, and after an activation the
-next `--monitor` tasks are compared with the parent (automatic rollback).
+stream a challenger is gated on instances the proposer never saw. A release is staged: from
+the next task boundary it takes a share of the in-scope tasks as a canary, each rerun by the
+control on the identical task, and an anytime-valid sequential test on those pairs promotes it
+to every task or rolls it back (the gate config's `analysis` section; docs/evolution.md).
 """
 from __future__ import annotations
 
@@ -55,8 +56,8 @@ def register(subparsers) -> None:
     o = p.add_argument_group("online evolution beside the harness (--online)")
     o.add_argument("--online", action="store_true", help="archive this task's verified trace and evolve the channel")
     o.add_argument("--every-k", type=int, default=3, help="a proposal round after every k finished tasks (default 3)")
-    o.add_argument("--monitor", type=int, default=2, help="tasks compared with the parent after an activation (default 2)")
-    o.add_argument("--rollback-tau", type=float, default=0.1, help="roll back below monitored mean r -tau (default 0.1)")
+    from ole.cli.evolve import replaced_online_flags
+    replaced_online_flags(o)
     o.add_argument("--recent", type=int, default=6, help="recent stream traces the proposer reads (default 6)")
     o.add_argument("--workdir", help="absolute stream workspace: store, traces, gate runs "
                    "(default: $OLE_ONLINE_WORKDIR, else ~/.local/state/ole/online-CHANNEL)")
@@ -137,6 +138,8 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
 
     from ole.evolve import EvolveConfig, Suite
     from ole.evolve.online import OnlineConfig
+    from ole.cli.evolve import replaced_flags
+    replaced_flags(args)
     given = lambda **kw: {k: v for k, v in kw.items() if v is not None}  # noqa: E731
     envs = tuple(e for e in args.gate_envs.split(",") if e) if args.gate_envs else None
     try:
@@ -147,8 +150,7 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
         cfg = EvolveConfig(**given(gate_pools=args.gate_pools), suite=suite, agent_seeds=(condition.seed,),
                            seed=args.evolve_seed, channel=args.channel, workers=args.workers,
                            gate_budgets=(gate_budget,))
-        online = OnlineConfig(every_k=args.every_k, monitor=args.monitor, rollback_tau=args.rollback_tau,
-                              recent=args.recent)
+        online = OnlineConfig(every_k=args.every_k, recent=args.recent)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"

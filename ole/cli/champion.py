@@ -45,6 +45,10 @@ def register(subparsers) -> None:
     p.add_argument("--reason", required=True, help="why (recorded)")
     _channel(p)
     p.add_argument("--force", action="store_true", help="release even though the gate rejected it")
+    p.add_argument("--exposure", type=float, default=None, metavar="P",
+                   help="stage it: from the next task boundary it runs as a canary on share P of its scope's "
+                        "online-stream tasks, monitored against the control, until promoted or rolled back "
+                        "(default: active on every task at once)")
     p = leaf(subparsers, "rollback", rollback,
              "roll one scope of a channel back (to the active version's parent by default)")
     p.add_argument("--to", metavar="NAME@VERSION", help="target version (default: parent of the active one)")
@@ -84,12 +88,15 @@ def show(args: argparse.Namespace) -> Output:
                       RunCondition(host=args.host, model=args.model))
     with open_registry(args) as registry:
         chosen = registry.select(args.channel, ctx, activate=False)
-        evidence = next((c.evidence for c in registry.scope_champions(args.channel) if c.scope == chosen.scope), None)
+        champions = registry.scope_champions(args.channel)
+        evidence = next((c.evidence for c in champions if c.scope == chosen.scope), None)
+        stages = [f"{c.scope}: {c.stage}" for c in champions if c.canary and parse_scope(c.scope).matches_task(ctx)]
     data = {"channel": args.channel, "task": ctx.model_dump(mode="json"), "ref": chosen.ref, "scope": chosen.scope,
             "reason": chosen.reason, "matched": list(chosen.matched), "in_scope": chosen.in_scope,
-            "evidence": evidence}
+            "evidence": evidence, "canaries": stages}
     return Output(data, f"{ctx.env} on channel {args.channel}: {chosen.ref} (scope {chosen.scope})\n"
-                        f"why: {chosen.reason}" + (f"\nevidence: {evidence}" if evidence else ""))
+                        f"why: {chosen.reason}" + (f"\nevidence: {evidence}" if evidence else "")
+                  + "".join(f"\nstaged: {line} (an online stream may hand this task to the canary)" for line in stages))
 
 
 def _show_channel(args: argparse.Namespace) -> Output:
@@ -100,8 +107,10 @@ def _show_channel(args: argparse.Namespace) -> Output:
     general = champions[0]
     scoped = champions[1:]
     data = {"channel": args.channel, "active": general.active, "pending": general.pending,
-            "scopes": [c.model_dump(mode="json") for c in scoped]}
+            "canary": general.canary, "stage": general.stage, "scopes": [c.model_dump(mode="json") for c in scoped]}
     text = f"channel {args.channel}: active {general.active}"
+    if general.stage:
+        text += f"\nstage: {general.stage}"
     if general.pending:
         event = state.target_event(args.channel)
         text += f"\npending {general.pending} ({event.kind} #{event.seq}: {event.payload.get('reason', '')}); " \
@@ -112,6 +121,7 @@ def _show_channel(args: argparse.Namespace) -> Output:
                   "removal" if c.pending_removal else (c.pending or "-")] for c in scoped]
         text += "\n" + table(rows)
         text += "".join(f"\n  {c.scope}: {c.evidence}" for c in scoped if c.evidence)
+        text += "".join(f"\n  {c.scope} stage: {c.stage}" for c in scoped if c.stage)
     else:
         text += "\nno scope champions: every task gets the general champion"
     return Output(data, text)
@@ -171,7 +181,8 @@ def activate(args: argparse.Namespace) -> Output:
 def release(args: argparse.Namespace) -> Output:
     """Record a release in the bundle's scope; the version becomes active there at the next task boundary."""
     with open_registry(args) as registry:
-        entry = registry.release(args.ref, channel=args.channel, reason=args.reason, force=args.force)
+        entry = registry.release(args.ref, channel=args.channel, reason=args.reason, force=args.force,
+                                 exposure=args.exposure)
         event = registry.events(kind="release", channel=args.channel)[-1]
     from ole.coverage import evidence_line
     scope = event.payload["scope"]
@@ -179,7 +190,10 @@ def release(args: argparse.Namespace) -> Output:
     evidence = evidence_line(event)
     return Output({"released": entry.ref, "channel": args.channel, "scope": scope, "seq": event.seq,
                    "evidence": event.payload.get("evidence")},
-                  f"released {entry.ref} on {where} (event #{event.seq}); active from the next task boundary"
+                  f"released {entry.ref} on {where} (event #{event.seq}); "
+                  + ("active from the next task boundary" if args.exposure is None else
+                     f"staged: a canary on {args.exposure:.0%} of its scope's online-stream tasks from the next "
+                     "task boundary, until the monitor promotes or rolls it back")
                   + (f"\nevidence: {evidence}" if evidence else ""))
 
 

@@ -50,14 +50,34 @@ def check_flags(args: argparse.Namespace, cfg: EvolveConfig) -> None:
 
 def _online_config(args: argparse.Namespace):
     from ole.evolve.online import OnlineConfig
+    replaced_flags(args)
     try:
-        return OnlineConfig(tasks=args.tasks, every_k=args.every_k, monitor=args.monitor,
-                            rollback_tau=args.rollback_tau)
+        return OnlineConfig(tasks=args.tasks, every_k=args.every_k)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         flag = "--" + str(first["loc"][0]).replace("_", "-")
         raise ValidationError(f"bad {flag}: {first['msg']} (got {first.get('input')!r})",
                               hint="see `ole evolve --help`") from None
+
+
+REPLACED_FLAGS = {"monitor": "--monitor", "rollback_tau": "--rollback-tau"}
+"""Online flags of the fixed-threshold monitor, replaced by the gate config's `analysis` section."""
+
+
+def replaced_online_flags(group) -> None:
+    """Accept the old monitor flags only to refuse them with the next step (never silently ignored)."""
+    for dest, flag in REPLACED_FLAGS.items():
+        group.add_argument(flag, dest=dest, default=None, help=argparse.SUPPRESS)
+
+
+def replaced_flags(args: argparse.Namespace) -> None:
+    """Refuse `--monitor` / `--rollback-tau`: monitoring is the gate config's `analysis` section now."""
+    given = [flag for dest, flag in REPLACED_FLAGS.items() if getattr(args, dest, None) is not None]
+    if given:
+        raise ValidationError(f"{' and '.join(given)} no longer exist: a release is now staged and monitored by an "
+                              "anytime-valid sequential test configured in the gate config's `analysis` section",
+                              hint="copy ole/gate.yaml, edit `analysis:` (exposure, alpha_rollback, deadline, ...) "
+                                   "and pass --gate-config FILE")
 
 
 def _csv(values) -> str:
@@ -106,8 +126,7 @@ def register(subparsers) -> None:
     o = p.add_argument_group("online")
     o.add_argument("--tasks", type=int, default=6, help="stream length (default: %(default)s)")
     o.add_argument("--every-k", type=int, default=3, help="a challenger every k tasks (default: %(default)s)")
-    o.add_argument("--monitor", type=int, default=2, help="tasks monitored after an activation (default: %(default)s)")
-    o.add_argument("--rollback-tau", type=float, default=0.1, help="roll back below mean r -tau (default: %(default)s)")
+    replaced_online_flags(o)
     r = p.add_argument_group("resources")
     r.add_argument("--executor", choices=("local", "ray"), default="local", help="where runs execute")
     r.add_argument("--address", default=None, help="Ray cluster address (--executor ray)")
@@ -223,7 +242,8 @@ def evolve(args: argparse.Namespace) -> Output:
     check_flags(args, cfg)
     workdir = Path(args.workdir or f"runs/evolve-{args.mode}")
     gate = load_config(args.gate_config)
-    runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, args.monitor, gate.max_pairs)
+    monitored = -(-args.tasks * int(gate.analysis.exposure * 1000) // 1000)  # the canary's share of the stream
+    runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, monitored, gate.max_pairs)
     est = estimate(runs, budget=cfg.suite.budget or 32, workers=cfg.workers, llm_agent=cfg.suite.host == "llm",
                    proposals=cfg.population * cfg.generations, llm_proposer=args.proposer != "builtin")
     _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (upper bound):")
@@ -250,8 +270,7 @@ def _driver(args: argparse.Namespace) -> dict:
     """The mode's own settings, part of the workspace fingerprint (a resume must use the same)."""
     if args.mode == "offline":
         return {"mode": "offline"}
-    return {"mode": "online", "tasks": args.tasks, "every_k": args.every_k, "monitor": args.monitor,
-            "rollback_tau": args.rollback_tau}
+    return {"mode": "online", "tasks": args.tasks, "every_k": args.every_k}
 
 
 def _offline(engine, cfg, registry, est) -> Output:
@@ -301,13 +320,16 @@ def _online(engine, cfg, registry, args, est) -> Output:
     events = run_stream(evo, engine_worker(engine))
     data = {"mode": "online", "tasks": len(events.worked), "releases": events.releases,
             "rollbacks": [{"task": i, "bundle": ref, "mean_r": r} for i, ref, r in events.rollbacks],
+            "promotions": [{"task": i, "bundle": ref, "mean_r": r} for i, ref, r in events.promotions],
             "decisions": [{"challenger": d.challenger, "verdict": d.verdict, "mean_r": d.stats.mean_r}
                           for d in events.decisions],
             "active": registry.champion(cfg.channel).ref, "spent": engine.meter.summary(), "estimate": est.model_dump()}
     lines = [f"online: {data['tasks']} tasks worked; active now {data['active']}"]
     lines += [f"  gate: {d['challenger']} -> {d['verdict']} (mean r {d['mean_r']:+.3f})" for d in data["decisions"]]
-    lines += [f"  rollback after task {r['task']}: {r['bundle']} (monitored mean r {r['mean_r']:+.3f})"
+    lines += [f"  rollback after task {r['task']}: {r['bundle']} (monitored clipped mean r {r['mean_r']:+.3f})"
               for r in data["rollbacks"]]
+    lines += [f"  promoted after task {r['task']}: {r['bundle']} (monitored clipped mean r {r['mean_r']:+.3f})"
+              for r in data["promotions"]]
     lines += _hints(cfg.channel)
     return Output(data, "\n".join(lines))
 

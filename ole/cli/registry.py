@@ -12,10 +12,12 @@ def register(subparsers) -> None:
     p.add_argument("--no-repair", action="store_true", help="report only: sweep and quarantine nothing")
     p.add_argument("--restore", action="append", default=[], metavar="FILE",
                    help="put back a damaged version's blob from a byte-exact backup copy (repeatable)")
+    p.add_argument("--traces", action="append", default=[], metavar="DIR",
+                   help="trace archive(s) (repeatable): every trace id a decision or evaluation names must be there")
     p = leaf(subparsers, "events", events, "the append-only event record, oldest first")
     p.add_argument("--name", help="only events of this bundle name")
     p.add_argument("--kind", choices=["registration", "evaluation", "gate_decision", "release",
-                                      "activation", "rollback"])
+                                      "activation", "rollback", "stage"])
     p.add_argument("--channel", help="only events of this channel")
 
 
@@ -23,7 +25,7 @@ def fsck(args: argparse.Namespace) -> Output:
     """Exit 0 when clean, 1 when problems remain."""
     with open_registry(args, show_warnings=False) as registry:  # fsck lists them as problems
         restored = [f"restored: {registry.restore_blob(f)} from {f}" for f in args.restore]
-        report = registry.fsck(repair=not args.no_repair)
+        report = registry.fsck(repair=not args.no_repair, traces=args.traces)
     verb = "would sweep" if args.no_repair else "swept"
     lines = restored + [f"{'clean' if report.ok else 'PROBLEMS'}: {report.bundles} versions, {report.events} events, "
              f"champions {', '.join(f'{c}={r}' for c, r in report.channels.items()) or '-'}"]

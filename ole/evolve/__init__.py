@@ -222,7 +222,8 @@ class Engine:
                   if t.bundle_hash == bundle.content_hash and t.verified}
         if len(by_key) < len(keys):
             for t in self.archive.select(bundle_hash=bundle.content_hash):
-                by_key.setdefault(instance_key(t.task, t.condition), t)
+                if t.verified:  # the archive also keeps host-recorded failures, which are never evidence
+                    by_key.setdefault(instance_key(t.task, t.condition), t)
         return [by_key[k] for k in sorted(by_key) if k in keys]
 
     def champion_traces(self, champion: Bundle, exclude: set[str], prefer: dict[str, str]) -> list[Trace]:
@@ -354,12 +355,15 @@ class Engine:
         self.store.mark(step, decision.model_dump(mode="json"))
         return decision
 
-    def release(self, ref: str, reason: str, stage: str) -> None:
-        """Release on the channel (active from the next task boundary), once."""
+    def release(self, ref: str, reason: str, stage: str, *, exposure: float | None = None,
+                analysis: str | None = None) -> None:
+        """Release on the channel (active from the next task boundary, or staged as a canary with
+        `exposure`), once."""
         step = f"release|{stage}|{ref}"
         if self.store.step(step) is None:
-            self.registry.release(ref, channel=self.channel, reason=reason, key=self.store.key(step))
-            self.store.mark(step, {"ref": ref, "reason": reason})
+            self.registry.release(ref, channel=self.channel, reason=reason, key=self.store.key(step),
+                                  exposure=exposure, analysis=analysis)
+            self.store.mark(step, {"ref": ref, "reason": reason, "exposure": exposure})
 
     # ----- online monitoring -------------------------------------------------------------------
     def record_monitor(self, active: str, step: str, payload: dict) -> dict:

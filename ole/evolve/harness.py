@@ -119,7 +119,7 @@ def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: Run
                                 task=task, condition=condition, ref=a.bundle_ref, bundle=registered.bundle,
                                 budget=int(info["episode_budget"]), history=history, result=result, wall=wall,
                                 extras_dir=log_dir, selection=evo.selection.record())
-    if trace.verified:
+    if trace.host_recorded:  # a failed stream task too: a monitor pair or a round may name it
         evo.e.archive.append(trace)
     o = trace.outcome
     progress(f"outcome {o.status}: final score {o.final_score} (from the host's run.json); telling the engine")

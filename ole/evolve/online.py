@@ -2,27 +2,34 @@
 
 `ask()` is the task boundary: it activates whatever was released or rolled back since the last
 boundary and hands out the most specific champion whose scope matches the task
-(`Registry.select`); nothing changes the bundle of a task in flight. `tell(trace)` records the finished task as a row of the
-workspace's store, which every process working the stream shares, so "every k tasks" counts
-the stream, not one process. The task that completes the k-th, 2k-th, ... finish runs a
-proposal round: a challenger from the recent traces, paired with the champion on the gate
-instances (which the proposer never saw), gated, and on `release` released — effective at
-the next `ask()` of whichever process comes next. Rounds are serialized across processes by a
-lease in the registry's database (`ole.evolve.lease`); a round is skipped while a release is
-pending or the last activation is still being monitored.
+(`Registry.select`); nothing changes the bundle of a task in flight. `tell(trace)` records the
+finished task as a row of the workspace's store, which every process working the stream shares,
+so "every k tasks" counts the stream, not one process. The task that completes the k-th, 2k-th,
+... finish runs a proposal round: a challenger from the recent traces, paired with the champion
+on the gate instances (which the proposer never saw), gated, and on `release` released — bounded
+by what its gate sampled, and **staged**. Rounds are serialized across processes by a lease in
+the registry's database (`ole.evolve.lease`); a round is skipped while a release is pending or a
+canary runs.
 
-After an activation caused by a release whose parent was the previous champion, the first
-`monitor` tasks worked by the new champion are also run by the parent on the identical task
-(where the task can be reproduced); once all are paired, a mean r below −`rollback_tau`
-records a rollback to the parent, effective at the next boundary. Monitor pairs, verdicts,
-rounds and rollbacks are store steps whose registry events carry idempotency keys, so a
-resumed or concurrent process never repeats them.
+**Staged exposure.** A staged release starts, at the next task boundary, as a *canary* of its
+scope (a `stage` event): it takes a share of that scope's task boundaries (`analysis.exposure`:
+every second task by default, assigned by a counter in the store, unique across processes),
+and each task it works is rerun by the **control** — the bundle the task would have had without
+the canary — on the identical task (env, profile, budget, pool seed, agent seed). After every
+such pair the monitor looks (`ole.monitor`, an anytime-valid sequential test on the pairs' r):
+`promote` (the canary becomes the scope's champion for every task; a `stage` event), `rollback`
+(the canary ends, its tasks go back to the control; a `stage` event), or `hold` (recorded as a
+monitor evaluation); still open after `analysis.deadline` pairs, it is rolled back. Monitor
+pairs, looks and stage steps are store steps whose registry events carry idempotency keys, so a
+resumed or concurrent process never repeats them. Every trace a decision names is archived,
+failed runs included (a host-recorded failure is a verified outcome).
 
 Drivers: `run_stream` works a synthetic stream (`ole evolve --mode online`);
 `ole.evolve.harness` feeds the engine the tasks of any external harness (`ole agent work --online`).
 """
 from __future__ import annotations
 
+import math
 import os
 import socket
 import time
@@ -47,21 +54,18 @@ EXTERNAL_PROFILE = "external"
 
 
 class OnlineConfig(BaseModel):
-    """Stream and monitoring settings of online mode."""
+    """Stream settings of online mode (how releases are exposed and monitored: the gate config's
+    `analysis` section, `ole.monitor.AnalysisConfig`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
     tasks: int = Field(6, ge=1)
-    """Stream length (tasks worked by the active champion); synthetic stream only."""
+    """Stream length (tasks worked); synthetic stream only."""
     every_k: int = Field(3, ge=1)
     """A challenger is made after every k finished tasks (of the whole stream, all processes)."""
     recent: int = Field(6, ge=1)
     """How many recent stream traces the proposer reads."""
     stream_pool_base: int = 1000
     """Synthetic stream task i uses pool seed stream_pool_base + i (fresh instances)."""
-    monitor: int = Field(2, ge=1)
-    """Stream tasks after an activation on which the parent runs alongside."""
-    rollback_tau: float = Field(0.1, gt=0.0)
-    """Roll back when the monitored mean r < −rollback_tau."""
 
 
 @dataclass(frozen=True)
@@ -80,6 +84,10 @@ class Assignment:
     """Seq of the activation event of the chosen scope in force at the boundary (0: none yet)."""
     scope: str = GENERAL_SCOPE
     """Scope key the bundle was chosen for."""
+    canary: int | None = None
+    """Seq of the `stage` event of the canary this task was assigned to (None: not a canary task)."""
+    control: str | None = None
+    """For a canary task: the bundle the task would have had without the canary (reruns it as control)."""
 
 
 @dataclass
@@ -90,6 +98,7 @@ class OnlineEvents:
     releases: list[str] = field(default_factory=list)
     activations: list[tuple[int, str]] = field(default_factory=list)
     rollbacks: list[tuple[int, str, float]] = field(default_factory=list)
+    promotions: list[tuple[int, str, float]] = field(default_factory=list)
     monitor_pairs: list[Pair] = field(default_factory=list)
     worked: list[tuple[int, str, float | None]] = field(default_factory=list)
 
@@ -111,7 +120,6 @@ class OnlineEvolution:
         self._active: str | None = None
         self.selection = None
         """The `Selection` of the last task boundary (which bundle, which scope, why)."""
-        self._monitored: dict[int, tuple[str, str] | None] = {}
         gate_pools = {*cfg.gate_pools, *cfg.gate_extra_pools}
         stream = set(range(online.stream_pool_base, online.stream_pool_base + online.tasks))
         if not external and gate_pools & stream:
@@ -172,8 +180,27 @@ class OnlineEvolution:
         if before is not None and self._active != before:
             self.e.progress(f"task boundary {index}: {self._active} is now active (was {before})")
             self.events.activations.append((index, self._active))
+        canary = self._canary_for(ctx)
+        if canary is not None:
+            draw = self.e.store.draw(f"canary|{canary.seq}")
+            share = float(canary.payload["exposure"])
+            if math.ceil((draw + 1) * share) > math.ceil(draw * share):
+                scope_key = canary.payload.get("scope", GENERAL_SCOPE)
+                self.e.progress(f"task boundary {index}: canary {canary.ref} (scope {scope_key}) takes this task "
+                                f"(in-scope boundary {draw}, exposure {share:g}); {self._active} reruns it as control")
+                self.in_flight = Assignment(index, task, cond, canary.ref, activation, scope_key, canary.seq,
+                                            self._active)
+                return self.in_flight
         self.in_flight = Assignment(index, task, cond, self._active, activation, scope)
         return self.in_flight
+
+    def _canary_for(self, ctx: TaskContext):
+        """The `stage` event of the most specific canary on the channel whose scope admits the task."""
+        from ole.bundle import parse_scope
+        from ole.scopes import rank
+        running = self.e.registry.canaries(self.e.channel)
+        matching = [s for s in running if parse_scope(s).matches_task(ctx)]
+        return running[rank(matching)[0]] if matching else None
 
     # ----- finished tasks ------------------------------------------------------------------------
     def tell(self, trace: Trace) -> None:
@@ -189,48 +216,32 @@ class OnlineEvolution:
             "trace_id": trace.trace_id, "bundle_ref": a.bundle_ref, "activation": a.activation, "q": q,
             "instance": instance_key(trace.task, trace.condition), "verified": trace.verified,
             "reproducible": trace.task.profile != EXTERNAL_PROFILE, "task": trace.task.model_dump(mode="json"),
-            "condition": trace.condition.model_dump(mode="json"), "result": run_result(trace).model_dump(mode="json")})
+            "condition": trace.condition.model_dump(mode="json"), "result": run_result(trace).model_dump(mode="json"),
+            "canary": a.canary, "control": a.control, "scope": a.scope})
         self.events.worked.append((n - 1, a.bundle_ref, q))
-        self._monitor(n, a, trace)
+        if a.canary is not None:
+            self._monitor(n, a)
         if n % self.online.every_k == 0:
             self._round(n // self.online.every_k)
 
-    # ----- monitoring ------------------------------------------------------------------------------
-    def _monitored_activation(self, seq: int) -> tuple[str, str, str] | None:
-        """(activated ref, parent ref, scope) when activation `seq` is a release of a child of the
-        previous champion of that scope."""
-        if seq not in self._monitored:
-            found = [e for e in self.e.registry.events(kind="activation", channel=self.e.channel, since=seq - 1)
-                     if e.seq == seq] if seq else []
-            out = None
-            if found and found[0].payload.get("cause") == "release":
-                ev = found[0]
-                parents = self.e.registry.get(ev.ref).bundle.provenance.parents
-                parent = f"{ev.name}@{parents[0]}" if parents else None
-                scope = ev.payload.get("scope", GENERAL_SCOPE)
-                out = (ev.ref, parent, scope) if parent is not None and ev.payload.get("from") == parent else None
-            self._monitored[seq] = out
-        return self._monitored[seq]
+    # ----- monitoring of a canary -------------------------------------------------------------------
+    def _canary_rows(self, canary: int) -> list[tuple[int, dict]]:
+        """The reproducible stream tasks (n, row) the canary worked, in finish order."""
+        return [(n, p) for n, p in self.e.store.tasks() if p.get("canary") == canary and p["reproducible"]]
 
-    def _window(self, activation: int) -> list[tuple[int, dict]]:
-        """The first `monitor` reproducible stream tasks (n, row) worked under an activation, in finish order."""
-        rows = [(n, p) for n, p in self.e.store.tasks() if p["activation"] == activation and p["reproducible"]]
-        return rows[:self.online.monitor]
-
-    def _monitor(self, n: int, a: Assignment, trace: Trace) -> None:
-        watched = self._monitored_activation(a.activation)
-        if watched is None:
-            return
-        active, parent, scope = watched
-        if trace.task.profile == EXTERNAL_PROFILE:
+    def _monitor(self, n: int, a: Assignment) -> None:
+        """Pair every finished task of the canary with its control (also any pair a crashed process
+        left unmade), then look."""
+        rows = self.e.store.tasks()
+        if not rows[n - 1][1]["reproducible"]:
             self.e.progress(f"task {n} cannot be rerun by OLE (profile {EXTERNAL_PROFILE}): not monitored")
-        for m, row in self._window(a.activation):  # also any pair a crashed process left unrecorded
-            self._pair(m, row, a.activation, active, parent)
-        self._verdict(n, a.activation, active, parent, scope)
+        for m, row in self._canary_rows(a.canary):
+            self._pair(m, row, a.canary)
+        self._look(n, a.canary, a.bundle_ref, a.scope)
 
-    def _pair(self, n: int, row: dict, activation: int, active: str, parent: str) -> None:
-        """The monitor pair of stream task n: the parent reruns its identical task (recorded once)."""
-        step = f"monitor|{activation}|{row['trace_id']}"
+    def _pair(self, n: int, row: dict, canary: int) -> None:
+        """The monitor pair of stream task n: the control reruns its identical task (recorded once)."""
+        step = f"monitor|{canary}|{row['trace_id']}"
         if self.e.store.step(step) is not None:
             return
         lease = Lease(self.e.registry.home / DB_FILE, f"monitor:{self.e.channel}:{row['trace_id']}", self.holder)
@@ -238,47 +249,51 @@ class OnlineEvolution:
             return
         try:
             if self.e.store.step(step) is None:
-                self._make_pair(n, row, step, activation, active, parent)
+                self._make_pair(n, row, step, canary)
         finally:
             lease.release()
 
-    def _make_pair(self, n: int, row: dict, step: str, activation: int, active: str, parent: str) -> None:
+    def _make_pair(self, n: int, row: dict, step: str, canary: int) -> None:
         task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
-        parent_bundle = self.e.registry.get(parent).bundle
-        (res, family), = self.e.paired.run([(parent, parent_bundle)], [(task, cond)]).values()
+        control = row["control"]
+        (res, family), = self.e.paired.run([(control, self.e.registry.get(control).bundle)], [(task, cond)]).values()
         pair = make_pair(task, cond, family, res, RunResult.model_validate(row["result"]))
         self.events.monitor_pairs.append(pair)
-        self.e.record_monitor(active, step, {"parent": parent, "activation": activation, "task_index": n,
-                                             "r": pair.r, "trace_id": row["trace_id"]})
+        self.e.record_monitor(row["bundle_ref"], step, {
+            "parent": control, "control": control, "canary": canary, "task_index": n, "r": pair.r,
+            "trace_id": row["trace_id"], "control_trace_id": res.trace_id})
 
-    def _verdict(self, n: int, activation: int, active: str, parent: str, scope: str) -> None:
-        step = f"monitor-verdict|{activation}"
-        window = self._window(activation)
-        pairs = [self.e.store.step(f"monitor|{activation}|{p['trace_id']}") for _, p in window]
-        if len(pairs) < self.online.monitor or any(p is None for p in pairs) or self.e.store.step(step) is not None:
+    def _look(self, n: int, canary: int, ref: str, scope: str) -> None:
+        """The monitor's look after the pairs so far: hold (an evaluation), promote or roll back (a stage)."""
+        from ole.monitor import look
+        if self.e.store.step(f"stage|{canary}") is not None:
             return
-        mean_r = sum(p["r"] for p in pairs) / len(pairs)
-        rolled = mean_r < -self.online.rollback_tau
-        champion = self.e.registry.state().champion(self.e.channel, scope)
-        if rolled and (champion is None or f"{champion[0]}@{champion[1]}" != active):
-            self.e.progress(f"monitoring of {active}: mean r {mean_r:+.3f}, but the channel moved on; no rollback")
-            rolled = False
-        elif rolled:
-            reason = (f"monitoring after activation: mean r {mean_r:+.3f} over {len(pairs)} tasks "
-                      f"< -{self.online.rollback_tau:g} against parent {parent}")
-            self.e.rollback(parent, reason, step=f"rollback|{activation}", scope=scope)
-            self.events.rollbacks.append((n - 1, active, mean_r))
-            self.e.progress(f"ROLLBACK recorded: {active} -> {parent} ({reason}); effective at the next boundary")
-        else:
-            self.e.progress(f"monitoring of {active} passed: mean r {mean_r:+.3f} over {len(pairs)} tasks")
-        self.e.store.mark(step, {"active": active, "parent": parent, "mean_r": mean_r, "rolled_back": rolled})
-
-    def _monitoring(self) -> bool:
-        """True while the channel's last activation is monitored and has no verdict yet."""
-        acts = self.e.registry.events(kind="activation", channel=self.e.channel)
-        if not acts or self._monitored_activation(acts[-1].seq) is None:
-            return False
-        return self.e.store.step(f"monitor-verdict|{acts[-1].seq}") is None
+        made = [self.e.store.step(f"monitor|{canary}|{p['trace_id']}") for _, p in self._canary_rows(canary)]
+        pairs = [p for p in made if p is not None]
+        if not pairs:
+            return
+        analysis = self.e.gate.analysis
+        result = look([p["r"] for p in pairs], analysis)
+        look_step = f"look|{canary}|{len(pairs)}"
+        if self.e.store.step(look_step) is None:
+            self.e.registry.record_evaluation(ref, {"stage": "monitor-look", "canary": canary, "scope": scope,
+                                                    **result.model_dump(mode="json"),
+                                                    "trace_ids": [p["trace_id"] for p in pairs],
+                                                    "control_trace_ids": [p.get("control_trace_id") for p in pairs]},
+                                              key=self.e.store.key(look_step))
+            self.e.store.mark(look_step, result.model_dump(mode="json"))
+        if result.decision == "hold":
+            self.e.progress(f"canary {ref} ({scope}): hold — {result.reason}")
+            return
+        step = f"stage|{canary}"
+        staged = "promoted" if result.decision == "promote" else "rolled_back"
+        self.e.registry.stage(self.e.channel, scope, staged, reason=f"monitor: {result.reason}",
+                              monitor=result.model_dump(mode="json"), key=self.e.store.key(step))
+        self.e.store.mark(step, {"stage": staged, **result.model_dump(mode="json")})
+        record = (n - 1, ref, result.mean_r)
+        (self.events.promotions if staged == "promoted" else self.events.rollbacks).append(record)
+        self.e.progress(f"canary {ref} ({scope}): {staged.upper().replace('_', ' ')} — {result.reason}; "
+                        "effective at the next task boundary")
 
     def _pending(self) -> bool:
         state = self.e.registry.state()
@@ -295,8 +310,10 @@ class OnlineEvolution:
             if self.e.store.step(step) is not None:
                 return
             started = time.time()
-            if self._pending() or self._monitoring():
-                why = "a release is pending" if self._pending() else "the last activation is being monitored"
+            running = self.e.registry.canaries(self.e.channel)
+            if self._pending() or running:
+                why = ("a release is pending" if self._pending()
+                       else f"a canary runs ({', '.join(e.ref for e in running.values())})")
                 self.e.progress(f"round {r}: skipped, {why}")
                 out = {"skipped": why}
             else:
@@ -319,8 +336,9 @@ class OnlineEvolution:
         self.events.decisions.append(decision)
         self.e.progress(f"round {r}: gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
         if decision.verdict == "release":
+            analysis = self.e.gate.analysis
             self.e.release(cand.ref, f"online gate round {r}: mean r {decision.stats.mean_r:+.3f}",
-                           stage=f"online-r{r}")
+                           stage=f"online-r{r}", exposure=analysis.exposure, analysis=analysis.digest)
             self.events.releases.append(cand.ref)
         return {"champion": champ.ref, "candidate": cand.ref, "verdict": decision.verdict}
 

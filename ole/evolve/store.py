@@ -52,6 +52,8 @@ CREATE TABLE IF NOT EXISTS meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
 CREATE TABLE IF NOT EXISTS stream (
   n INTEGER PRIMARY KEY AUTOINCREMENT, trace_id TEXT NOT NULL UNIQUE, payload TEXT NOT NULL,
   created_at TEXT NOT NULL);
+CREATE TABLE IF NOT EXISTS draws (
+  name TEXT NOT NULL, n INTEGER NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (name, n));
 """
 
 
@@ -234,6 +236,19 @@ class EvaluationStore:
                          (trace_id, json.dumps(payload, sort_keys=True), utc_now()))
         return int(self._db.execute("SELECT COUNT(*) FROM stream WHERE n <= (SELECT n FROM stream "
                                     "WHERE trace_id = ?)", (trace_id,)).fetchone()[0])
+
+    def draw(self, name: str) -> int:
+        """The next number 0, 1, 2, ... of counter `name`, unique across processes sharing the store
+        (one `BEGIN IMMEDIATE` transaction: two task boundaries never get the same number)."""
+        self._db.execute("BEGIN IMMEDIATE")
+        try:
+            n = int(self._db.execute("SELECT COALESCE(MAX(n), -1) + 1 FROM draws WHERE name = ?", (name,)).fetchone()[0])
+            self._db.execute("INSERT INTO draws VALUES (?, ?, ?)", (name, n, utc_now()))
+            self._db.execute("COMMIT")
+        except BaseException:
+            self._db.execute("ROLLBACK")
+            raise
+        return n
 
     def tasks(self, upto: int | None = None) -> list[tuple[int, dict]]:
         """Finished stream tasks (n, payload) in finish order, n = 1, 2, ...; optionally only n <= upto."""

@@ -149,6 +149,7 @@ def test_a_release_is_bounded_by_its_gate_and_a_task_outside_gets_the_parent(reg
         assert chosen.ref == "coder@1" and chosen.scope == "general", outside
     champs = {c.scope: c for c in reg.scope_champions()}
     assert "bounded by gate decision" in champs["hosts=builtin;envs=gym/halfcheetah5;budget=32-32"].evidence
+    assert reg.fsck(repair=False).ok  # a bounded scope lies inside the bundle's own: consistent
 
 
 def test_a_release_without_gate_evidence_keeps_its_own_scope_and_says_so(reg):
@@ -194,5 +195,6 @@ def test_a_registry_released_before_bounds_is_bounded_on_open_once_as_events(tmp
         assert reg.select("default", _ctx("gym/halfcheetah5", 128)).ref == "coder@1"
         assert reg.select("default", _ctx("gym/acrobot", 32)).ref == "coder@1"
         n = len(reg.events())
+        assert reg.fsck(repair=False).ok
     with Registry(root) as again:  # bounded once: nothing more on the next open
         assert again.bounded_on_open == [] and len(again.events()) == n + 0

@@ -62,21 +62,80 @@ def test_no_activation_mid_task(tmp_path):
     assert b.bundle_ref == bad.ref == reg.champion().ref
 
 
-def test_injected_harmful_release_is_rolled_back_and_recorded(tmp_path):
-    reg, evo = _online(tmp_path, OnlineConfig(tasks=5, every_k=100, monitor=2))
+def _staged(reg, bundle_change, exposure=1.0):
+    champ = reg.champion()
+    lp = champ.bundle.loop_policy
+    comp, field, value = bundle_change
+    new = champ.bundle.model_copy(update={"loop_policy": lp.model_copy(
+        update={comp: getattr(lp, comp).model_copy(update={field: value})})})
+    ref = reg.register(new, parents=[champ.version], edge="manual").ref
+    reg.release(ref, reason="staged by the test", exposure=exposure)
+    return ref
+
+
+def _stages(reg):
+    return [(e.ref, e.payload["stage"]) for e in reg.events(kind="stage")]
+
+
+def test_injected_harmful_release_is_a_canary_rolled_back_by_the_monitor(tmp_path):
+    reg, evo = _online(tmp_path, OnlineConfig(tasks=20, every_k=100))
     work = engine_worker(evo.e)
     evo.tell(work(evo.ask()))
-    bad = _harmful(reg)
-    reg.release(bad.ref, reason="injected harmful release")
+    bad = _staged(reg, ("observation", "worst_k_episodes", 0))  # -40 % on every task (the fake)
+    a = evo.ask()
+    assert a.bundle_ref == bad and a.canary is not None and a.control == "coder@1"
+    assert reg.champion().ref == "coder@1"  # a canary never moves the pointer
+    evo.tell(work(a))
+    for _ in range(6):
+        if not evo.events.rollbacks:
+            evo.tell(work(evo.ask()))
+    assert evo.events.rollbacks and evo.events.rollbacks[0][1] == bad
+    assert len(evo.events.monitor_pairs) <= 4 and all(p.r < -0.3 for p in evo.events.monitor_pairs)
+    assert _stages(reg) == [(bad, "canary"), (bad, "rolled_back")]
+    assert reg.get(bad).status == "rolled_back"
+    looks = [e for e in reg.events(kind="evaluation") if e.payload.get("stage") == "monitor-look"]
+    assert looks and all(e.payload["analysis_hash"] == GATE.analysis.digest for e in looks)
+    assert evo.ask().bundle_ref == "coder@1"
+
+
+def test_a_good_canary_is_promoted_and_then_serves_every_task(tmp_path):
+    reg, evo = _online(tmp_path, OnlineConfig(tasks=40, every_k=100))
+    work = engine_worker(evo.e)
+    good = _staged(reg, ("verification", "retest_episodes", 8), exposure=0.5)  # +15 % (the fake)
+    got = []
+    while not evo.events.promotions and len(got) < 30:
+        a = evo.ask()
+        got.append(a.bundle_ref)
+        evo.tell(work(a))
+    assert evo.events.promotions and evo.events.promotions[0][1] == good
+    assert got[:4] == [good, "coder@1", good, "coder@1"]  # exposure 0.5: every second in-scope task
+    assert _stages(reg) == [(good, "canary"), (good, "promoted")]
+    assert reg.champion().ref == good and reg.get(good).status == "active"
+    nxt = evo.ask()
+    assert nxt.bundle_ref == good and nxt.canary is None  # promoted: every task, no control runs
+
+
+def test_an_inconclusive_canary_is_held_then_rolled_back_at_the_deadline(tmp_path):
+    from ole.monitor import AnalysisConfig
+    gate = GATE.model_copy(update={"analysis": AnalysisConfig(deadline=3, promote_tolerance=0.01,
+                                                              prior_harm=0.0)})
+    root = tmp_path / "bundles"
+    root.mkdir()
+    shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
+    reg = Registry(root)
+    engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=CFG,
+                         evaluate=archive_fake, proposer=BuiltinProposer(), gate=gate, executor=LocalExecutor(1),
+                         progress=lambda line: None)
+    evo = OnlineEvolution(engine, CFG, OnlineConfig(tasks=10, every_k=100))
+    work = engine_worker(evo.e)
+    tied = _staged(reg, ("memory", "carry_lessons", False))  # the fake ignores it: every pair is a tie
     for _ in range(3):
         evo.tell(work(evo.ask()))
-    assert evo.events.rollbacks and evo.events.rollbacks[0][1] == bad.ref
-    assert all(p.r < -0.3 for p in evo.events.monitor_pairs)
-    rollback = [e for e in reg.events() if e.kind == "rollback"][-1]
-    assert rollback.ref == "coder@1" and "mean r" in rollback.payload["reason"]
-    nxt = evo.ask()
-    assert nxt.bundle_ref == "coder@1"
-    assert [ref for _, ref in evo.events.activations] == [bad.ref, "coder@1"]
+    looks = [e.payload for e in reg.events(kind="evaluation") if e.payload.get("stage") == "monitor-look"]
+    assert [x["decision"] for x in looks] == ["hold", "hold", "rollback"]
+    assert "deadline" in looks[-1]["reason"] and _stages(reg)[-1] == (tied, "rolled_back")
+    show = reg.scope_champions()[0]
+    assert show.canary is None and "rolled back" in show.stage
 
 
 @pytest.mark.slow
@@ -84,7 +143,7 @@ def test_injected_harmful_release_is_rolled_back_and_recorded(tmp_path):
 def test_online_rollback_experiment_smoke(tmp_path):
     out = tmp_path / "report.md"
     subprocess.run([sys.executable, str(ROOT / "experiments" / "online_rollback.py"), "--envs", "gym/acrobot",
-                    "--budget", "2", "--tasks", "3", "--inject-after", "1", "--monitor", "1",
+                    "--budget", "2", "--tasks", "3", "--inject-after", "1",
                     "--workdir", str(tmp_path / "work"), "--out", str(out)], check=True, cwd=ROOT, timeout=600)
     text = out.read_text()
     assert "| task | env | active bundle |" in text and "injected" in text.lower()
