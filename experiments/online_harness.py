@@ -1,16 +1,15 @@
 """Online evolution beside a harness: a suite stream through `evogym suite run --agent "ole agent work --online ..."`.
 
 Phase 1 runs a suite with `--jobs 2`; every `--every-k` finished tasks of the stream one
-process makes a challenger and gates it on instances no stream task used. Then a harmful child
-of the champion is released by hand: its `budget.wall_time_s` of 1 ms stops the agent before
-its first submit. The default agent is a command agent that follows its brief
-(`experiments/agents/instructed_agent.py`), on which that cap is certain harm; with
-`--agent builtin` the built-in agent still makes its first submit, and at these budgets its
-first program scores like its whole search (measured at 16 episodes on pool 0: pusher5 85.9 vs
-85.9, continuouscar 94.8 vs 95.7, reacher5 78.2 vs 76.4), so no rollback is to be expected. Phase 2 runs the suite again: the first task boundary activates the harmful release,
-the monitored tasks are rerun by the parent, the monitor rolls the channel back, and a later
-boundary activates the parent again. The report is rebuilt from the registry's events and the
-stream's store alone.
+process makes a challenger and gates it on instances no stream task used; a release is staged
+(a canary on a share of its scope's tasks, each rerun by the control, promoted or rolled back
+by the anytime-valid monitor of the gate config's `analysis` section). Then a harmful child of
+the champion is released by hand, staged on every task (exposure 1): its `budget.wall_time_s`
+of 1 ms stops the agent before its first submit. The default agent is the built-in agent
+(`--agent command` runs the instructed command agent, `experiments/agents/instructed_agent.py`,
+which follows its brief). Phase 2 runs the suite again: the harmful canary takes the tasks, each
+is rerun by the control, and the monitor rolls it back. The report is rebuilt from the
+registry's events and the stream's store alone.
 
     nice -n 10 python experiments/online_harness.py --out experiments/results/online_harness.md
 """
@@ -41,11 +40,11 @@ def parse() -> argparse.Namespace:
     p.add_argument("--budget", type=int, default=8, help="episode budget of every run (stream and gate)")
     p.add_argument("--jobs", type=int, default=2, help="suite tasks in parallel")
     p.add_argument("--every-k", type=int, default=2, help="a proposal round every k finished tasks")
-    p.add_argument("--monitor", type=int, default=2, help="tasks monitored after an activation")
+    p.add_argument("--gate-config", default=None, help="gate YAML with its `analysis` section (default ole/gate.yaml)")
     p.add_argument("--gate-envs", default="gym/acrobot,gym/pusher5", help="envs of the gate instances")
     p.add_argument("--gate-pools", default="201,202,203", help="pool seeds of the gate instances")
-    p.add_argument("--agent", default="command", choices=("command", "builtin"),
-                   help="stream agent: the instructed command agent (default) or the built-in agent")
+    p.add_argument("--agent", default="builtin", choices=("command", "builtin"),
+                   help="stream agent: the built-in agent (default) or the instructed command agent")
     p.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"), help="policy sandbox")
     p.add_argument("--workdir", default="experiments/out/online_harness", help="registry, stream, suite outputs")
     p.add_argument("--out", default=None, help="Markdown report path")
@@ -56,7 +55,8 @@ def agent_command(args, root: Path, work: Path) -> str:
     tail = (["--agent", "command", "--", sys.executable, str(ROOT / "experiments" / "agents" / "instructed_agent.py")]
             if args.agent == "command" else [])
     return " ".join([sys.executable, "-m", "ole.cli", "--root", str(root), "agent", "work", "--online",
-                     "--every-k", str(args.every_k), "--monitor", str(args.monitor), "--workdir", str(work),
+                     "--every-k", str(args.every_k), "--workdir", str(work),
+                     *(["--gate-config", str(Path(args.gate_config).resolve())] if args.gate_config else []),
                      "--gate-envs", args.gate_envs, "--gate-pools", args.gate_pools,
                      "--gate-budget", str(args.budget), "--isolation", args.isolation, *tail])
 
@@ -80,7 +80,7 @@ def inject(root: Path) -> str:
         bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(update={
             "budget": lp.budget.model_copy(update={"wall_time_s": HARM_WALL_S})})}), parents=[champ.version],
             note="injected harmful release")
-        reg.release(bad.ref, reason=f"injected harmful release (budget.wall_time_s {HARM_WALL_S})")
+        reg.release(bad.ref, reason=f"injected harmful release (budget.wall_time_s {HARM_WALL_S})", exposure=1.0)
         return bad.ref
 
 
@@ -101,17 +101,20 @@ def report(args, root: Path, work: Path, bad: str, walls: tuple[float, float], p
              f"Two `evogym suite run --jobs {args.jobs}` phases over {args.envs} (profile quick, budget "
              f"{args.budget}); every {args.every_k} finished stream tasks a challenger is gated on "
              f"{args.gate_envs} × pools {args.gate_pools} (never used by a stream task, whose pool seed is 0); "
-             f"after an activation the next {args.monitor} tasks are rerun by the parent. Between the phases "
-             f"`{bad}` (the champion with `budget.wall_time_s: {HARM_WALL_S}`) was released by hand. "
+             "a release is staged as a canary, its tasks rerun by the control and judged by the anytime-valid monitor. "
+             f"Between the phases `{bad}` (the champion with `budget.wall_time_s: {HARM_WALL_S}`) was released by "
+             "hand, staged on every task. "
              f"Wall time: phase 1 {walls[0] / 60:.1f} min, phase 2 {walls[1] / 60:.1f} min (2 shared cores).", "",
              "## The stream (finish order; bundle fixed at each task's boundary)", "",
-             "| n | phase | task instance | bundle | activation in force | q |", "|---|---|---|---|---|---|"]
+             "| n | phase | task instance | bundle | canary task | activation in force | q |",
+             "|---|---|---|---|---|---|---|"]
     for n, r in enumerate(rows, 1):
         act = act_by_seq.get(r["activation"])
         when = f"#{act.seq} {act.ref} ({act.payload.get('cause')})" if act else "none (seed champion)"
         q = "failed" if r["q"] is None else f"{r['q']:.1f}"
-        lines.append(f"| {n} | {1 if n <= phase1 else 2} | {r['instance']} | {r['bundle_ref']} | {when} | {q} |")
-    lines += ["", "## Registry events (gate decisions, releases, activations, monitor pairs, rollbacks)", ""]
+        canary = f"yes (control {r.get('control')})" if r.get("canary") else "-"
+        lines.append(f"| {n} | {1 if n <= phase1 else 2} | {r['instance']} | {r['bundle_ref']} | {canary} | {when} | {q} |")
+    lines += ["", "## Registry events (gate decisions, releases, stages, activations, monitor pairs and looks)", ""]
     for e in events:
         p = e.payload
         if e.kind == "gate_decision":
@@ -124,8 +127,12 @@ def report(args, root: Path, work: Path, bad: str, walls: tuple[float, float], p
             lines.append(f"- #{e.seq} activation of `{e.ref}` at a task boundary (cause: {p.get('cause')} "
                          f"#{p.get('cause_seq')}, was `{p.get('from')}`)")
         elif e.kind == "evaluation" and p.get("stage") == "monitor":
-            lines.append(f"- #{e.seq} monitor pair of `{e.ref}` vs parent `{p['parent']}` on stream task "
+            lines.append(f"- #{e.seq} monitor pair of `{e.ref}` vs control `{p['parent']}` on stream task "
                          f"{p['task_index']}: r {p['r']:+.3f}")
+        elif e.kind == "evaluation" and p.get("stage") == "monitor-look":
+            lines.append(f"- #{e.seq} monitor look at `{e.ref}` after {p['n']} pair(s): {p['decision']} ({p['reason']})")
+        elif e.kind == "stage":
+            lines.append(f"- #{e.seq} stage `{e.ref}` → **{p['stage']}**: {p.get('reason', '')}")
     lines += ["", f"Active at the end: `{active}`.", ""]
     return "\n".join(lines)
 

@@ -5,10 +5,11 @@ the active champion through `OnlineEvolution.ask()/tell()`. After `--inject-afte
 a harmful child of the champion is released by hand (forced past the gate, as an
 operator mistake would be): its `planning.phases` is cut to `--harm-phases` (default:
 confirmation only, so the agent never synthesizes or tunes; measured on acrobot pools
-1002-1005 at 32 episodes: -20%, 0%, -8%, 0% normalized score against the parent). It becomes active at the next task boundary; the parent
-runs alongside on the next `--monitor` tasks; a mean r below −tau triggers a recorded
-rollback, active from the boundary after. The table lists every task: active bundle, q,
-monitored r, and events.
+1002-1005 at 32 episodes: -20%, 0%, -8%, 0% normalized score against the parent). It is staged
+on every task (exposure 1): from the next task boundary it works the stream as a canary, each
+task rerun by the parent as the control, and the anytime-valid monitor of the gate config's
+`analysis` section rolls it back (or promotes it) — recorded, active from the boundary after.
+The table lists every task: bundle, q, monitored r, and events.
 
     nice -n 10 python experiments/online_rollback.py --out experiments/results/online_rollback.md
 
@@ -42,8 +43,6 @@ def parse() -> argparse.Namespace:
     p.add_argument("--tasks", type=int, default=7, help="stream length")
     p.add_argument("--inject-after", type=int, default=2, help="tasks before the harmful release")
     p.add_argument("--harm-phases", default="confirmation", help="comma-separated planning.phases of the harmful bundle")
-    p.add_argument("--monitor", type=int, default=3, help="monitored tasks after an activation")
-    p.add_argument("--tau", type=float, default=0.05, help="rollback when monitored mean r < -tau")
     p.add_argument("--every-k", type=int, default=1000, help="organic challenger rounds every k tasks (off by default)")
     p.add_argument("--workdir", default="experiments/out/online_rollback", help="registry, store, runs, traces")
     p.add_argument("--out", default=None, help="Markdown report path")
@@ -69,7 +68,7 @@ def main() -> None:
     reg = Registry(work / "bundles")
     suite = Suite(envs=tuple(args.envs.split(",")), budget=args.budget)
     cfg = EvolveConfig(suite=suite, gate_pools=(201, 202), workers=1)
-    online = OnlineConfig(tasks=args.tasks, every_k=args.every_k, monitor=args.monitor, rollback_tau=args.tau)
+    online = OnlineConfig(tasks=args.tasks, every_k=args.every_k)
     log: list[str] = []
     engine = open_engine(registry=reg, workdir=work, traces_root=work / "traces", cfg=cfg,
                          evaluate=run_job,
@@ -81,7 +80,7 @@ def main() -> None:
     for i in range(args.tasks):
         if i == args.inject_after:
             injected = harmful_child(reg, tuple(args.harm_phases.split(",")))
-            reg.release(injected.ref, reason="experiment: injected harmful release", force=True)
+            reg.release(injected.ref, reason="experiment: injected harmful release", force=True, exposure=1.0)
             print(f"injected {injected.ref} (released, pending until the next task boundary)")
         a = evo.ask()
         trace = worker(a)
@@ -98,8 +97,7 @@ def report(args, reg, evo, rows, injected, wall) -> None:
     ev = evo.events
     lines = ["# Online mode: injected harmful release and automatic rollback", "",
              f"Command: `python experiments/online_rollback.py --envs {args.envs} --budget {args.budget} "
-             f"--tasks {args.tasks} --inject-after {args.inject_after} --harm-phases {args.harm_phases} "
-             f"--monitor {args.monitor} --tau {args.tau}`", "",
+             f"--tasks {args.tasks} --inject-after {args.inject_after} --harm-phases {args.harm_phases}`", "",
              f"Injected: `{injected.ref if injected else '-'}` = champion with `planning.phases: [{args.harm_phases}]`, "
              "released with `force` (bypassing the gate) before task "
              f"{args.inject_after}. Wall time of the experiment: {wall / 60:.1f} min.", "",
@@ -109,11 +107,12 @@ def report(args, reg, evo, rows, injected, wall) -> None:
                      f"{'-' if r is None else f'{r:+.3f}'} | {status} |")
     lines += ["", "Events:", ""]
     lines += [f"- activation at task boundary {i}: `{ref}`" for i, ref in ev.activations]
-    lines += [f"- rollback recorded after task {i}: `{ref}` (monitored mean r {r:+.3f} < -{args.tau})"
+    lines += [f"- rollback recorded after task {i}: `{ref}` (monitored clipped mean r {r:+.3f})"
               for i, ref, r in ev.rollbacks]
-    events = [e for e in reg.events() if e.kind in ("release", "rollback", "activation")]
-    lines += ["", "Registry events (release / rollback / activation):", ""]
-    lines += [f"- #{e.seq} {e.kind} `{e.ref}`: {e.payload.get('reason', '')}" for e in events]
+    events = [e for e in reg.events() if e.kind in ("release", "rollback", "activation", "stage")]
+    lines += ["", "Registry events (release / rollback / activation / stage):", ""]
+    lines += [f"- #{e.seq} {e.kind}{' ' + e.payload['stage'] if e.kind == 'stage' else ''} `{e.ref}`: "
+              f"{e.payload.get('reason', '')}" for e in events]
     lines += ["", f"Rolled back: {'yes' if ev.rollbacks else 'no'}; active at the end: `{reg.champion().ref}`.", ""]
     text = "\n".join(lines)
     print(text)

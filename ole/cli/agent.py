@@ -185,5 +185,6 @@ def _work_online(args: argparse.Namespace, url: str, workspace: Path, condition:
                 "active": registry.champion(args.channel).ref,
                 "decisions": [{"challenger": d.challenger, "verdict": d.verdict} for d in evo.events.decisions],
                 "releases": evo.events.releases,
-                "rollbacks": [{"bundle": ref, "mean_r": r} for _, ref, r in evo.events.rollbacks]}
+                "rollbacks": [{"bundle": ref, "mean_r": r} for _, ref, r in evo.events.rollbacks],
+                "promotions": [{"bundle": ref, "mean_r": r} for _, ref, r in evo.events.promotions]}
     return Output(data, json.dumps(data))

@@ -44,7 +44,7 @@ TASK = """
     tmp, i = Path(sys.argv[1]), int(sys.argv[2])
     cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                        search_pools=(101,), gate_pools=(201, 202, 203), seed=3)
-    online = OnlineConfig(every_k=2, monitor=1)
+    online = OnlineConfig(every_k=2)
     from ole.evolve import open_engine
     from ole.evolve.online import OnlineEvolution
     from ole.executors import LocalExecutor
@@ -70,11 +70,15 @@ TASK = """
 
 
 def tiny_gate_yaml() -> str:
-    """The default gate with room for one- or two-pair samples and no adaptive extension."""
+    """The default gate with room for one- or two-pair samples and no adaptive extension, and a
+    monitor that may decide on one pair (a mechanism test: the guarantee is tested in test_monitor.py)."""
     import yaml
 
     from ole.gate import load_config
-    cfg = load_config().model_copy(update={"min_pairs": 2, "min_families": 1, "max_pairs": None})
+    from ole.monitor import AnalysisConfig
+    quick = AnalysisConfig(exposure=1.0, clip=1.0, alpha_rollback=0.5, alpha_promote=0.5, prior_harm=1.0,
+                           prior_sd=0.01, deadline=4)
+    cfg = load_config().model_copy(update={"min_pairs": 2, "min_families": 1, "max_pairs": None, "analysis": quick})
     return yaml.safe_dump(cfg.model_dump(mode="json"))
 
 def _workspace(tmp: Path) -> Path:
@@ -117,8 +121,17 @@ def test_parallel_tasks_share_one_stream_and_rounds_are_serialized(tmp_path):
     assert kinds["activation"] <= kinds["release"] + kinds["rollback"]
     spans = sorted((json.loads(p)["started"], json.loads(p)["ended"]) for p in steps.values())
     assert all(a[1] <= b[0] for a, b in zip(spans, spans[1:]))  # rounds never overlap in time (the lease)
-    order = [e.kind for e in events if e.kind in ("release", "activation")]
-    assert "release,release" not in ",".join(order)  # rounds never overlap: a pending release blocks the next
+    order = [e.kind if e.kind != "stage" else e.payload["stage"] for e in events
+             if e.kind in ("release", "activation", "stage")]
+    text = ",".join(o for o in order if o not in ("look",))
+    assert "release,release" not in text  # a pending release (or a running canary) blocks the next round
+    # every monitor pair and every stage step is recorded once, whichever process made it (the lease)
+    pairs = [e.payload["trace_id"] for e in events if e.kind == "evaluation" and e.payload.get("stage") == "monitor"]
+    assert len(pairs) == len(set(pairs))
+    ends = [(e.payload["canary_seq"]) for e in events if e.kind == "stage" and e.payload["stage"] != "canary"]
+    assert len(ends) == len(set(ends))
+    starts = [e.payload["release_seq"] for e in events if e.kind == "stage" and e.payload["stage"] == "canary"]
+    assert len(starts) == len(set(starts))
     gate_keys = [e.payload["challenger"] for e in events if e.kind == "gate_decision"]
     assert len(gate_keys) == len(set(gate_keys))
 
@@ -192,7 +205,7 @@ def harmful_release(root: Path) -> str:
         bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(update={
             "budget": lp.budget.model_copy(update={"wall_time_s": 0.001})})}), parents=[champ.version],
             note="injected harmful release")
-        reg.release(bad.ref, reason="injected harmful release (wall_time_s 0.001)")
+        reg.release(bad.ref, reason="injected harmful release (wall_time_s 0.001)", exposure=1.0)
         return bad.ref
 
 
@@ -202,42 +215,51 @@ def test_a_suite_stream_gates_activates_at_a_boundary_and_rolls_back_an_injected
     tmp = _workspace(tmp_path)
     gate = tmp / "gate.yaml"
     gate.write_text(tiny_gate_yaml())
-    agent = _agent(tmp / "bundles", tmp / "work", "--every-k", "2", "--monitor", "1", "--gate-envs", "gym/acrobot",
+    agent = _agent(tmp / "bundles", tmp / "work", "--every-k", "2", "--gate-envs", "gym/acrobot",
                    "--gate-pools", "201,202", "--gate-budget", "2", "--gate-config", str(gate), command=True)
     first = _suite(tmp, ["gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"], 2, agent, "suite1")
     assert first.returncode == 0, first.stdout + first.stderr
     with Registry(tmp / "bundles") as reg:
         assert [e.kind for e in reg.events()].count("gate_decision") == 1  # round 1 after task 2
+        before = reg.champion().ref
+        staged_already = reg.canaries()
     bad = harmful_release(tmp / "bundles")
     second = _suite(tmp, ["gym/acrobot", "gym/reacher5"], 1, agent, "suite2")
     assert second.returncode == 0, second.stdout + second.stderr
     with Registry(tmp / "bundles") as reg:
         events = reg.events()
-        acts = [e for e in events if e.kind == "activation"]
-        assert acts[0].ref == bad and acts[0].payload["cause"] == "release"
-        rollback = [e for e in events if e.kind == "rollback"]
-        assert len(rollback) == 1 and rollback[0].payload["from"] == bad and "mean r" in rollback[0].payload["reason"]
-        assert acts[-1].ref == rollback[0].ref and acts[-1].payload["cause"] == "rollback"
-        assert reg.champion().ref == rollback[0].ref
-        monitor = [e for e in events if e.kind == "evaluation" and e.payload.get("stage") == "monitor"]
+        stages = [(e.ref, e.payload["stage"]) for e in events if e.kind == "stage" and e.ref == bad]
+        assert stages == [(bad, "canary"), (bad, "rolled_back")], (stages, staged_already)
+        assert not [e for e in events if e.kind == "activation" and e.ref == bad]  # a canary never moved a pointer
+        end = [e for e in events if e.kind == "stage" and e.ref == bad][-1]
+        assert "harm shown" in end.payload["reason"] and end.payload["monitor"]["analysis_hash"]
+        monitor = [e for e in events if e.kind == "evaluation" and e.payload.get("stage") == "monitor"
+                   and e.ref == bad]
         assert len(monitor) == 1 and monitor[0].payload["r"] < -0.1
+        assert reg.champion().ref == before and reg.get(bad).status == "rolled_back"
+        # every trace the monitor named exists: the failed canary run too, as a host-recorded failure
+        assert reg.fsck(repair=False, traces=[tmp / "work" / "traces"]).ok
     import sqlite3
     with sqlite3.connect(tmp / "work" / "evaluations.sqlite3") as db:
         worked = [json.loads(p)["bundle_ref"] for (p,) in db.execute("SELECT payload FROM stream ORDER BY n")]
-    assert len(worked) == 4 and worked[2] == bad and worked[3] == rollback[0].ref
-    assert not [t for t in TraceArchive(tmp / "work" / "traces") if f"{t.bundle_name}@{t.bundle_version}" == bad]
+    assert len(worked) == 4 and worked[2] == bad and worked[3] != bad
+    failed = [t for t in TraceArchive(tmp / "work" / "traces") if f"{t.bundle_name}@{t.bundle_version}" == bad]
+    assert len(failed) == 1 and not failed[0].verified and failed[0].host_recorded
 
 
 @pytest.mark.slow
 @pytest.mark.sandbox
 def test_online_harness_experiment_smoke(tmp_path):
     out = tmp_path / "report.md"
+    gate = tmp_path / "gate.yaml"
+    gate.write_text(tiny_gate_yaml())
     subprocess.run([PY, str(ROOT / "experiments" / "online_harness.py"), "--envs", "gym/acrobot,gym/reacher5",
-                    "--budget", "2", "--jobs", "1", "--every-k", "2", "--monitor", "1", "--gate-envs", "gym/acrobot",
-                    "--gate-pools", "201,202", "--isolation", "none", "--workdir", str(tmp_path / "work"),
+                    "--budget", "2", "--jobs", "1", "--every-k", "2", "--gate-envs", "gym/acrobot",
+                    "--gate-pools", "201,202", "--isolation", "none", "--agent", "command",
+                    "--gate-config", str(gate), "--workdir", str(tmp_path / "work"),
                     "--out", str(out)], check=True, cwd=ROOT, timeout=1500)
     text = out.read_text()
-    assert "| n | phase |" in text and "rollback →" in text and "activation of" in text
+    assert "| n | phase |" in text and "→ **canary**" in text and "→ **rolled_back**" in text
 
 
 def test_a_lease_of_a_dead_process_on_this_host_is_free_at_once(tmp_path):
