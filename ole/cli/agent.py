@@ -64,8 +64,10 @@ def register(subparsers) -> None:
     o.add_argument("--gate-envs", help="envs of the gate instances (default: the evolve default suite)")
     o.add_argument("--gate-pools", type=_ints, help="pool seeds of the gate instances (default 201,202,203,204)")
     o.add_argument("--gate-budget", type=int,
-                   help="episode budget of each gate run (default 32); a release covers only the budget its gate "
-                        "sampled, so stream tasks at other budgets keep the parent")
+                   help="episode budget of the gate's suite (default 32)")
+    o.add_argument("--gate-budgets", type=_ints,
+                   help="budgets every gate instance is run at (default: --gate-budget only); a release covers "
+                        "only the band its gate sampled, so stream tasks at other budgets keep the parent")
     o.add_argument("--gate-profile", help="host profile of the gate runs (default quick)")
     o.add_argument("--gate-config", help="gate YAML (default: ole/gate.yaml)")
     o.add_argument("--proposer", default="builtin", help="builtin, or an LLM model string (see `ole evolve`)")
@@ -149,7 +151,7 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
         gate_budget = suite.budget or profile(suite.profile).budget
         cfg = EvolveConfig(**given(gate_pools=args.gate_pools), suite=suite, agent_seeds=(condition.seed,),
                            seed=args.evolve_seed, channel=args.channel, workers=args.workers,
-                           gate_budgets=(gate_budget,))
+                           gate_budgets=tuple(args.gate_budgets or (gate_budget,)))
         online = OnlineConfig(every_k=args.every_k, recent=args.recent)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]

@@ -198,3 +198,25 @@ def test_a_registry_released_before_bounds_is_bounded_on_open_once_as_events(tmp
         assert reg.fsck(repair=False).ok
     with Registry(root) as again:  # bounded once: nothing more on the next open
         assert again.bounded_on_open == [] and len(again.events()) == n + 0
+
+
+def test_champion_show_and_lineage_show_say_what_bounds_a_release(reg, capsys):
+    from ole.cli import main
+    ref = _child(reg, action__episodes_per_submit=1).ref
+    pairs = [pair("gym/halfcheetah5", 0.5, budget=b, pool=p) for b in (32, 128) for p in (201, 202)]
+    pairs += [pair("gym/acrobot", 0.0, budget=b, pool=p) for b in (32, 128) for p in (201, 202)]
+    seq = reg.record_gate_decision(ref, _decide(pairs, ref))
+    reg.release(ref, reason="gate passed")
+    root = str(reg.root)
+    assert main(["--root", root, "champion", "show"]) == 0
+    out = capsys.readouterr().out
+    assert "hosts=builtin;envs=gym/halfcheetah5;budget=32-128" in out and f"gate decision #{seq}" in out
+    assert "gym/acrobot [32: tie" in out  # the tie is shown as no effect
+    assert main(["--root", root, "champion", "show", "--env", "gym/halfcheetah5", "--budget", "128"]) == 0
+    routed = capsys.readouterr().out
+    assert f": {ref} (scope hosts=builtin;envs=gym/halfcheetah5;budget=32-128)" in routed and "evidence:" in routed
+    assert main(["--root", root, "champion", "show", "--env", "gym/bipedal", "--budget", "128"]) == 0
+    assert ": coder@1 (scope general)" in capsys.readouterr().out  # same family, never sampled: the parent
+    assert main(["--root", root, "lineage", "show"]) == 0
+    assert f"released for hosts=builtin;envs=gym/halfcheetah5;budget=32-128 (bounded by gate decision #{seq})" \
+        in capsys.readouterr().out
