@@ -367,19 +367,13 @@ class Engine:
 
     # ----- online monitoring -------------------------------------------------------------------
     def record_monitor(self, active: str, step: str, payload: dict) -> dict:
-        """One monitor pair of an activated bundle against its parent, recorded once."""
+        """One monitor pair of a canary against its control, recorded once."""
         stored = self.store.step(step)
         if stored is None:
             self.registry.record_evaluation(active, {"stage": "monitor", **payload}, key=self.store.key(step))
             self.store.mark(step, payload)
             stored = payload
         return stored
-
-    def rollback(self, to: str, reason: str, step: str, scope: str = "general") -> None:
-        """Roll one scope of the channel back to `to` (effective at the next task boundary), once."""
-        if self.store.step(step) is None:
-            self.registry.rollback(self.channel, scope=scope, to=to, reason=reason, key=self.store.key(step))
-            self.store.mark(step, {"to": to, "reason": reason})
 
 
 def on_result_counter(meter: CostMeter, progress: Callable[[str], None]) -> Callable[[EvalJob, RunResult], None]:
