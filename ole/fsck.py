@@ -86,7 +86,6 @@ def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, 
     every scope pointer and pending target names a registered version whose applicability admits
     that scope (a release bounded by its evidence is narrower than the bundle's own applicability).
     Returns the scope champions per channel and the problems."""
-    from ole.scopes import family_of
     scope_of: dict[tuple[str, int], str | None] = {}
 
     def bundle(key: tuple[str, int]):
@@ -102,6 +101,9 @@ def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, 
         return scope_of[key]
 
     problems = [p for e in events for p in _check_scope_event(e, known, bundle, version_scope)]
+    # a release bounded by its evidence puts a version in a scope narrower than its own applicability
+    placed = {((e.name, e.version), e.payload.get("scope") or GENERAL_SCOPE) for e in events
+              if e.kind in ("release", "rollback") and not e.payload.get("clear")}
     scoped: dict[str, dict[str, str]] = {}
     for channel, scope in sorted({*state.pointers, *state.pending}):
         if scope == GENERAL_SCOPE:
@@ -111,14 +113,26 @@ def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, 
             where = f"channel `{channel}` scope `{scope}`"
             if key is not None and key not in known:
                 problems.append(f"{where} {what} unregistered {format_ref(*key)}")
-            elif key is not None and version_scope(key) is not None \
-                    and not parse_scope(scope).within(parse_scope(version_scope(key)), family_of=family_of):
-                problems.append(f"{where} {what} {format_ref(*key)}, whose scope `{version_scope(key)}` does "
-                                "not admit it")
+            elif key is not None and version_scope(key) not in (None, scope):
+                if (key, scope) not in placed:  # nothing recorded put it in this scope
+                    problems.append(f"{where} {what} {format_ref(*key)}, whose scope is `{version_scope(key)}`")
+                elif not _admits(version_scope(key), scope):  # a bounded release must lie inside its own scope
+                    problems.append(f"{where} {what} {format_ref(*key)}, whose scope `{version_scope(key)}` "
+                                    "does not admit it")
         active = state.champion(channel, scope)
         if active is not None:
             scoped.setdefault(channel, {})[scope] = format_ref(*active)
     return scoped, problems
+
+
+def _admits(own: str, scope: str) -> bool:
+    """Whether a version whose applicability is `own` may serve `scope` (a malformed key is reported
+    by the event check, not here)."""
+    from ole.scopes import family_of
+    try:
+        return parse_scope(scope).within(parse_scope(own), family_of=family_of)
+    except OleError:
+        return True
 
 
 def _check_scope_event(event, known: set, bundle, version_scope) -> list[str]:

@@ -245,13 +245,13 @@ def _label(graph: nx.DiGraph, node: str) -> str:
     extra = f" {data['edge']}" if data["edge"] else " seed"
     released = ""
     if data.get("released_scope"):
-        released = f"; released for {data['released_scope']}"
         ev = data.get("evidence") or ""
         if "gate decision #" in ev:
-            released += " (bounded by gate decision #" + ev.split("gate decision #", 1)[1].split(" ", 1)[0] + ")"
+            seq = ev.split("gate decision #", 1)[1].split(" ", 1)[0]
+            released = f" released for {data['released_scope']} (bounded by gate decision #{seq})"
         elif ev:
-            released += " (not bounded by gate evidence)"
-    return (f"{node} [{data['status']}]{extra} ({_scope_text(data)}{released})"
+            released = f" released for {data['released_scope']} (not bounded by gate evidence)"
+    return (f"{node} [{data['status']}]{extra} ({_scope_text(data)}){released}"
             + (f" — {data['note']}" if data["note"] else ""))
 
 

@@ -50,11 +50,17 @@ def _bounds(component: str, field: str) -> tuple[float | None, float | None, boo
     return low, high, strict
 
 
+NOT_SEARCHED = ("budget.reference_episodes",)
+"""Fields no proposal moves: the budget the run-length counts are stated for is set by the engine
+to the search budget whenever a proposal moves one of them (`ole.proposers.space.anchor_run_lengths`)."""
+
+
 @functools.cache
 def fields() -> tuple[str, ...]:
     """Every movable `component.field` path."""
     return tuple(f"{c}.{f}" for c in COMPONENTS
-                 for f in getattr(LoopPolicy.model_fields[c].annotation, "model_fields"))
+                 for f in getattr(LoopPolicy.model_fields[c].annotation, "model_fields")
+                 if f"{c}.{f}" not in NOT_SEARCHED)
 
 
 def _numeric(value, direction: str, component: str, field: str, factor: float | None = None):

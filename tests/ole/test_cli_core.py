@@ -54,7 +54,8 @@ def test_child_release_rollback_and_history_all_from_the_cli(root, tmp_path, cap
     assert "n_coder_1 -->|manual| n_coder_2" in mermaid and (tmp_path / "l.png").stat().st_size > 0
     assert ole_json(root, "release", "coder@2", "--reason", "manual test", capsys=capsys)["released"] == "coder@2"
     shown = ole_json(root, "champion", "show", capsys=capsys)
-    assert shown == {"channel": "default", "active": "coder@1", "pending": "coder@2", "scopes": []}
+    assert shown == {"channel": "default", "active": "coder@1", "pending": "coder@2", "scopes": [],
+                     "canary": None, "stage": None}
     assert ole_json(root, "champion", "activate", capsys=capsys)["active"] == "coder@2"
     back = ole_json(root, "rollback", "--reason", "regressed", capsys=capsys)
     assert (back["from"], back["to"]) == ("coder@2", "coder@1")

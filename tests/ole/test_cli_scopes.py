@@ -75,7 +75,10 @@ def test_scoped_release_routing_and_rollback_from_the_cli(root, tmp_path, capsys
         assert len(registry.events()) == before  # show never activates
     listing = ole_json(root, "champion", "show", capsys=capsys)
     assert listing["scopes"] == [{"channel": "default", "scope": "families=minigrid", "active": None,
-                                  "inherited": False, "pending": "coder@2", "pending_removal": False}]
+                                  "inherited": False, "pending": "coder@2", "pending_removal": False,
+                                  "evidence": "released #4 without gate evidence: no gate decision: released on a "
+                                              "person's word, not bounded by evidence",
+                                  "canary": None, "stage": None}]
     changes = ole_json(root, "champion", "activate", capsys=capsys)["changes"]
     assert changes == {"families=minigrid": [None, "coder@2"]}
     code, text, _ = ole(root, "champion", "show", capsys=capsys)

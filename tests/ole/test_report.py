@@ -97,7 +97,9 @@ def test_a_gate_page_shows_each_pair_and_every_check_measured_vs_required(built)
     benefit = next(c for c in gate.criteria if c.name == "benefit")
     assert not benefit.passed and [k.passed for k in benefit.checks] == [False, False, False]
     assert [(k.measured, k.required) for k in benefit.checks][0] == (f"{record['stats']['mean_r']:+.4f}", "> +0.0000")
-    assert all(c.passed for c in gate.criteria if c.name != "benefit")
+    assert all(c.passed for c in gate.criteria if c.name not in ("benefit", "tail"))
+    tail = next(c for c in gate.criteria if c.name == "tail")  # a loss on every env the release would serve
+    assert not tail.passed and all("mean r" in r and "would serve it" in r for r in tail.reasons)
     assert 'id="interval">' in page and "80% bootstrap interval of mean r" in page
     released = next(g for g in data.gates if g.seq == fx.release_seq)
     assert released.verdict == "release" and all(c.passed for c in released.criteria)
