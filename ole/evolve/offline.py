@@ -336,7 +336,8 @@ class OfflineEvolution:
                 if task.env != env:
                     task = task.model_copy(update={"env": env})
                 chosen = self.e.registry.select(self.e.channel, context_for(task, cond), activate=False)
-                ours = self.e.store.step(f"release|offline|{chosen.ref}") is not None  # a resumed run's own release
+                # a resumed run's own release (its gate step is marked before the release is appended)
+                ours = self.e.store.step(f"gate|offline|{chosen.ref}|{self.champ[0]}") is not None
                 if chosen.ref != self.champ[0] and not ours:
                     out[env] = f"{chosen.ref} (scope {chosen.scope})"
         return out

@@ -273,15 +273,18 @@ class OnlineEvolution:
         if not pairs:
             return
         analysis = self.e.gate.analysis
-        result = look([p["r"] for p in pairs], analysis)
-        look_step = f"look|{canary}|{len(pairs)}"
-        if self.e.store.step(look_step) is None:
-            self.e.registry.record_evaluation(ref, {"stage": "monitor-look", "canary": canary, "scope": scope,
-                                                    **result.model_dump(mode="json"),
-                                                    "trace_ids": [p["trace_id"] for p in pairs],
-                                                    "control_trace_ids": [p.get("control_trace_id") for p in pairs]},
-                                              key=self.e.store.key(look_step))
-            self.e.store.mark(look_step, result.model_dump(mode="json"))
+        for k in range(1, len(pairs) + 1):  # a look after every pair, also those a crashed process missed
+            result = look([p["r"] for p in pairs[:k]], analysis)
+            look_step = f"look|{canary}|{k}"
+            if self.e.store.step(look_step) is None:
+                self.e.registry.record_evaluation(ref, {
+                    "stage": "monitor-look", "canary": canary, "scope": scope, **result.model_dump(mode="json"),
+                    "trace_ids": [p["trace_id"] for p in pairs[:k]],
+                    "control_trace_ids": [p.get("control_trace_id") for p in pairs[:k]]},
+                    key=self.e.store.key(look_step))
+                self.e.store.mark(look_step, result.model_dump(mode="json"))
+            if result.decision != "hold":
+                break
         if result.decision == "hold":
             self.e.progress(f"canary {ref} ({scope}): hold — {result.reason}")
             return

@@ -112,3 +112,26 @@ def paced_evaluate(job) -> Trace:
     import time
     time.sleep(0.1)
     return fake_evaluate(job)
+
+
+class RetestProposer:
+    """A proposer whose every mutation sets `verification.retest_episodes` to 8 (the fake evaluators'
+    +15 % on every env), plus a neutral `memory.top_k_programs` move: the search always finds a gain
+    to gate, and ablation always has a side effect to drop."""
+
+    name = "retest"
+
+    def mutate(self, parent, evidence, *, edge, generation, seed):
+        from ole.proposers import accepted, child_bundle
+        policy = parent.bundle.loop_policy.model_dump(mode="json")
+        policy["verification"]["retest_episodes"] = 8
+        policy["memory"]["top_k_programs"] = 4 + seed % 3
+        return accepted(self.name, edge, [parent], child_bundle([parent], policy, edge=edge, evidence_ids=(),
+                                                                generation=generation, proposer=self.name,
+                                                                note="retest 8"))
+
+    def recombine(self, a, b, evidence, *, generation, seed):
+        return self.mutate(a, evidence, edge="offline_mutation", generation=generation, seed=seed)
+
+    def observe(self, ref, bundle, summary, *, rung, final):
+        pass

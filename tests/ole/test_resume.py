@@ -19,7 +19,7 @@ from ole.executors import LocalExecutor
 from ole.gate import GateConfig
 from ole.proposers.builtin import BuiltinProposer
 from ole.registry import CRASH_EXIT, Registry
-from synthetic import fake_evaluate
+from synthetic import RetestProposer, fake_evaluate
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
@@ -34,7 +34,7 @@ def _engine(tmp_path, cfg=CFG, gate=GATE, proposer=None):
         shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
     reg = Registry(root)
     return reg, open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=cfg,
-                            evaluate=fake_evaluate, proposer=proposer or BuiltinProposer(), gate=gate,
+                            evaluate=fake_evaluate, proposer=proposer or RetestProposer(), gate=gate,
                             executor=LocalExecutor(1), progress=lambda line: None, driver={"mode": "offline"})
 
 
@@ -113,13 +113,13 @@ SCRIPT = """
     from ole.gate import GateConfig
     from ole.proposers.builtin import BuiltinProposer
     from ole.registry import Registry
-    from synthetic import fake_evaluate
+    from synthetic import RetestProposer, fake_evaluate
     tmp = Path(sys.argv[1])
     cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                        search_pools=(101,), gate_pools=(201, 202, 203), population=4, generations=2, seed=1)
     reg = Registry(tmp / "bundles")
     engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
-                         evaluate=fake_evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2),
+                         evaluate=fake_evaluate, proposer=RetestProposer(), gate=GateConfig(min_pairs=6, min_families=2),
                          executor=LocalExecutor(1), progress=lambda line: None, driver={"mode": "offline"})
     champ = reg.champion()
     print(OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run().decision.verdict)
@@ -195,7 +195,7 @@ ONLINE = """
     tmp = Path(sys.argv[1])
     cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                        search_pools=(101,), gate_pools=(201, 202, 203), seed=2)
-    online = OnlineConfig(tasks=5, every_k=100, monitor=2)
+    online = OnlineConfig(tasks=9, every_k=100)
     reg = Registry(tmp / "bundles")
     engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
                          evaluate=fake_evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2),
@@ -209,14 +209,14 @@ ONLINE = """
         lp = champ.bundle.loop_policy
         bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(update={
             "observation": lp.observation.model_copy(update={"worst_k_episodes": 0})})}), parents=[champ.version])
-        reg.release(bad.ref, reason="injected")
+        reg.release(bad.ref, reason="injected", exposure=1.0)
     run_stream(evo, work)
     print(reg.champion().ref)
 """
 
 
-@pytest.mark.parametrize("step", ["evaluation_after_commit", "rollback_after_commit"])
-def test_an_online_crash_after_a_monitor_or_rollback_commit_leaves_no_duplicate(tmp_path, step):
+@pytest.mark.parametrize("step", ["evaluation_after_commit", "stage_after_commit"])
+def test_an_online_crash_after_a_monitor_or_stage_commit_leaves_no_duplicate(tmp_path, step):
     import os
 
     def run(where, env=None):
@@ -225,9 +225,9 @@ def test_an_online_crash_after_a_monitor_or_rollback_commit_leaves_no_duplicate(
     clean = tmp_path / "clean"
     (clean / "bundles").mkdir(parents=True)
     shutil.copy(ROOT / "bundles" / "coder.yaml", clean / "bundles")
-    assert run(clean).stdout.strip() == "coder@1"  # the harm was rolled back
+    assert run(clean).stdout.strip() == "coder@1"  # the harm was rolled back (the canary never became champion)
     expected = Counter(e.kind for e in Registry(clean / "bundles").events())
-    assert expected["rollback"] == 1 and expected["evaluation"] >= 2
+    assert expected["stage"] == 2 and expected["evaluation"] >= 2  # canary, rolled back; monitor pairs and looks
     crashed = tmp_path / "crashed"
     (crashed / "bundles").mkdir(parents=True)
     shutil.copy(ROOT / "bundles" / "coder.yaml", crashed / "bundles")
@@ -236,4 +236,4 @@ def test_an_online_crash_after_a_monitor_or_rollback_commit_leaves_no_duplicate(
     resumed = run(crashed)
     assert resumed.returncode == 0 and resumed.stdout.strip() == "coder@1", resumed.stderr[-2000:]
     got = Counter(e.kind for e in Registry(crashed / "bundles").events())
-    assert got["rollback"] == 1 and got["evaluation"] == expected["evaluation"]
+    assert got["stage"] == 2 and got["evaluation"] == expected["evaluation"]
