@@ -269,3 +269,48 @@ def test_a_lease_of_a_dead_process_on_this_host_is_free_at_once(tmp_path):
     assert Lease(db, "round:default", f"{socket.gethostname()}:{gone}:x", ttl_s=600).try_acquire() is None
     assert Lease(db, "round:default", "me").try_acquire() is None  # no TTL wait: the holder is gone
     assert Lease(db, "round:default", "other").try_acquire() == "me"  # a live (unknown-host) holder is waited for
+
+
+def _stage_two_scopes(root: Path) -> tuple[str, str]:
+    """Two staged releases on every task of their own env: a harmful one for acrobot (worst_k 0: -40 %
+    in the fake) and a good one for FourRooms (retest 8: +15 %), each scoped to its env id."""
+    with Registry(root) as reg:
+        champ = reg.champion()
+        refs = []
+        for env, comp, field, value in (("gym/acrobot", "observation", "worst_k_episodes", 0),
+                                        ("gymnasium/MiniGrid-FourRooms-v0", "verification", "retest_episodes", 8)):
+            lp = champ.bundle.loop_policy
+            data = champ.bundle.model_dump(mode="json")
+            data["loop_policy"][comp][field] = value
+            data["applicability"]["env_ids"] = [env]
+            data["provenance"] = {"parents": [1], "edge": "specialization", "mode": "manual"}
+            from ole.bundle import bundle_from_data
+            refs.append(reg.register(bundle_from_data(data), parents=[1], edge="specialization").ref)
+            reg.release(refs[-1], reason=f"staged for {env}", exposure=1.0)
+            assert lp is not None
+        return refs[0], refs[1]
+
+
+def test_stage_steps_are_recorded_once_per_scope_under_concurrent_processes(tmp_path):
+    tmp = _workspace(tmp_path)
+    harmful, good = _stage_two_scopes(tmp / "bundles")
+    results = []
+    for wave in range(4):  # 16 tasks, four processes at a time, both envs in every wave
+        procs = [_task(tmp, 4 * wave + i) for i in range(4)]
+        for p in procs:
+            out, err = p.communicate(timeout=300)
+            assert p.returncode == 0, err[-3000:]
+            results.append(out.split())
+    with Registry(tmp / "bundles") as reg:
+        events = reg.events()
+        stages = Counter((e.ref, e.payload["stage"], e.payload["scope"]) for e in events if e.kind == "stage")
+        assert stages[(harmful, "canary", "envs=gym/acrobot")] == 1
+        assert stages[(harmful, "rolled_back", "envs=gym/acrobot")] == 1
+        assert stages[(good, "canary", "envs=gymnasium/MiniGrid-FourRooms-v0")] == 1
+        assert stages[(good, "promoted", "envs=gymnasium/MiniGrid-FourRooms-v0")] <= 1  # once, if it got there
+        pairs = [e.payload["trace_id"] for e in events if e.kind == "evaluation" and e.payload.get("stage") == "monitor"]
+        assert len(pairs) == len(set(pairs))  # every monitor pair made once, whichever process made it
+        looks = [(e.payload["canary"], e.payload["n"]) for e in events
+                 if e.kind == "evaluation" and e.payload.get("stage") == "monitor-look"]
+        assert len(looks) == len(set(looks))  # one look per pair count per canary
+        assert reg.get(harmful).status == "rolled_back" and reg.champion().ref == "coder@1"
