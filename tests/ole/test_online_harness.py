@@ -76,8 +76,8 @@ def tiny_gate_yaml() -> str:
 
     from ole.gate import load_config
     from ole.monitor import AnalysisConfig
-    quick = AnalysisConfig(exposure=1.0, clip=1.0, alpha_rollback=0.5, alpha_promote=0.5, prior_harm=1.0,
-                           prior_sd=0.01, deadline=4)
+    quick = AnalysisConfig(exposure=1.0, clip=1.0, alpha_rollback=0.55, alpha_promote=0.55, prior_harm=1.0,
+                           prior_sd=0.01, deadline=4)  # one failed canary task (r = -1) bets ~1: wealth ~2 >= 1/0.55
     cfg = load_config().model_copy(update={"min_pairs": 2, "min_families": 1, "max_pairs": None, "analysis": quick})
     return yaml.safe_dump(cfg.model_dump(mode="json"))
 
