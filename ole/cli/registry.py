@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import argparse
 
+from pathlib import Path
+
 from ole.cli.common import Output, leaf, open_registry
+from ole.errors import ValidationError
+
+DEFAULT_TRACES = "traces"
+"""The trace archive `ole run` and `ole evolve` write by default (relative to the current directory)."""
 
 
 def register(subparsers) -> None:
@@ -12,6 +18,9 @@ def register(subparsers) -> None:
     p.add_argument("--no-repair", action="store_true", help="report only: sweep and quarantine nothing")
     p.add_argument("--restore", action="append", default=[], metavar="FILE",
                    help="put back a damaged version's blob from a byte-exact backup copy (repeatable)")
+    p.add_argument("--traces-dir", default=None, metavar="DIR",
+                   help="trace archive to check too; damaged trace files are moved to DIR/quarantine/ "
+                        f"(default: {DEFAULT_TRACES} when it exists)")
     p = leaf(subparsers, "events", events, "the append-only event record, oldest first")
     p.add_argument("--name", help="only events of this bundle name")
     p.add_argument("--kind", choices=["registration", "evaluation", "gate_decision", "release",
@@ -21,11 +30,19 @@ def register(subparsers) -> None:
 
 def fsck(args: argparse.Namespace) -> Output:
     """Exit 0 when clean, 1 when problems remain."""
+    from ole.fsck import with_traces
+    from ole.trace import TraceArchive
+    traces = Path(args.traces_dir or DEFAULT_TRACES)
+    if args.traces_dir is not None and not traces.is_dir():
+        raise ValidationError(f"--traces-dir {traces} is not a directory", hint="pass the trace archive to check")
     with open_registry(args, show_warnings=False) as registry:  # fsck lists them as problems
         restored = [f"restored: {registry.restore_blob(f)} from {f}" for f in args.restore]
         report = registry.fsck(repair=not args.no_repair)
+    if traces.is_dir():
+        report = with_traces(report, TraceArchive(traces), repair=not args.no_repair)
     verb = "would sweep" if args.no_repair else "swept"
     lines = restored + [f"{'clean' if report.ok else 'PROBLEMS'}: {report.bundles} versions, {report.events} events, "
+             + (f"{report.traces} traces, " if traces.is_dir() else "") +
              f"champions {', '.join(f'{c}={r}' for c, r in report.channels.items()) or '-'}"]
     lines += [f"  {c} scope {s}: {r}" for c, scoped in report.scopes.items() for s, r in scoped.items()]
     lines += [f"problem: {p}" for p in report.problems]
