@@ -136,7 +136,8 @@ def build(tmp: Path) -> Fixture:
         assert rejected["verdict"] == "reject" and released["verdict"] == "release", (rejected, released)
         reg.release("coder@4", reason="offline gate", channel="default")
         reg.activate_pending("default")
-        reg.rollback("default", reason="regressed on a live task")
+        scope = reg.events(kind="release")[-1].payload["scope"]  # bounded by what its gate covered
+        reg.rollback("default", scope=scope, reason="regressed on a live task")
         reg.activate_pending("default")
         reg.release("coder@5", reason="manual promotion")
         reg.activate_pending("default")
