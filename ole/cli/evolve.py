@@ -235,13 +235,14 @@ def evolve(args: argparse.Namespace) -> Output:
     runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, args.monitor, gate.max_pairs)
     est = estimate(runs, budget=cfg.suite.budget or 32, workers=cfg.workers, llm_agent=cfg.suite.host == "llm",
                    proposals=cfg.population * cfg.generations, llm_proposer=args.proposer != "builtin")
+    if not args.estimate_only:  # before anything is printed or run: a run must be able to keep its results
+        check_writable("--workdir", workdir)
+        check_writable("--traces", args.traces)
     _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (upper bound):")
     for line in est.lines(cfg.caps):
         _progress("  " + line)
     if args.estimate_only:
         return Output({"estimate": est.model_dump()}, "")
-    check_writable("--workdir", workdir)
-    check_writable("--traces", args.traces)
     progress = _Progress(est.episodes)
     with open_registry(args) as registry, make_executor(args.executor, workers=cfg.workers,
                                                         address=args.address) as executor, \
