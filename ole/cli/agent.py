@@ -28,7 +28,7 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ole.cli.common import ListArg, Output, agent_command, leaf, noun, open_registry
+from ole.cli.common import ListArg, Output, agent_command, check_model, check_proposer, leaf, noun, open_registry
 from ole.errors import ValidationError
 from ole.trace import RunCondition, TaskSpec
 
@@ -92,6 +92,9 @@ def work(args: argparse.Namespace) -> Output:
     url, workspace = _env("EVOPOLICYGYM_API"), Path(_env("EVOPOLICYGYM_WORKSPACE"))
     if args.agent == "llm" and not args.model:
         raise ValidationError("--agent llm needs --model", hint="e.g. --model replay:calls.jsonl")
+    check_model("--model", args.model if args.agent == "llm" else None)  # a missing extra: refused before work
+    if args.online:
+        check_proposer("--proposer", args.proposer)
     command = agent_command(args.agent, args.command, example="ole agent work --agent command -- python my_agent.py")
     condition = RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
     if args.online:
