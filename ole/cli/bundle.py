@@ -175,6 +175,9 @@ def list_bundles(args: argparse.Namespace) -> Output:
               e.bundle.applicability.scope_key,
               f"{e.registered_at:%Y-%m-%d %H:%M:%S}", e.content_hash[:12]] for e in entries]
     rows += [[ref, "DAMAGED", why, "-", "-", "-", "see `ole fsck`"] for ref, why in damaged.items()]
+    if len(rows) == 1:
+        return Output(data, f"no bundle is registered in {registry.root} "
+                            "(hint: `ole bundle register FILE` or `ole bundle import FILE`)")
     return Output(data, table(rows))
 
 
