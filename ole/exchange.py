@@ -88,14 +88,16 @@ def import_document(registry, doc: ExportedBundle, *, source: str, expect_hash: 
     if expect_hash is not None:
         check_hash(expect_hash, doc.content_hash)
     bundle = doc.bundle
-    existing = registry.find_content(bundle.name, bundle.content_hash) if bundle.name in registry.names() else None
+    existing = registry.find_content(bundle.name, bundle.content_hash)
     if existing is not None:
         return existing, True, ()
     local, external = [], []
-    known = bundle.name in registry.names()
     for parent in bundle.provenance.external_parents:
-        found = registry.find_content(bundle.name, parent) if known else None
-        (local.append(found.version) if found is not None else external.append(parent))
+        found = registry.find_content(bundle.name, parent)
+        if found is not None:
+            local.append(found.version)
+        else:
+            external.append(parent)
     prov = bundle.provenance.model_copy(update={"parents": tuple(local), "external_parents": tuple(external)})
     staged = validate_data(Bundle, bundle.model_copy(update={"provenance": prov}).model_dump(mode="json"),
                            source=source)
