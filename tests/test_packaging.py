@@ -71,8 +71,8 @@ def _run(fresh, *argv: str, timeout: float = 600) -> subprocess.CompletedProcess
 
 
 def test_the_wheel_holds_its_data_and_imports_from_the_new_venv(fresh):
-    done = _run(fresh, "python", "-c", "import ole, evogym; from importlib import resources; "
-                "print(ole.__file__); print(sorted(p.name for p in resources.files('ole').joinpath('seeds').iterdir()))")
+    done = _run(fresh, "python", "-c", "import ole, evogym; from importlib import resources; print(ole.__file__); "
+                "print(sorted(p.name for p in resources.files('ole').joinpath('seeds').iterdir()))")
     assert done.returncode == 0, done.stderr
     where, seeds = done.stdout.splitlines()
     assert where.startswith(str(fresh[3])) and not where.startswith(str(CHECKOUT))

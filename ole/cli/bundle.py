@@ -54,7 +54,8 @@ def _parent_version(text: str, name: str) -> int:
         given, version = None, None
     if version is None:
         raise ValidationError(f"--parent {text!r} is not a version",
-                              hint=f"give a number such as 2, or {name}@2 (parents are earlier versions of the same name)")
+                              hint=f"give a number such as 2, or {name}@2 "
+                                   "(parents are earlier versions of the same name)")
     if given != name:
         raise ValidationError(f"--parent {text} names bundle `{given}`, but the file is bundle `{name}`",
                               hint=f"parents are earlier versions of the same name, e.g. {name}@{version}")
@@ -213,7 +214,8 @@ def import_file(args: argparse.Namespace) -> Output:
     data = {"ref": entry.ref, "status": entry.status, "content_hash": entry.content_hash, "deduplicated": existed,
             "parents": list(prov.parents), "external_parents": list(external)}
     if existed:
-        return Output(data, f"identical content is already registered as {entry.ref} ({entry.status}); nothing recorded")
+        return Output(data, f"identical content is already registered as {entry.ref} ({entry.status}); "
+                            "nothing recorded")
     lineage = ", ".join([f"{entry.name}@{p}" for p in prov.parents] + [f"external {h[:12]}" for h in external])
     return Output(data, f"imported {entry.ref} (content {entry.content_hash[:12]}, verified; parents "
                         f"{lineage or 'none'})\nnext: ole release {entry.ref} --reason \"...\"")

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ole.cli.common import Output, agent_command, check_llm_file, check_model, check_task_names, check_writable, leaf, table, ListArg
+from ole.cli.common import (ListArg, Output, agent_command, check_llm_file, check_model, check_task_names,
+                            check_writable, leaf, table)
 from ole.errors import ValidationError
 from ole.registry import DEFAULT_CHANNEL
 from ole.trace import RunCondition, TaskSpec

@@ -126,7 +126,8 @@ def traces(tmp_path) -> tuple[Path, str, Path]:
     bundle = load_bundle_yaml(PROJECT / "bundles" / "coder.yaml")
     for seed in (0, 1):
         job = SimpleNamespace(task=TaskSpec(env="gym/acrobot", budget=8, pool_seed=101), bundle_ref="coder@1",
-                              bundle_hash=bundle.content_hash, bundle=bundle, condition=RunCondition(host="builtin", seed=seed))
+                              bundle_hash=bundle.content_hash, bundle=bundle,
+                              condition=RunCondition(host="builtin", seed=seed))
         archive.append(fake_evaluate(job))
     good, bad = sorted(archive.root.glob("*.json"))
     bad.write_bytes(bad.read_bytes()[:200])
