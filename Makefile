@@ -8,7 +8,7 @@ STAMP := $(VENV)/.installed
 
 install: $(STAMP)
 
-$(STAMP): pyproject.toml
+$(STAMP): pyproject.toml constraints.txt
 	@command -v bwrap >/dev/null 2>&1 || { \
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null)); \
@@ -16,7 +16,7 @@ $(STAMP): pyproject.toml
 	@$(MAKE) --no-print-directory chromium
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
-	$(BIN)/python -m pip install -q -e ".[llm,dev]"
+	$(BIN)/python -m pip install -q -c constraints.txt -e ".[llm,dev]"
 	@touch $(STAMP)
 
 test: install

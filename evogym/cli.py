@@ -141,6 +141,11 @@ def cmd_run(args) -> int:
                       "final_score": doc["outcome"]["final_score"],
                       "normalized_score": doc["outcome"].get("normalized_score"),
                       "agent_exit": proc.returncode, "agent_log": str(agent_log)}))
+    if proc.returncode and not (doc["outcome"].get("auxiliary") or {}).get("n_submits"):
+        # the score is the untouched starting policy's: report it, but never as a successful run
+        print(f"evogym: error: the agent exited {proc.returncode} and submitted nothing, so the score is the "
+              f"starting policy's (hint: see {agent_log})", file=sys.stderr)
+        return 1
     return 0 if doc["outcome"]["status"] != "error" else 1
 
 

@@ -53,6 +53,10 @@ _SCOPE_VALUE = re.compile(r"[A-Za-z0-9_./:+-]+")
 NAME_PATTERN = r"[a-z][a-z0-9_-]{0,63}"
 _NAME = re.compile(NAME_PATTERN)
 _REF = re.compile(rf"(?P<name>{NAME_PATTERN})(@(?P<version>[1-9][0-9]{{0,8}}))?")
+_HASH = re.compile(r"[0-9a-f]{64}")
+MIN_HASH_PREFIX = 6
+"""Shortest content-hash prefix accepted for a claimed hash (`--expect-hash`): 16^6 contents per
+prefix is unique in any registry we know of, and `ole bundle list` prints 12 digits."""
 
 
 class _Record(BaseModel):
@@ -287,6 +291,10 @@ class Provenance(_Record):
 
     parents: tuple[int, ...] = ()
     """Versions (of the same name) it was derived from: none for a seed, two for recombination."""
+    external_parents: tuple[str, ...] = ()
+    """Content hashes of parents that are not in this registry: a bundle moved between registries
+    (`ole bundle export`/`import`) names its lineage by hash, and a parent that was not imported
+    stays named here. An export lists every parent here and no version numbers."""
     edge: Edge | None = None
     """How it was derived: online, offline_mutation, recombination, manual, specialization (a
     strictly narrower applicability than the parent's, checked at registration); null for a seed."""
@@ -313,8 +321,13 @@ class Provenance(_Record):
     @model_validator(mode="after")
     def _consistent(self) -> "Provenance":
         wanted = {None: 0, "recombination": 2}.get(self.edge, 1)
-        if len(self.parents) != wanted:
-            raise ValueError(f"edge {self.edge!r} needs {wanted} parent(s), got {list(self.parents)}")
+        if len(self.parents) + len(self.external_parents) != wanted:
+            raise ValueError(f"edge {self.edge!r} needs {wanted} parent(s), got {list(self.parents)}"
+                             + (f" and external {list(self.external_parents)}" if self.external_parents else ""))
+        bad = [h for h in self.external_parents if not _HASH.fullmatch(h)]
+        if bad or len(set(self.external_parents)) != len(self.external_parents):
+            raise ValueError(f"external_parents must be distinct sha256 content hashes (64 hex digits), "
+                             f"got {list(self.external_parents)}")
         if len(set(self.parents)) != len(self.parents) or any(p < 1 for p in self.parents):
             raise ValueError(f"parents must be distinct versions >= 1, got {list(self.parents)}")
         if self.edge is not None and self.mode not in EDGE_MODES[self.edge]:
@@ -417,6 +430,18 @@ def parse_ref(ref: str) -> tuple[str, int | None]:
                               hint="names are lower-case letters, digits, - and _; e.g. `coder@2`")
     version = match.group("version")
     return match.group("name"), int(version) if version else None
+
+
+def check_hash(claimed: str, actual: str, *, what: str = "content hash") -> None:
+    """Refuse unless `claimed` (a full sha256 or a prefix of at least `MIN_HASH_PREFIX` hex digits,
+    e.g. the 12 that `ole bundle list` prints) is the start of `actual`; the error shows both in full."""
+    text = claimed.strip().lower() if isinstance(claimed, str) else ""
+    if not re.fullmatch(rf"[0-9a-f]{{{MIN_HASH_PREFIX},64}}", text):
+        raise ValidationError(f"claimed {what} `{claimed}` is not a sha256 prefix",
+                              hint=f"give {MIN_HASH_PREFIX} to 64 hex digits, e.g. the 12 `ole bundle list` prints")
+    if not actual.startswith(text):
+        raise ValidationError(f"claimed {what} {text} does not match the content, which hashes to {actual}",
+                              hint="check you have the file you meant, or drop the claim")
 
 
 def format_ref(name: str, version: int) -> str:

@@ -5,8 +5,9 @@ belongs to a writer that died before its commit (reliability.md C1) and is swept
 blob whose bytes no longer hash to its name is moved to `quarantine/` and reported,
 never served again (C6); only that version is degraded, and `Registry.restore_blob`
 (`ole fsck --restore FILE`) puts back a byte-exact copy. Root `*.yaml` files that were
-skipped or edited after registration are problems too. Everything else is reported,
-not changed.
+skipped or edited after registration are problems too. The trace archive is checked beside
+the registry (`check_traces`): a trace file that does not load is a problem, and is moved
+to `<archive>/quarantine/` on repair. Everything else is reported, not changed.
 """
 from __future__ import annotations
 
@@ -44,6 +45,8 @@ class FsckReport(BaseModel):
     """Champion `NAME@VERSION` per channel after the check."""
     scopes: dict[str, dict[str, str]] = {}
     """Scope champions (scope key -> `NAME@VERSION`) per channel that has any, `general` left out."""
+    traces: int = 0
+    """Trace files checked in the trace archive (0 when no archive was checked)."""
 
 
 def check(registry, *, repair: bool, traces=()) -> FsckReport:
@@ -266,3 +269,22 @@ def _sweep(registry, referenced: set[str], repair: bool) -> list[str]:
             if repair:
                 path.unlink()
     return swept
+
+
+def check_traces(archive, *, repair: bool) -> tuple[list[str], list[str], int]:
+    """Trace files of `archive` (`ole.trace.TraceArchive`) that do not load: the problems, the files
+    moved to quarantine (on repair), and how many files were checked."""
+    problems, quarantined = [], []
+    for path, why in archive.damaged():
+        moved = archive.quarantine(path) if repair else None
+        problems.append(f"trace {path} is damaged: {why}" + (f" (quarantined to {moved})" if moved else ""))
+        if moved is not None:
+            quarantined.append(str(moved))
+    return problems, quarantined, len(archive.ids()) + len(quarantined)
+
+
+def with_traces(report: FsckReport, archive, *, repair: bool) -> FsckReport:
+    """`report` with the trace archive's problems and quarantined files added."""
+    problems, quarantined, count = check_traces(archive, repair=repair)
+    return report.model_copy(update={"ok": report.ok and not problems, "problems": report.problems + tuple(problems),
+                                     "quarantined": report.quarantined + tuple(quarantined), "traces": count})

@@ -204,6 +204,8 @@ class LLMClient:
             if spec.startswith(prefix):
                 path = Path(spec[len(prefix):]).expanduser()
                 return cls(model=spec, mode=prefix[:-1], store_path=path, **kwargs)  # type: ignore[arg-type]
+        from ole.extras import check
+        check("llm", f"the live model `{spec}`")  # refused here, before a run starts, not at its first call
         return cls(model=spec, mode="live", **kwargs)
 
     # ---- loading -------------------------------------------------------------------------
@@ -365,7 +367,7 @@ def _litellm() -> Any:
         import litellm
     except ImportError as exc:
         raise LLMUnavailable("litellm is not installed",
-                             hint="install the `llm` extra: pip install -e '.[llm]'") from exc
+                             hint="install the `llm` extra: pip install 'openloopevolve[llm]'") from exc
     litellm.telemetry = False
     litellm.success_callback = []
     litellm.failure_callback = []

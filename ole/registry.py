@@ -1,6 +1,7 @@
 """The bundle registry: an append-only SQLite (WAL) event store beside immutable blobs.
 
-Layout under the root (`--root`, else `$OLE_ROOT`, else the project's `bundles/`):
+Layout under the root (`--root`, else `$OLE_ROOT`, else the project's `bundles/`, else the
+per-user root; `ole.roots`):
 
     <root>/*.yaml                      seed bundles, auto-registered as version 1 on first use
     <root>/.registry/registry.sqlite3  tables `events` (append-only) and `bundles` (index)
@@ -39,7 +40,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ole import scopes
 from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bundle, Provenance, TaskContext,
-                        bundle_from_data,
+                        bundle_from_data, check_hash,
                         dump_bundle_yaml, format_ref, load_bundle_yaml, parse_ref, parse_scope, validate_data)
 from ole.errors import Conflict, IntegrityError, NotFound, OleError, StorageError, ValidationError
 from ole.coverage import evidence_line
@@ -102,14 +103,10 @@ def crash_point(step: str) -> None:
 
 
 def default_root(explicit: str | Path | None = None) -> Path:
-    """Resolve the registry root: `explicit`, else `$OLE_ROOT`, else the project's `bundles/`."""
-    given = explicit if explicit is not None else os.environ.get(ROOT_ENV) or None
-    root = Path(given) if given else Path(__file__).resolve().parent.parent / "bundles"
-    if not root.is_dir():
-        source = "--root" if explicit is not None else (ROOT_ENV if given else "the project default")
-        raise NotFound(f"registry root {root} (from {source}) is not a directory",
-                       hint="create it, or pass --root DIR / set OLE_ROOT")
-    return root
+    """Resolve the registry root: `explicit`, else `$OLE_ROOT`, else the project's `bundles/`, else the
+    per-user root, seeded on first use (`ole.roots`)."""
+    from ole.roots import resolve
+    return resolve(explicit)
 
 
 def _now() -> datetime:
@@ -191,6 +188,27 @@ class Registry:
         self.home = self.root / REGISTRY_DIR
         self.blobs = self.home / BLOB_DIR
         self.quarantine = self.home / QUARANTINE_DIR
+        self.read_only = False
+        """True when the file system refused writes and the registry was opened for reading only."""
+        try:
+            self._open_read_write()
+        except StorageError:
+            if not self._open_read_only():
+                raise
+        self.bounded_on_open: list[str] = []
+        """What `_bound_legacy_releases` recorded while opening (the CLI prints it)."""
+        if self.read_only:  # nothing may be written: seeds stay unregistered, legacy releases unbounded
+            legacy = self._legacy_releases(self.events())
+            if legacy:
+                self.warnings.append(f"{len(legacy)} release(s) recorded before releases were bounded by evidence "
+                                     "reach further than their gate decisions here (read-only: not bounded; "
+                                     "hint: open the registry writable once to bound them, as events)")
+            return
+        if seed:
+            self._register_seeds()
+        self._bound_legacy_releases()
+
+    def _open_read_write(self) -> None:
         try:
             self.blobs.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.home / DB_FILE, timeout=BUSY_TIMEOUT_S, isolation_level=None)
@@ -209,11 +227,29 @@ class Registry:
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open registry at {self.home}: {exc}",
                                hint="check permissions and free space") from None
-        if seed:
-            self._register_seeds()
-        self.bounded_on_open: list[str] = []
-        """What `_bound_legacy_releases` recorded while opening (the CLI prints it)."""
-        self._bound_legacy_releases()
+
+    def _open_read_only(self) -> bool:
+        """Open an existing registry for reading when it cannot be written (a read-only mount, another
+        user's files). `mode=ro` needs the WAL index to be writable or present; a registry whose last
+        writer closed cleanly has neither, and is opened `immutable` (nothing can change it here)."""
+        path = self.home / DB_FILE
+        if not path.is_file():
+            return False
+        for flags in ("mode=ro", "mode=ro&immutable=1"):
+            try:
+                db = sqlite3.connect(f"{path.resolve().as_uri()}?{flags}", uri=True, isolation_level=None)
+                found = db.execute("PRAGMA user_version").fetchone()[0]
+                db.execute("SELECT COUNT(*) FROM events").fetchone()
+            except sqlite3.Error:
+                continue
+            if found != DB_SCHEMA_VERSION:
+                db.close()
+                return False
+            self._db, self.read_only = db, True
+            self.warnings.append(f"the registry at {self.home} is read-only here: reads work, every write "
+                                 "is refused (hint: pass --root to a writable copy to release, register or import)")
+            return True
+        return False
 
     def close(self) -> None:
         """Close the database connection."""
@@ -229,6 +265,9 @@ class Registry:
 
     @contextmanager
     def _write(self, op: str) -> Iterator[sqlite3.Connection]:
+        if self.read_only:
+            raise StorageError(f"the registry at {self.home} is read-only: {op} needs write access",
+                               hint="pass --root to a writable copy of it")
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
@@ -308,14 +347,13 @@ class Registry:
         names different parents is a `Conflict`); parents given without an edge mean
         `manual` (one parent) or `recombination` (two). Identical content under the same
         name returns the existing version (dedupe). `expected_hash`, when given, must equal
-        the content hash.
+        the content hash or start with it (`ole.bundle.check_hash`).
         """
         # a bundle built with model_copy skips validation: check it as if read from a file, so a
         # schema-breaking value is refused here instead of being stored and failing on every read
         bundle = bundle_from_data(bundle.model_dump(mode="json"), source=f"bundle {bundle.name!r}")
-        if expected_hash is not None and expected_hash != bundle.content_hash:
-            raise ValidationError(f"claimed content hash {expected_hash[:12]}… does not match "
-                                  f"the content ({bundle.content_hash[:12]}…)", hint="recompute the hash")
+        if expected_hash is not None:  # a full hash or a unique prefix (`bundle list` prints 12 digits)
+            check_hash(expected_hash, bundle.content_hash)
         stamped = self._stamp(bundle, parents, edge, evidence_ids)
         return self._register(stamped, note=note, seed=False)
 
@@ -349,7 +387,7 @@ class Registry:
                                       (bundle.name,)).fetchone()[0] or 0
             if row is None and not (seed and latest):
                 self._check_parents(bundle, latest)
-                if bundle.provenance.edge == "specialization":
+                if bundle.provenance.edge == "specialization" and bundle.provenance.parents:  # else external
                     parent = format_ref(bundle.name, bundle.provenance.parents[0])
                     scopes.check_specialization(bundle, self.get(parent).bundle)
                 self._write_blob(data, blob_hash)
@@ -370,7 +408,8 @@ class Registry:
             if not 1 <= parent <= latest:
                 known = f"versions: 1–{latest}" if latest else "no versions yet"
                 raise NotFound(f"parent {format_ref(bundle.name, parent)} is not registered ({known})",
-                               hint="parents are earlier versions of the same bundle name")
+                               hint="parents are earlier versions of the same bundle name; to move a bundle "
+                                    "between registries use `ole bundle export` and `ole bundle import`")
 
     def _seed_files(self) -> tuple[list[tuple[Path, Bundle]], list[str]]:
         """Loadable seeds of the root (`coder` first) and one line per `*.yaml` that is not a seed.
@@ -909,6 +948,8 @@ class Registry:
     def fsck(self, *, repair: bool = True, traces: Sequence[str | Path] = ()) -> FsckReport:
         """Check hashes, lineage DAG and pointers; sweep orphans and quarantine corrupt blobs. With
         `traces` (trace archive folders), every trace id an event names must be in one of them."""
+        if self.read_only and not repair:
+            return check(self, repair=False, traces=traces)  # nothing can write here: no lock needed to look
         with self._write("fsck"):
             return check(self, repair=repair, traces=traces)
 

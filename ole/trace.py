@@ -4,6 +4,11 @@ A trace is written only after the host has scored the run (`run.json` with a fin
 score), so every outcome in `traces/` is verified by the host, never by the agent's
 own report. The archive is append-only: one JSON file per trace, written atomically
 (temp + fsync + rename + directory fsync); an existing id is never overwritten.
+
+A file that no longer parses as a trace (truncated by a full disk, edited by hand) degrades
+only itself: `get` raises `DamagedTrace` naming the file, iteration skips it and remembers it
+(`skipped`), `damaged()` lists every one, and `ole fsck` reports them and moves them to
+`<archive>/quarantine/` (`quarantine`), out of the archive's way.
 """
 from __future__ import annotations
 
@@ -17,9 +22,11 @@ from typing import Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ole.errors import NotFound, ValidationError
+from ole.errors import IntegrityError, NotFound, ValidationError
 
 SCHEMA_VERSION = "1"
+QUARANTINE_DIR = "quarantine"
+"""Where `TraceArchive.quarantine` moves damaged trace files (below the archive root)."""
 EditKind = Literal["synthesis", "tuning", "none", "revert"]
 
 
@@ -232,6 +239,8 @@ class TraceArchive:
 
     def __init__(self, root: Path | str) -> None:
         self.root = Path(root)
+        self.skipped: list[tuple[Path, str]] = []
+        """Damaged files (file, why) the last iteration skipped."""
 
     def append(self, trace: Trace) -> Path:
         """Write a trace atomically; refuses traces whose outcome the host did not record, and existing ids.
@@ -269,21 +278,72 @@ class TraceArchive:
         return sorted(p.stem for p in self.root.glob("*.json") if not p.name.startswith("."))
 
     def get(self, trace_id: str) -> Trace:
+        """The trace `trace_id`; `NotFound` (with close ids) or `DamagedTrace` (naming the file)."""
         path = self.root / f"{trace_id}.json"
         if not path.is_file():
             import difflib
             close = difflib.get_close_matches(trace_id, self.ids(), n=3)
             raise NotFound(f"no trace {trace_id!r} in {self.root}",
                            hint=f"did you mean {close[0]!r}?" if close else "see `ole trace ls`")
-        return Trace.model_validate_json(path.read_text())
+        return load_trace(path)
 
     def __iter__(self) -> Iterator[Trace]:
+        """Every readable trace in id order; damaged files are skipped and listed in `skipped`."""
+        self.skipped = []
         for trace_id in self.ids():
-            yield self.get(trace_id)
+            try:
+                yield self.get(trace_id)
+            except DamagedTrace as exc:
+                self.skipped.append((exc.path, exc.why))
 
     def select(self, *, env: str | None = None, bundle_hash: str | None = None) -> list[Trace]:
+        """Readable traces of `env` and/or `bundle_hash` (damaged ones skipped, see `skipped`)."""
         return [t for t in self if (env is None or t.task.env == env)
                 and (bundle_hash is None or t.bundle_hash == bundle_hash)]
+
+    def damaged(self) -> list[tuple[Path, str]]:
+        """(file, why) for every archived file that does not load as a trace."""
+        out = []
+        for trace_id in self.ids():
+            try:
+                self.get(trace_id)
+            except DamagedTrace as exc:
+                out.append((exc.path, exc.why))
+        return out
+
+    def quarantine(self, path: Path) -> Path:
+        """Move a damaged trace file to `<root>/quarantine/` (never over another); returns where it went."""
+        folder = self.root / QUARANTINE_DIR
+        folder.mkdir(exist_ok=True)
+        target = folder / path.name
+        n = 1
+        while target.exists():
+            target, n = folder / f"{path.stem}.{n}{path.suffix}", n + 1
+        os.replace(path, target)
+        return target
+
+
+class DamagedTrace(IntegrityError):
+    """An archived trace file that does not load (bad JSON, schema errors); names the file."""
+
+    def __init__(self, path: Path, why: str) -> None:
+        super().__init__(f"trace file {path} is damaged: {why}",
+                         hint="`ole fsck` lists damaged traces and moves them to quarantine/")
+        self.path, self.why = path, why
+
+
+def load_trace(path: Path) -> Trace:
+    """Read one trace file; `DamagedTrace` (one line: the file and its first error) when it does not load."""
+    import pydantic
+    try:
+        return Trace.model_validate_json(Path(path).read_bytes())
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        where = ".".join(str(p) for p in first["loc"])
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise DamagedTrace(Path(path), f"{where + ': ' if where else ''}{first['msg']}{more}") from None
+    except OSError as exc:
+        raise DamagedTrace(Path(path), f"unreadable: {exc.strerror or exc}") from None
 
 
 def run_json_digest(path: Path) -> str:

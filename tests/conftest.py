@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import json
 import os
+import tempfile
 import textwrap
 import urllib.error
 import urllib.request
@@ -11,6 +12,9 @@ from pathlib import Path
 import pytest
 
 os.environ.setdefault("MUJOCO_GL", "egl")
+# `ole` outside a project seeds a per-user registry under $XDG_DATA_HOME (ole.roots): tests, and the
+# subprocesses they start, get their own, never the user's
+os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="ole-tests-xdg-")
 
 
 class LiveHost:

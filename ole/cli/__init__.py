@@ -52,7 +52,9 @@ class _Parser(argparse.ArgumentParser):
 
 def build_parser() -> argparse.ArgumentParser:
     """The full `ole` parser."""
+    from ole.distribution import version
     parser = _Parser(prog="ole", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--version", action="version", version=f"ole (openloopevolve) {version()}")
     add_global_options(parser)
     parser.set_defaults(handler=None, help_parser=parser)
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
@@ -74,6 +76,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.handler is None:  # a bare `ole` or `ole NOUN`: show what can follow
         args.help_parser.print_help()
         return 0
+    from ole.distribution import evogym_conflict
+    conflict = evogym_conflict()  # before any command imports `evogym` (ole.distribution says why)
+    if conflict is not None:
+        return _fail(args, conflict, 1, "EvogymConflict")
     # SIGTERM takes the Ctrl-C path, so hosts, pools and workers are cleaned up the same way
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
     try:

@@ -29,13 +29,9 @@ import sys
 import tempfile
 from pathlib import Path
 
-from ole.cli.common import Output, agent_command, leaf, noun, open_registry
+from ole.cli.common import ListArg, Output, agent_command, check_model, check_proposer, leaf, noun, open_registry
 from ole.errors import ValidationError
 from ole.trace import RunCondition, TaskSpec
-
-
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
 
 
 def register(subparsers) -> None:
@@ -61,8 +57,10 @@ def register(subparsers) -> None:
     o.add_argument("--recent", type=int, default=6, help="recent stream traces the proposer reads (default 6)")
     o.add_argument("--workdir", help="absolute stream workspace: store, traces, gate runs "
                    "(default: $OLE_ONLINE_WORKDIR, else ~/.local/state/ole/online-CHANNEL)")
-    o.add_argument("--gate-envs", help="envs of the gate instances (default: the evolve default suite)")
-    o.add_argument("--gate-pools", type=_ints, help="pool seeds of the gate instances (default 201,202,203,204)")
+    o.add_argument("--gate-envs", action=ListArg, metavar="ENV",
+                   help="envs of the gate instances, `a b` or `a,b` (default: the evolve default suite)")
+    o.add_argument("--gate-pools", action=ListArg, item=int, metavar="SEED",
+                   help="pool seeds of the gate instances (default 201 202 203 204)")
     o.add_argument("--gate-budget", type=int,
                    help="episode budget of the gate's suite (default 32)")
     o.add_argument("--gate-budgets", type=_ints,
@@ -97,6 +95,9 @@ def work(args: argparse.Namespace) -> Output:
     url, workspace = _env("EVOPOLICYGYM_API"), Path(_env("EVOPOLICYGYM_WORKSPACE"))
     if args.agent == "llm" and not args.model:
         raise ValidationError("--agent llm needs --model", hint="e.g. --model replay:calls.jsonl")
+    check_model("--model", args.model if args.agent == "llm" else None)  # a missing extra: refused before work
+    if args.online:
+        check_proposer("--proposer", args.proposer)
     command = agent_command(args.agent, args.command, example="ole agent work --agent command -- python my_agent.py")
     condition = RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
     if args.online:
@@ -143,7 +144,7 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
     from ole.cli.evolve import replaced_flags
     replaced_flags(args)
     given = lambda **kw: {k: v for k, v in kw.items() if v is not None}  # noqa: E731
-    envs = tuple(e for e in args.gate_envs.split(",") if e) if args.gate_envs else None
+    envs = tuple(args.gate_envs) if args.gate_envs else None
     try:
         suite = Suite(**given(envs=envs, profile=args.gate_profile, budget=args.gate_budget), host=condition.host,
                       model=condition.model, command=condition.command)

@@ -1,10 +1,14 @@
-"""`ole bundle validate|register|show|diff|list`."""
+"""`ole bundle validate|register|show|diff|list|export|import`.
+
+`show` prints valid YAML (its header lines are comments), `export` writes a bundle with its
+lineage named by content hash for `import` into another registry (`ole.exchange`).
+"""
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from ole.bundle import EDGES, GENERAL_SCOPE, diff_bundles, dump_bundle_yaml, load_bundle_yaml
+from ole.bundle import EDGES, GENERAL_SCOPE, check_hash, diff_bundles, dump_bundle_yaml, load_bundle_yaml, parse_ref
 from ole.cli.common import Output, leaf, noun, open_registry, table
 from ole.errors import Conflict, OleError, ValidationError
 
@@ -16,21 +20,46 @@ def register(subparsers) -> None:
     p.add_argument("files", nargs="+", metavar="FILE")
     p = leaf(verbs, "register", register_file, "register a bundle file as the next version of its name")
     p.add_argument("file", metavar="FILE")
-    p.add_argument("--parent", type=int, action="append", default=[], metavar="VERSION",
-                   help="parent version (same name); twice for a recombination")
+    p.add_argument("--parent", action="append", default=[], metavar="VERSION",
+                   help="parent version of the same name (`2` or `coder@2`); twice for a recombination")
     p.add_argument("--edge", choices=EDGES,
                    help="how it was derived (default: manual, or recombination with two parents); "
                         "specialization: its applicability is strictly narrower than the parent's")
     p.add_argument("--evidence", action="append", default=[], metavar="ID", help="supporting evidence id")
     p.add_argument("--note", default="", help="why it was registered (recorded in the event)")
-    p.add_argument("--expect-hash", metavar="SHA256", help="fail unless the content hash is this")
-    p = leaf(verbs, "show", show, "show one version: status, provenance, events, YAML")
+    p.add_argument("--expect-hash", metavar="SHA256",
+                   help="fail unless the content hash is this, or starts with it (e.g. the 12 digits `list` prints)")
+    p = leaf(verbs, "show", show, "show one version: status, provenance, events (as YAML comments), then its YAML")
     p.add_argument("ref", metavar="NAME[@VERSION]")
     p = leaf(verbs, "diff", diff, "per-component differences between two versions")
     p.add_argument("a", metavar="NAME@VERSION")
     p.add_argument("b", metavar="NAME@VERSION")
     p = leaf(verbs, "list", list_bundles, "list registered versions")
     p.add_argument("name", nargs="?", metavar="NAME")
+    p = leaf(verbs, "export", export, "write a version as YAML for another registry (lineage by content hash)")
+    p.add_argument("ref", metavar="NAME[@VERSION]")
+    p.add_argument("-o", "--output", metavar="FILE", help="write to FILE (default: print it)")
+    p = leaf(verbs, "import", import_file, "register an exported bundle here (hash checked, lineage kept)")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--expect-hash", metavar="SHA256", help="fail unless the content hash is this, or starts with it")
+
+
+def _parent_version(text: str, name: str) -> int:
+    """`--parent 2` or `--parent coder@2` -> 2; the name, when given, must be the file's own."""
+    if text.strip().isdigit() and int(text) >= 1:
+        return int(text)
+    try:
+        given, version = parse_ref(text)
+    except OleError:
+        given, version = None, None
+    if version is None:
+        raise ValidationError(f"--parent {text!r} is not a version",
+                              hint=f"give a number such as 2, or {name}@2 "
+                                   "(parents are earlier versions of the same name)")
+    if given != name:
+        raise ValidationError(f"--parent {text} names bundle `{given}`, but the file is bundle `{name}`",
+                              hint=f"parents are earlier versions of the same name, e.g. {name}@{version}")
+    return version
 
 
 def validate(args: argparse.Namespace) -> Output:
@@ -55,16 +84,15 @@ def validate(args: argparse.Namespace) -> Output:
 def register_file(args: argparse.Namespace) -> Output:
     """Register FILE (stamping --parent/--edge/--evidence); identical content dedupes."""
     bundle = load_bundle_yaml(Path(args.file))
-    if args.expect_hash is not None and args.expect_hash != bundle.content_hash:
-        raise ValidationError(f"--expect-hash {args.expect_hash[:12]}… does not match the content "
-                              f"({bundle.content_hash})", hint="recompute the hash, or drop --expect-hash")
+    if args.expect_hash is not None:
+        check_hash(args.expect_hash, bundle.content_hash, what="--expect-hash")
+    args.parent = [_parent_version(p, bundle.name) for p in args.parent]
     with open_registry(args) as registry:
         existing = registry.find_content(bundle.name, bundle.content_hash)
         if existing is not None:
             _same_provenance(existing, args)
         entry = existing or registry.register(bundle, parents=args.parent, edge=args.edge,
-                                              evidence_ids=args.evidence, note=args.note,
-                                              expected_hash=args.expect_hash)
+                                              evidence_ids=args.evidence, note=args.note)
     data = {"ref": entry.ref, "status": entry.status, "content_hash": entry.content_hash,
             "deduplicated": existing is not None}
     if existing:
@@ -96,17 +124,20 @@ def show(args: argparse.Namespace) -> Output:
     prov = entry.bundle.provenance
     data = entry.model_dump(mode="json")
     data["events"] = [e.model_dump(mode="json") for e in events]
-    parents = ", ".join(f"{entry.name}@{p}" for p in prov.parents) or "none (seed)"
-    lines = [f"{entry.ref}  [{entry.status}]  content {entry.content_hash[:12]}",
-             f"registered {entry.registered_at:%Y-%m-%d %H:%M:%S}Z  parents {parents}  edge {prov.edge or '-'}"
-             f"  mode {prov.mode}  proposer {prov.proposer}",
-             f"scope {entry.bundle.applicability.scope_key}  evidence {', '.join(prov.evidence_ids) or '-'}",
-             "events:", *(f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind}"
-                          f"{' ' + e.ref if e.version != entry.version else ''}"
-                                          f"{' on ' + e.channel if e.channel else ''}"
-                          f"{_scope_note(e)}"
-                          f"{': ' + e.payload['reason'] if e.payload.get('reason') else ''}" for e in events),
-             "---", dump_bundle_yaml(entry.bundle).rstrip()]
+    parents = ", ".join([f"{entry.name}@{p}" for p in prov.parents]
+                        + [f"external {h[:12]}" for h in prov.external_parents]) or "none (seed)"
+    header = [f"{entry.ref}  [{entry.status}]  content {entry.content_hash[:12]}",
+              f"registered {entry.registered_at:%Y-%m-%d %H:%M:%S}Z  parents {parents}  edge {prov.edge or '-'}"
+              f"  mode {prov.mode}  proposer {prov.proposer}",
+              f"scope {entry.bundle.applicability.scope_key}  evidence {', '.join(prov.evidence_ids) or '-'}",
+              "events:", *(f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind}"
+                           f"{' ' + e.ref if e.version != entry.version else ''}"
+                           f"{' on ' + e.channel if e.channel else ''}"
+                           f"{_scope_note(e)}"
+                           f"{': ' + e.payload['reason'] if e.payload.get('reason') else ''}" for e in events),
+              f"parents are version numbers of this registry; to share it: ole bundle export {entry.ref}"]
+    # the header is YAML comments, so the whole output loads as the bundle (`> file.yaml` works)
+    lines = ["# " + line for line in header] + ["---", dump_bundle_yaml(entry.bundle).rstrip()]
     return Output(data, "\n".join(lines))
 
 
@@ -134,12 +165,57 @@ def list_bundles(args: argparse.Namespace) -> Output:
         entries = [e for name in names for e in registry.versions(name, skip_damaged=True)]
         damaged = {ref: why for ref, why in registry.damaged().items() if ref.rsplit("@", 1)[0] in names}
     data = [{"ref": e.ref, "status": e.status, "parents": list(e.bundle.provenance.parents),
+             "external_parents": list(e.bundle.provenance.external_parents),
              "edge": e.bundle.provenance.edge, "scope": e.bundle.applicability.scope_key,
              "content_hash": e.content_hash, "registered_at": e.registered_at.isoformat()} for e in entries]
     data += [{"ref": ref, "status": "damaged", "damage": why} for ref, why in damaged.items()]
     rows = [["version", "status", "edge", "parents", "scope", "registered (UTC)", "content"]]
     rows += [[e.ref, e.status, e.bundle.provenance.edge or "seed",
-              ",".join(map(str, e.bundle.provenance.parents)) or "-", e.bundle.applicability.scope_key,
+              ",".join([*map(str, e.bundle.provenance.parents),
+                        *(f"ext:{h[:8]}" for h in e.bundle.provenance.external_parents)]) or "-",
+              e.bundle.applicability.scope_key,
               f"{e.registered_at:%Y-%m-%d %H:%M:%S}", e.content_hash[:12]] for e in entries]
     rows += [[ref, "DAMAGED", why, "-", "-", "-", "see `ole fsck`"] for ref, why in damaged.items()]
+    if len(rows) == 1:
+        return Output(data, f"no bundle is registered in {registry.root} "
+                            "(hint: `ole bundle register FILE` or `ole bundle import FILE`)")
     return Output(data, table(rows))
+
+
+def export(args: argparse.Namespace) -> Output:
+    """Write the version as an export document: plain YAML, parents named by content hash."""
+    from ole.exchange import export_document
+    with open_registry(args) as registry:
+        doc, text = export_document(registry, args.ref)
+    data = {"ref": doc.exported_from, "content_hash": doc.content_hash,
+            "parents": list(doc.bundle.provenance.external_parents), "file": args.output}
+    if args.output is None:
+        return Output({**data, "yaml": text}, text.rstrip())
+    out = Path(args.output)
+    if out.is_dir():
+        raise ValidationError(f"-o {out} is a directory", hint=f"name a file, e.g. {out / (doc.bundle.name + '.yaml')}")
+    try:
+        tmp = out.with_name(f".{out.name}.tmp")
+        tmp.write_text(text, encoding="utf-8")
+        tmp.replace(out)
+    except OSError as exc:
+        raise ValidationError(f"cannot write {out}: {exc.strerror or exc}", hint="choose a writable path") from None
+    return Output(data, f"exported {doc.exported_from} (content {doc.content_hash[:12]}) to {out}\n"
+                        f"next: ole --root OTHER bundle import {out}")
+
+
+def import_file(args: argparse.Namespace) -> Output:
+    """Register an export here: hash verified, parents matched by content hash, absent ones kept external."""
+    from ole.exchange import import_document, read_document
+    doc = read_document(Path(args.file))
+    with open_registry(args) as registry:
+        entry, existed, external = import_document(registry, doc, source=args.file, expect_hash=args.expect_hash)
+    prov = entry.bundle.provenance
+    data = {"ref": entry.ref, "status": entry.status, "content_hash": entry.content_hash, "deduplicated": existed,
+            "parents": list(prov.parents), "external_parents": list(external)}
+    if existed:
+        return Output(data, f"identical content is already registered as {entry.ref} ({entry.status}); "
+                            "nothing recorded")
+    lineage = ", ".join([f"{entry.name}@{p}" for p in prov.parents] + [f"external {h[:12]}" for h in external])
+    return Output(data, f"imported {entry.ref} (content {entry.content_hash[:12]}, verified; parents "
+                        f"{lineage or 'none'})\nnext: ole release {entry.ref} --reason \"...\"")

@@ -15,7 +15,7 @@ import argparse
 
 from ole.bundle import GENERAL_SCOPE, parse_scope
 from ole.cli.common import Output, leaf, noun, open_registry, parse_time, table
-from ole.errors import OleError, ValidationError
+from ole.errors import NotFound, OleError, ValidationError
 from ole.lineage import Lineage
 from ole.registry import DEFAULT_CHANNEL
 
@@ -104,6 +104,9 @@ def _show_channel(args: argparse.Namespace) -> Output:
         registry.require_channel(args.channel)
         champions = registry.scope_champions(args.channel)
         state = registry.state()
+        if not champions:  # an empty registry: nothing is registered, so nothing is champion
+            raise NotFound(f"no bundle is registered in {registry.root}, so channel `{args.channel}` has no champion",
+                           hint="register one with `ole bundle register FILE` or `ole bundle import FILE`")
     general = champions[0]
     scoped = champions[1:]
     data = {"channel": args.channel, "active": general.active, "pending": general.pending,

@@ -67,6 +67,35 @@ def noun(subparsers, name: str, help: str) -> argparse._SubParsersAction:
     return parser.add_subparsers(dest="verb", metavar="VERB")
 
 
+class ListArg(argparse.Action):
+    """The one convention for list flags: `--envs a b`, `--envs a,b` and `--envs a --envs b` all give
+    `(a, b)` (the three spellings older commands used stay accepted). `item` converts each value
+    (`int` for pool seeds and budgets); a bad one is a one-line error naming the flag."""
+
+    def __init__(self, option_strings, dest, item=str, **kwargs) -> None:
+        kwargs.setdefault("nargs", "+")
+        super().__init__(option_strings, dest, **kwargs)
+        self.item = item
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        seen = f"_{self.dest}_given"
+        items = list(getattr(namespace, self.dest) or ()) if getattr(namespace, seen, False) else []
+        for value in values:
+            for part in (p.strip() for p in value.split(",")):
+                if part:
+                    items.append(self._convert(part, option_string))
+        setattr(namespace, seen, True)
+        setattr(namespace, self.dest, tuple(items))
+
+    def _convert(self, part: str, flag: str | None):
+        try:
+            return self.item(part)
+        except ValueError:
+            kind = "an integer" if self.item is int else "valid"
+            raise argparse.ArgumentError(self, f"`{part}` is not {kind} (a list is `{flag} 1 2`, `{flag} 1,2` "
+                                               f"or `{flag} 1 {flag} 2`)") from None
+
+
 def check_task_names(envs, profile: str | None = None) -> None:
     """Resolve env slugs (and a host profile) before anything runs or is written.
 
@@ -90,6 +119,58 @@ def check_llm_file(flag: str, spec: str | None) -> None:
         if spec and spec.startswith(prefix) and not Path(spec[len(prefix):]).expanduser().is_file():
             raise ValidationError(f"{flag} {spec}: no file {spec[len(prefix):]}",
                                   hint=f"{prefix.rstrip(':')} mode reads an existing file")
+
+
+BUILTIN_PROPOSERS = ("builtin", "random", "tpe")
+"""Proposer names that are not LLM model strings (`ole evolve --proposer`)."""
+
+
+def check_model(flag: str, spec: str | None) -> None:
+    """An LLM model string is usable here: a `scripted:`/`replay:` file exists, or (a live litellm
+    model) the `llm` extra is installed. Checked before any run starts, so a missing extra is a
+    one-line error, not a task that runs without its agent and reports the starting policy's score."""
+    if not spec:
+        return
+    check_llm_file(flag, spec)
+    if not spec.startswith(("scripted:", "replay:")):
+        from ole.extras import check
+        check("llm", f"{flag} {spec} (a live LLM)")
+
+
+def check_proposer(flag: str, spec: str) -> None:
+    """`builtin`, `random`, `tpe` (the `baselines` extra), `scripted:FILE`, `replay:FILE` or a live
+    litellm model written as PROVIDER/MODEL. Anything else is refused with the closest name: a typo
+    such as `ranom` must not be sent to litellm as a model, fail every proposal, and look like a
+    run that found nothing."""
+    import difflib
+    from ole.extras import check
+    if spec in BUILTIN_PROPOSERS:
+        if spec == "tpe":
+            check("baselines", f"{flag} tpe")
+        return
+    if spec.startswith(("scripted:", "replay:")) or "/" in spec.strip("/"):
+        check_model(flag, spec)
+        return
+    close = difflib.get_close_matches(spec, BUILTIN_PROPOSERS, n=1, cutoff=0.6)
+    raise ValidationError(f"unknown {flag} `{spec}`",
+                          hint=f"did you mean `{close[0]}`?" if close else
+                          f"one of {', '.join(BUILTIN_PROPOSERS)}, scripted:FILE, replay:FILE, or a live model "
+                          "as PROVIDER/MODEL, e.g. openai/gpt-4o-mini")
+
+
+def check_writable(flag: str, path: str | Path) -> Path:
+    """Create `path` (a folder the command will write into) and prove a file can be written there,
+    before any task runs: an unwritable --traces-dir must not be found after the task's work is done."""
+    import tempfile
+    folder = Path(path)
+    try:
+        folder.mkdir(parents=True, exist_ok=True)
+        with tempfile.NamedTemporaryFile(dir=folder, prefix=".ole-write-check-"):
+            pass
+    except OSError as exc:
+        raise ValidationError(f"{flag} {folder} is not writable: {exc.strerror or exc}",
+                              hint=f"choose a folder you can write, e.g. {flag} ./{folder.name or 'out'}") from None
+    return folder
 
 
 def open_registry(args: argparse.Namespace, *, show_warnings: bool = True):

@@ -17,7 +17,8 @@ import sys
 import pydantic
 from pathlib import Path
 
-from ole.cli.common import Output, agent_command, check_llm_file, check_task_names, leaf, open_registry
+from ole.cli.common import (Output, agent_command, check_model, check_proposer, check_task_names, check_writable,
+                            leaf, ListArg, open_registry)
 from ole.cost import CostCaps, estimate
 from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
@@ -42,8 +43,13 @@ def check_flags(args: argparse.Namespace, cfg: EvolveConfig) -> None:
         load_config(args.gate_config)
     if cfg.suite.host == "llm" and not cfg.suite.model:
         raise ValidationError("--host llm needs --model", hint="e.g. --model openai/gpt-4o-mini or replay:FILE")
-    for flag, spec in (("--proposer", args.proposer), ("--model", cfg.suite.model)):
-        check_llm_file(flag, spec)
+    check_proposer("--proposer", args.proposer)
+    if args.track is not None:
+        from ole.extras import check
+        check(args.track, f"--track {args.track}")
+    elif args.track_uri is not None:
+        raise ValidationError("--track-uri names where --track logs", hint="add --track mlflow, or drop --track-uri")
+    check_model("--model", cfg.suite.model if cfg.suite.host == "llm" else None)
     if args.mode == "online":
         _online_config(args)
 
@@ -84,25 +90,22 @@ def _csv(values) -> str:
     return ",".join(str(v) for v in values)
 
 
-def _ints(text: str) -> tuple[int, ...]:
-    return tuple(int(x) for x in text.split(",") if x.strip())
-
-
 def register(subparsers) -> None:
     """Add `ole evolve`."""
     p = leaf(subparsers, "evolve", evolve, "evolve the champion offline (archive search) or online (task stream)",
              description=__doc__)
     p.add_argument("--mode", choices=("offline", "online"), required=True, help="evolution mode")
     g = p.add_argument_group("tasks")
-    g.add_argument("--envs", default=None, help=f"comma-separated env slugs (default: {','.join(DEFAULT_SUITE)})")
+    g.add_argument("--envs", "--env", action=ListArg, dest="envs", default=None, metavar="ENV",
+                   help=f"env slugs, `--envs a b` or `--envs a,b` (default: {' '.join(DEFAULT_SUITE)})")
     g.add_argument("--profile", default=None, help=f"host run profile (default: {SUITE.profile})")
     g.add_argument("--budget", type=int, default=None, help=f"episode budget per run (default: {SUITE.budget})")
-    g.add_argument("--search-pools", type=_ints, default=None, help=f"pool seeds the proposer sees (default: {_csv(CFG.search_pools)})")
-    g.add_argument("--gate-pools", type=_ints, default=None, help=f"pool seeds of the gate (default: {_csv(CFG.gate_pools)})")
-    g.add_argument("--gate-budgets", type=_ints, default=None,
+    g.add_argument("--search-pools", action=ListArg, item=int, default=None, metavar="SEED", help=f"pool seeds the proposer sees (default: {_csv(CFG.search_pools)})")
+    g.add_argument("--gate-pools", action=ListArg, item=int, default=None, metavar="SEED", help=f"pool seeds of the gate (default: {_csv(CFG.gate_pools)})")
+    g.add_argument("--gate-budgets", action=ListArg, item=int, default=None, metavar="N",
                    help=f"episode budgets of every gate instance; a release covers their band "
                         f"(default: {_csv(CFG.gate_budgets)})")
-    g.add_argument("--agent-seeds", type=_ints, default=None, help=f"agent seeds (default: {_csv(CFG.agent_seeds)})")
+    g.add_argument("--agent-seeds", action=ListArg, item=int, default=None, metavar="SEED", help=f"agent seeds (default: {_csv(CFG.agent_seeds)})")
     g.add_argument("--host", choices=("builtin", "llm", "command"), default=None,
                    help="host agent (default: builtin); `command` runs the command line after `--`")
     g.add_argument("--model", default=None, help="model string of the LLM agent")
@@ -138,6 +141,12 @@ def register(subparsers) -> None:
     r.add_argument("--max-tokens", type=int, default=None, help="cap on LLM tokens")
     r.add_argument("--max-usd", type=float, default=None, help="cap on LLM dollars")
     r.add_argument("--estimate-only", action="store_true", help="print the cost estimate and stop")
+    t = p.add_argument_group("tracking (ole.tracking)")
+    t.add_argument("--track", choices=("mlflow",), default=None,
+                   help="log this evolve as one MLflow run: params, per-generation and gate metrics, bundles, "
+                        "the report (the `mlflow` extra)")
+    t.add_argument("--track-uri", default=None, metavar="URI",
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else a local file store ./mlruns)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                    help="the command agent's command line (with --host command), after `--`")
 
@@ -146,7 +155,7 @@ def config_from(args: argparse.Namespace) -> EvolveConfig:
     """The EvolveConfig from the flags; a flag left out keeps the config's default."""
     def given(**kw) -> dict:
         return {k: v for k, v in kw.items() if v is not None}
-    envs = tuple(e for e in args.envs.split(",") if e) if args.envs else None
+    envs = tuple(args.envs) if args.envs else None
     command = agent_command(args.host or "builtin", getattr(args, "command", None),
                             example="ole evolve --mode offline --host command -- python my_agent.py")
     try:
@@ -246,6 +255,9 @@ def evolve(args: argparse.Namespace) -> Output:
     runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, monitored, gate.max_pairs)
     est = estimate(runs, budget=cfg.suite.budget or 32, workers=cfg.workers, llm_agent=cfg.suite.host == "llm",
                    proposals=cfg.population * cfg.generations, llm_proposer=args.proposer != "builtin")
+    if not args.estimate_only:  # before anything is printed or run: a run must be able to keep its results
+        check_writable("--workdir", workdir)
+        check_writable("--traces", args.traces)
     _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (upper bound):")
     for line in est.lines(cfg.caps):
         _progress("  " + line)
@@ -253,17 +265,33 @@ def evolve(args: argparse.Namespace) -> Output:
         return Output({"estimate": est.model_dump()}, "")
     progress = _Progress(est.episodes)
     with open_registry(args) as registry, make_executor(args.executor, workers=cfg.workers,
-                                                        address=args.address) as executor:
+                                                        address=args.address) as executor, \
+            _track(args, cfg, registry) as tracker:
         engine = open_engine(registry=registry, workdir=workdir, traces_root=Path(args.traces), cfg=cfg,
                              evaluate=run_job, proposer=_proposer(args.proposer, workdir, cfg), gate=gate,
                              executor=executor, progress=progress, driver=_driver(args))
         progress.meter = engine.meter
         try:
             if args.mode == "offline":
-                return _offline(engine, cfg, registry, est)
-            return _online(engine, cfg, registry, args, est)
+                output = _offline(engine, cfg, registry, est)
+            else:
+                output = _online(engine, cfg, registry, args, est)
         finally:
             progress.close()
+        if tracker is not None:  # ole.tracking: metrics and artifacts of this evolve
+            from ole.tracking import record_evolve
+            record_evolve(tracker, registry, output.data, [workdir])
+        return output
+
+
+def _track(args: argparse.Namespace, cfg: EvolveConfig, registry):
+    """The `--track` run around the evolve (a no-op context without `--track`)."""
+    from ole.distribution import version
+    from ole.tracking import track
+    params = {"mode": args.mode, "proposer": args.proposer, "executor": args.executor,
+              "config": cfg.model_dump(mode="json"), **({"online": _driver(args)} if args.mode == "online" else {})}
+    return track(args.track, uri=args.track_uri, mode=args.mode, envs=cfg.suite.envs, params=params,
+                 tags={"ole.version": version(), "ole.registry": str(registry.root), "ole.channel": cfg.channel})
 
 
 def _driver(args: argparse.Namespace) -> dict:
@@ -297,6 +325,10 @@ def _offline(engine, cfg, registry, est) -> Output:
             "screened": report.screened, "stopped": report.stopped,
             "rejected_proposals": len(engine.rejections), "spent": engine.meter.summary(),
             "estimate": est.model_dump(), "config": cfg.model_dump(mode="json")}
+    failed = [p.rejection for p in engine.rejections if (p.rejection or "").startswith("LLM call failed")]
+    if failed and len(failed) == len(engine.rejections) and not report.candidates:  # the proposer never answered
+        return Output(data, _summary(data, report, cfg.channel) + f"\nerror: all {len(failed)} proposals failed "
+                      f"before a candidate existed: {failed[0]} (hint: check --proposer and its credentials)", 1)
     return Output(data, _summary(data, report, cfg.channel))
 
 

@@ -3,7 +3,13 @@ from __future__ import annotations
 
 import argparse
 
+from pathlib import Path
+
 from ole.cli.common import Output, leaf, open_registry
+from ole.errors import ValidationError
+
+DEFAULT_TRACES = "traces"
+"""The trace archive `ole run` and `ole evolve` write by default (relative to the current directory)."""
 
 
 def register(subparsers) -> None:
@@ -12,8 +18,10 @@ def register(subparsers) -> None:
     p.add_argument("--no-repair", action="store_true", help="report only: sweep and quarantine nothing")
     p.add_argument("--restore", action="append", default=[], metavar="FILE",
                    help="put back a damaged version's blob from a byte-exact backup copy (repeatable)")
-    p.add_argument("--traces", action="append", default=[], metavar="DIR",
-                   help="trace archive(s) (repeatable): every trace id a decision or evaluation names must be there")
+    p.add_argument("--traces-dir", action="append", default=None, metavar="DIR",
+                   help="trace archive(s) to check too (repeatable): damaged trace files are moved to DIR/quarantine/, "
+                        "and every trace id a gate decision, evaluation or monitor pair names must be in one of them "
+                        f"(default: {DEFAULT_TRACES} when it exists)")
     p = leaf(subparsers, "events", events, "the append-only event record, oldest first")
     p.add_argument("--name", help="only events of this bundle name")
     p.add_argument("--kind", choices=["registration", "evaluation", "gate_decision", "release",
@@ -23,11 +31,21 @@ def register(subparsers) -> None:
 
 def fsck(args: argparse.Namespace) -> Output:
     """Exit 0 when clean, 1 when problems remain."""
+    from ole.fsck import with_traces
+    from ole.trace import TraceArchive
+    dirs = [Path(d) for d in args.traces_dir] if args.traces_dir else [Path(DEFAULT_TRACES)]
+    for d in dirs if args.traces_dir else ():
+        if not d.is_dir():
+            raise ValidationError(f"--traces-dir {d} is not a directory", hint="pass the trace archive to check")
+    dirs = [d for d in dirs if d.is_dir()]
     with open_registry(args, show_warnings=False) as registry:  # fsck lists them as problems
         restored = [f"restored: {registry.restore_blob(f)} from {f}" for f in args.restore]
-        report = registry.fsck(repair=not args.no_repair, traces=args.traces)
+        report = registry.fsck(repair=not args.no_repair, traces=dirs)
+    for d in dirs:
+        report = with_traces(report, TraceArchive(d), repair=not args.no_repair)
     verb = "would sweep" if args.no_repair else "swept"
     lines = restored + [f"{'clean' if report.ok else 'PROBLEMS'}: {report.bundles} versions, {report.events} events, "
+             + (f"{report.traces} traces, " if dirs else "") +
              f"champions {', '.join(f'{c}={r}' for c, r in report.channels.items()) or '-'}"]
     lines += [f"  {c} scope {s}: {r}" for c, scoped in report.scopes.items() for s, r in scoped.items()]
     lines += [f"problem: {p}" for p in report.problems]

@@ -14,7 +14,8 @@ from __future__ import annotations
 import argparse
 import sys
 
-from ole.cli.common import Output, agent_command, check_llm_file, check_task_names, leaf, table
+from ole.cli.common import (ListArg, Output, agent_command, check_llm_file, check_model, check_task_names,
+                            check_writable, leaf, table)
 from ole.errors import ValidationError
 from ole.registry import DEFAULT_CHANNEL
 from ole.trace import RunCondition, TaskSpec
@@ -27,7 +28,8 @@ def register(subparsers) -> None:
     """Add `ole run`."""
     p = leaf(subparsers, "run", run, "work a task (or a suite) with a host agent; prints the trace id")
     where = p.add_mutually_exclusive_group(required=True)
-    where.add_argument("--env", action="append", metavar="ENV", help="env slug (repeat for several)")
+    where.add_argument("--env", "--envs", action=ListArg, dest="env", metavar="ENV",
+                       help="env slugs: `--env a b`, `--env a,b` or `--env a --env b`")
     where.add_argument("--suite", choices=("core16",), help="run every env of a suite")
     p.add_argument("--bundle", metavar="NAME[@VERSION]",
                    help="bundle (default: the channel's most specific champion whose scope matches the task)")
@@ -62,6 +64,7 @@ def _condition(args: argparse.Namespace) -> RunCondition:
     if args.agent == "llm" and not args.model:
         raise ValidationError("--agent llm needs --model", hint="e.g. --model openai/gpt-4o-mini")
     check_llm_file("--model", args.model)
+    check_model("--model", args.model if args.agent == "llm" else None)
     command = agent_command(args.agent, args.command, args.agent_command,
                             example="ole run --env gym/acrobot --agent command -- python my_agent.py")
     return RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
@@ -94,6 +97,8 @@ def run(args: argparse.Namespace) -> Output:
     if args.budget is not None and args.budget < 1:
         raise ValidationError(f"--budget must be at least 1, got {args.budget}", hint="omit it for the profile's")
     _check_scopes(args, envs, condition)
+    for flag, folder in (("--runs-dir", args.runs_dir), ("--traces-dir", args.traces_dir)):
+        check_writable(flag, folder)
     say = (lambda line: None) if args.quiet else (lambda line: print(line, file=sys.stderr, flush=True))
     rows, data = [["env", "status", "final", "normalized", "trace"]], []
     for n, env in enumerate(envs, 1):
@@ -111,7 +116,8 @@ def run(args: argparse.Namespace) -> Output:
                      "episodes_used": o.episodes_used, "n_submits": o.n_submits, "run_dir": trace.run_dir})
         rows.append([env, o.status, _num(o.final_score), _num(o.normalized_score),
                      trace.trace_id if trace.verified else "(not scored: no trace)"])
-    hint = "\nnext: `ole trace show TRACE_ID`" if any(d["archived"] for d in data) else ""
+    archived = [d["trace_id"] for d in data if d["archived"]]
+    hint = f"\nnext: `ole trace show {archived[0]}`" if archived else ""
     failed = any(not d["archived"] for d in data)
     return Output(data if len(data) > 1 else data[0], table(rows) + hint, exit_code=1 if failed else 0)
 

@@ -19,16 +19,24 @@ def register(subparsers) -> None:
 
 
 def ls(args: argparse.Namespace) -> Output:
-    """One line per trace: id, env, bundle, final and normalized score, submits."""
-    traces = TraceArchive(args.traces_dir).select(env=args.env)
+    """One line per trace: id, env, bundle, final and normalized score, submits.
+
+    A damaged file degrades only itself: it is listed as DAMAGED with the reason, and the
+    readable traces are listed as usual (`ole fsck` quarantines damaged ones).
+    """
+    archive = TraceArchive(args.traces_dir)
+    traces = archive.select(env=args.env)
     rows = [["trace", "env", "bundle", "final", "normalized", "submits", "episodes"]]
     for t in traces:
         o = t.outcome
         rows.append([t.trace_id, t.task.env, f"{t.bundle_name}@{t.bundle_version}", _num(o.final_score),
                      _num(o.normalized_score), str(o.n_submits), str(o.episodes_used)])
+    rows += [[path.stem, "DAMAGED", why, "-", "-", "-", "see `ole fsck`"] for path, why in archive.skipped]
     data = [{"trace_id": t.trace_id, "env": t.task.env, "bundle": f"{t.bundle_name}@{t.bundle_version}",
              "final_score": t.outcome.final_score, "normalized_score": t.outcome.normalized_score} for t in traces]
-    text = table(rows) if traces else f"no traces in {args.traces_dir} (hint: `ole run --env gym/acrobot`)"
+    data += [{"trace_id": path.stem, "file": str(path), "status": "damaged", "damage": why}
+             for path, why in archive.skipped]
+    text = table(rows) if len(rows) > 1 else f"no traces in {args.traces_dir} (hint: `ole run --env gym/acrobot`)"
     return Output(data, text)
 
 

@@ -52,11 +52,20 @@ def search_score(version: Version) -> float | None:
     return None
 
 
+LABELLED_STATUSES = ("rejected", "released", "active", "rolled_back", "retired")
+"""Candidates named on the score-per-generation chart besides each generation's best: those a gate
+judged. The rest are dots in their status colour (every one is in the versions table)."""
+LABEL_OFFSETS = [(4, 3), (4, -9)] + [(4, dy) for k in range(1, 12) for dy in (3 + 11 * k, -9 - 11 * k)]
+"""Offsets (points) tried in turn for a label until it overlaps no label placed before it."""
+
+
 def generations_chart(versions: Sequence[Version]) -> str | None:
     """Search score (mean r against the champion) of every candidate, by generation.
 
-    Each candidate is one dot in its status colour; the line joins each generation's
-    best. The champion sits at r = 0 by definition (dashed).
+    Each candidate is one dot in its status colour; the line joins each generation's best.
+    The champion sits at r = 0 by definition (dashed). Labels name each generation's best and
+    every gated candidate, each moved off the labels placed before it (a 25-version evolve
+    stacked two dozen names on one spot before).
     """
     search = [(v.generation, score, v) for v in versions if v.parents and (score := search_score(v)) is not None]
     if not search:
@@ -64,26 +73,42 @@ def generations_chart(versions: Sequence[Version]) -> str | None:
     fig, axes = _figure(6.5, 2.8)
     ax = axes[0][0]
     ax.axhline(0.0, ls="--", lw=0.8, color="#616161", label="champion (r = 0)")
-    for status in sorted({v.status for _, _, v in search}):
-        mine = [(g, r) for g, r, v in search if v.status == status]
-        ax.scatter([g for g, _ in mine], [r for _, r in mine], s=28, color=STATUS_COLORS.get(status, "#000"),
-                   edgecolor="white", linewidth=0.5, zorder=3, label=status.replace("_", " "))
-    spread = {}
+    spread: dict[int, list[str]] = {}
     for g, _, v in search:  # candidates of one generation side by side, not on top of each other
         spread.setdefault(g, []).append(v.ref)
-    search = [(g + 0.12 * (spread[g].index(v.ref) - (len(spread[g]) - 1) / 2), r, v) for g, r, v in search]
-    for k, (g, r, v) in enumerate(sorted(search, key=lambda p: (p[0], p[1]))):  # alternate above and below
-        ax.annotate(v.ref, (g, r), textcoords="offset points", xytext=(4, 3 if k % 2 == 0 else -9), fontsize=7,
-                    color="#424242")
+    width = 0.7 / max(len(refs) for refs in spread.values())  # a generation's dots stay within ±0.35 of it
+    search = [(g + width * (spread[g].index(v.ref) - (len(spread[g]) - 1) / 2), r, v) for g, r, v in search]
+    for status in sorted({v.status for _, _, v in search}):
+        mine = [(x, r) for x, r, v in search if v.status == status]
+        ax.scatter([x for x, _ in mine], [r for _, r in mine], s=28, color=STATUS_COLORS.get(status, "#000"),
+                   edgecolor="white", linewidth=0.5, zorder=3, label=status.replace("_", " "))
     gens = sorted(spread)
-    ax.plot(gens, [max(r for g2, r, v in search if v.generation == g) for g in gens], color="#212121", lw=1.0,
-            label="best of generation")
+    tops = [max((p for p in search if p[2].generation == g), key=lambda p: p[1]) for g in gens]
+    best = {v.generation: v.ref for _, _, v in tops}
+    ax.plot([x for x, _, _ in tops], [r for _, r, _ in tops], color="#212121", lw=1.0, label="best of generation")
     ax.set_xticks(gens)
     ax.set_xlim(min(gens) - 0.5, max(gens) + 0.6)  # room for the labels beside the last generation
     ax.set_xlabel("generation")
     ax.set_ylabel("mean r vs champion (search)")
     ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    named = [p for p in search if p[2].ref in best.values() or p[2].status in LABELLED_STATUSES]
+    _place_labels(fig, ax, sorted(named, key=lambda p: (-p[1], p[0])))
     return _svg(fig)
+
+
+def _place_labels(fig, ax, points) -> None:
+    """Annotate each (x, r, version) with its ref at the first offset whose box overlaps no earlier label."""
+    renderer = fig.canvas.get_renderer()
+    placed = []
+    for x, r, v in points:
+        label = ax.annotate(v.ref, (x, r), textcoords="offset points", xytext=LABEL_OFFSETS[0], fontsize=7,
+                            color="#424242", gid=f"gen-label-{v.ref.replace('@', '-')}")
+        for offset in LABEL_OFFSETS:
+            label.xyann = offset
+            box = label.get_window_extent(renderer).expanded(1.05, 1.1)
+            if not any(box.overlaps(other) for other in placed):
+                break
+        placed.append(label.get_window_extent(renderer))
 
 
 def curves_chart(curves: Sequence[RunCurve], anchors: Sequence[EnvAnchors], champions: set[str]) -> str | None:

@@ -13,7 +13,7 @@ from pathlib import Path
 
 from ole.report.charts import STATUS_COLORS, curves_chart, generations_chart
 from ole.report.collect import STATUS_TEXT, STATUSES, Interval, ReportData
-from ole.report.lineage_svg import DARK_TEXT, interval_text, lineage_svg
+from ole.report.lineage_svg import DARK_TEXT, champion_paths, interval_text, lineage_svg, siblings
 
 
 def _num(value: object, spec: str = "+.4f") -> str:
@@ -68,7 +68,8 @@ def render(data: ReportData, out: Path) -> list[Path]:
     common = {"data": data, "page_of": page_of, "gates_by_seq": gates_by_seq}
     champions = set(data.champions.values()) | {g.champion for g in data.gates}
     index = env.get_template("index.html.j2").render(
-        **common, lineage_svg=lineage_svg(data.versions), generations_chart=generations_chart(data.versions),
+        **common, lineage_svg=lineage_svg(data.versions), lineage_paths=champion_paths(data.versions),
+        siblings=siblings(data.versions), generations_chart=generations_chart(data.versions),
         curves_chart=curves_chart(data.curves, data.anchors, champions))
     written = [out / "index.html"]
     _write(written[0], index)

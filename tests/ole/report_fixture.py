@@ -145,3 +145,48 @@ def build(tmp: Path) -> Fixture:
     store.close()
     return Fixture(root=root, workdir=workdir, reject_seq=reject_seq, release_seq=release_seq,
                    decisions={"reject": rejected, "release": released})
+
+
+LARGE_GENERATIONS, LARGE_POPULATION = 3, 8
+"""The size of a real `make evolve`: 3 generations of 8 candidates, 25 versions, one release."""
+
+
+@dataclass
+class LargeFixture:
+    root: Path
+    workdir: Path
+    path: list[str]
+    """coder@1 -> the best of each generation -> the released one (the champion's path)."""
+    released: str
+
+
+def build_large(tmp: Path) -> LargeFixture:
+    """A 25-version evolve with one release: each generation's 8 candidates are children of the last
+    generation's best, their search scores crowd one narrow band, and the final best is gated,
+    released and activated."""
+    root, workdir = tmp / "bundles", tmp / "work"
+    root.mkdir()
+    shutil.copy(PROJECT / "bundles" / "coder.yaml", root / "coder.yaml")
+    store = EvaluationStore(workdir / "evaluations.sqlite3")
+    path = ["coder@1"]
+    with Registry(root) as reg:
+        parent, step = 1, 0
+        for gen in range(1, LARGE_GENERATIONS + 1):
+            scores = {}
+            for i in range(LARGE_POPULATION):
+                step += 1
+                entry = reg.register(_variant(root, gen, f"candidate {i} of generation {gen}",
+                                              action__step_size=round(0.30 + 0.01 * step, 2)),
+                                     parents=[parent], edge="offline_mutation")
+                r = 0.02 * gen + 0.004 * i - 0.01
+                _evaluation(reg, entry.ref, f"search-g{gen}", [r - 0.002, r + 0.002])
+                scores[entry.ref] = r
+            best = max(scores, key=scores.get)
+            path.append(best)
+            parent = reg.get(best).version
+        champion = reg.get("coder@1")
+        _gate(reg, store, workdir, champion, reg.get(path[-1]), factor=0.3)
+        reg.release(path[-1], reason="offline gate", channel="default")
+        reg.activate_pending("default")
+    store.close()
+    return LargeFixture(root=root, workdir=workdir, path=path, released=path[-1])

@@ -42,7 +42,8 @@ def test_index_loads_without_console_errors_and_shows_every_version_with_its_sta
     _open(driver, (out / "index.html").as_uri())
     assert console_errors(driver) == []
     assert driver.title.startswith("OLE report: 8 versions, 2 gate decisions")
-    nodes = driver.find_elements("css selector", "svg.lineage a.node")
+    driver.find_element("css selector", "#lineage-all summary").click()  # the whole lineage, collapsed at first
+    nodes = driver.find_elements("css selector", "svg.lineage[data-view=all] a.node")
     shown = {n.get_attribute("data-ref"): n.get_attribute("data-status") for n in nodes}
     assert shown == report_fixture.EXPECTED_STATUS
     for node in nodes:  # each box is drawn (has a size) and says its status in words
@@ -100,7 +101,7 @@ def test_every_link_of_every_page_works(site, driver):
 def test_clicking_a_lineage_box_opens_its_version_with_the_diff(site, driver):
     _, _, out = site
     _open(driver, (out / "index.html").as_uri())
-    driver.find_element("css selector", "svg.lineage a.node[data-ref='coder@2']").click()
+    driver.find_element("css selector", "svg.lineage[data-view=paths] a.node[data-ref='coder@2']").click()
     assert driver.current_url.endswith("version-coder-2.html")
     assert driver.find_element("id", "status").get_attribute("data-status") == "released"
     added = [e.text for e in driver.find_elements("css selector", "pre.diff .add")]
@@ -148,3 +149,77 @@ def test_a_run_report_loads_and_marks_the_selected_submit(tmp_path, driver):
     assert [r.find_element("css selector", "td.mean").text for r in rows] == ["-200", "-150", "-145"]
     assert "(+5)" in rows[1].text
     assert driver.find_elements("css selector", "svg.chart")
+
+
+# ----- a real-size evolve: 25 versions, one release --------------------------------------------
+
+@pytest.fixture(scope="module")
+def large(tmp_path_factory):
+    tmp = tmp_path_factory.mktemp("large")
+    fx = report_fixture.build_large(tmp)
+    with Registry(fx.root) as reg:
+        data, _ = build_report(reg, [fx.workdir], tmp / "out")
+    return fx, data, tmp / "out"
+
+
+def _visible_in(driver, element, box) -> bool:
+    """True when `element` lies inside the viewport and inside the scroll box `box` as it opened."""
+    r = driver.execute_script("return arguments[0].getBoundingClientRect().toJSON()", element)
+    b = driver.execute_script("return arguments[0].getBoundingClientRect().toJSON()", box)
+    width, height = driver.execute_script("return [window.innerWidth, window.innerHeight]")
+    return (r["width"] > 50 and b["left"] <= r["left"] and r["right"] <= b["right"] + 1
+            and 0 <= r["left"] and r["right"] <= width and 0 <= r["top"] < height * 2)
+
+
+def test_a_25_version_lineage_opens_on_the_seed_and_the_released_path(large, driver):
+    fx, data, out = large
+    assert len(data.versions) == 25
+    driver.set_window_size(1280, 900)
+    _open(driver, (out / "index.html").as_uri())
+    assert console_errors(driver) == []
+    box = driver.find_element("id", "lineage-paths")
+    assert driver.execute_script("return arguments[0].scrollLeft", box) == 0
+    shown = [n.get_attribute("data-ref") for n in box.find_elements("css selector", "a.node")]
+    assert sorted(shown) == sorted(fx.path)  # the seed and the path to the released champion, nothing else
+    for ref in fx.path:
+        node = box.find_element("css selector", f"a.node[data-ref='{ref}']")
+        assert _visible_in(driver, node, box), ref
+    assert box.find_element("css selector", f"a.node[data-ref='{fx.released}']").get_attribute("data-status") == "active"
+    # every other version is one click away, listed under its parent on the path
+    groups = driver.find_elements("css selector", "#siblings details.siblings")
+    assert [g.get_attribute("data-parent") for g in groups] == fx.path[:-1]
+    listed = groups[1].find_elements("css selector", "tr[data-ref]")
+    assert listed and not listed[0].is_displayed()
+    groups[1].find_element("css selector", "summary").click()
+    assert len(listed) == report_fixture.LARGE_POPULATION - 1 and all(r.is_displayed() for r in listed)
+    # the whole lineage, when opened, draws all 25 and still starts at the seed and its path
+    driver.find_element("css selector", "#lineage-all summary").click()
+    whole = driver.find_element("css selector", "#lineage-all .scroll")
+    assert len(whole.find_elements("css selector", "a.node")) == 25
+    assert driver.execute_script("return arguments[0].scrollLeft", whole) == 0
+    driver.execute_script("arguments[0].scrollIntoView()", whole)
+    assert _visible_in(driver, whole.find_element("css selector", "a.node[data-ref='coder@1']"), whole)
+    for ref in fx.path:
+        node = whole.find_element("css selector", f"a.node[data-ref='{ref}']")
+        assert node.rect["x"] < whole.rect["x"] + 400, ref  # the path is the leftmost column
+
+
+def test_the_score_per_generation_labels_do_not_overlap(large, driver):
+    fx, _, out = large
+    _open(driver, (out / "index.html").as_uri())
+    boxes = driver.execute_script(
+        "return Array.from(document.querySelectorAll('#generations ~ svg.chart [id^=gen-label-] text, "
+        "#generations ~ svg.chart g[id^=gen-label-]')).map(e => [e.id || e.parentNode.id, "
+        "e.getBoundingClientRect().toJSON()])")
+    labels = {}
+    for gid, rect in boxes:
+        if gid.startswith("gen-label-") and rect["width"] > 0:
+            labels[gid] = rect
+    # each generation's best is named; the gated (released) one is among them
+    assert {f"gen-label-{ref.replace('@', '-')}" for ref in fx.path[1:]} <= set(labels)
+    items = list(labels.items())
+    for i, (a, ra) in enumerate(items):
+        for b, rb in items[i + 1:]:
+            apart = (ra["right"] <= rb["left"] or rb["right"] <= ra["left"] or ra["bottom"] <= rb["top"]
+                     or rb["bottom"] <= ra["top"])
+            assert apart, (a, b, ra, rb)
