@@ -72,7 +72,8 @@ def test_a_gate_page_shows_the_recorded_numbers(site, driver):
     assert len(rows) == len(record["pairs"])
     by_instance = {r.get_attribute("data-instance"): r.find_element("css selector", "td.r").text for r in rows}
     for pair in record["pairs"]:
-        assert by_instance[f"{pair['task']['env']} pool {pair['task']['pool_seed']} seed 0"] == f"{pair['r']:+.3f}"
+        name = f"{pair['task']['env']} pool {pair['task']['pool_seed']} seed 0 budget {pair['task']['budget']}"
+        assert by_instance[name] == f"{pair['r']:+.3f}"
     failed = [r.text for r in driver.find_elements("css selector", "#criteria tr[data-criterion=benefit] td.fail")]
     assert failed == ["no", "no", "no"]
     assert console_errors(driver) == []
