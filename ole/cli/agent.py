@@ -63,7 +63,7 @@ def register(subparsers) -> None:
                    help="pool seeds of the gate instances (default 201 202 203 204)")
     o.add_argument("--gate-budget", type=int,
                    help="episode budget of the gate's suite (default 32)")
-    o.add_argument("--gate-budgets", type=_ints,
+    o.add_argument("--gate-budgets", action=ListArg, item=int, metavar="N",
                    help="budgets every gate instance is run at (default: --gate-budget only); a release covers "
                         "only the band its gate sampled, so stream tasks at other budgets keep the parent")
     o.add_argument("--gate-profile", help="host profile of the gate runs (default quick)")

@@ -258,7 +258,7 @@ def evolve(args: argparse.Namespace) -> Output:
     if not args.estimate_only:  # before anything is printed or run: a run must be able to keep its results
         check_writable("--workdir", workdir)
         check_writable("--traces", args.traces)
-    _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (upper bound):")
+    _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (ablation runs not counted):")
     for line in est.lines(cfg.caps):
         _progress("  " + line)
     if args.estimate_only:
