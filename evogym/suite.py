@@ -98,6 +98,8 @@ def _run_one(slug: str, args, out: Path) -> dict:
            "--profile", args.profile, "--isolation", args.isolation, "--jobs", "1"]
     if args.budget:
         cmd += ["--budget", str(args.budget)]
+    if args.pool_seed:
+        cmd += ["--pool-seed", str(args.pool_seed)]
     cmd += ["--", *shlex.split(args.agent)]
     cmd.insert(cmd.index("--"), "--quiet")
     t0 = time.monotonic()
@@ -181,5 +183,6 @@ def register(sub) -> None:
             q.add_argument("--agent", required=True, help="agent command line (quoted), run in each workspace")
             q.add_argument("--profile", default="bench", help="paper | bench | quick")
             q.add_argument("--budget", type=int, help="episode budget override")
+            q.add_argument("--pool-seed", type=int, default=0, help="case-pool seed of every run (0 = the paper's pools)")
             q.add_argument("--name", default="ours", help="row name in the leaderboard")
             q.add_argument("--out", default="runs/suite", help="output folder")

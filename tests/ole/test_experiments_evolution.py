@@ -70,3 +70,15 @@ def test_budget_transfer_smoke(tmp_path):
     assert "| 1-episode submits only | either | 2 |" in text
     rows = json.loads(out.with_suffix(".json").read_text())
     assert {r["budget"] for r in rows} == {2, 4} and all(r["q_seed"] is not None for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_online_stream_smoke(tmp_path):
+    out = tmp_path / "os.md"
+    _run("online_stream.py", "--smoke", "--isolation", "none", "--harm", "--workdir", str(tmp_path / "w"),
+         "--out", str(out), timeout=2400)
+    text = out.read_text()
+    assert "Online vs fixed" in text and "90 % CI" in text and "## Injected harm" in text
+    rows = json.loads(out.with_suffix(".json").read_text())["pairs"]
+    assert len(rows) == 4 and {r["budget"] for r in rows} == {2, 4}
