@@ -82,7 +82,7 @@ def test_help_code_and_readme_name_the_same_default_workload():
                               cwd=CHECKOUT, timeout=120).stdout
     assert " ".join(DEFAULT_SUITE) in re.sub(r"\s+", " ", helptext)
     readme = (CHECKOUT / "README.md").read_text()
-    paragraph = readme[readme.index("`make evolve` (from a fresh registry"):][:400]
+    paragraph = readme[readme.index("`make evolve` runs the embedded default on"):][:400]
     for env in DEFAULT_SUITE:
         assert env.split("/")[-1] in paragraph, env
 
