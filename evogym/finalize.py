@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +29,7 @@ from evogym import PROTOCOL_VERSION, anchors
 from evogym.feedback import atomic_write_json, flush_syncs
 from evogym.code_metrics import edit_kind
 from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
+from evogym.sandbox import CallResult
 
 PACKAGES = ("gymnasium", "mujoco", "box2d", "minigrid", "highway-env", "gymnasium-robotics", "numpy",
             "pygame-ce")
@@ -46,12 +48,36 @@ def _jobs(requested: int) -> int:
 
 
 def _evaluate(jobs: list[EpisodeJob], workers: int) -> list[BatchResult]:
+    """One result per job, in order. A job that raises (whatever a policy made the trusted side
+    do) is that candidate's failure, never the run's: the other candidates are still scored."""
     if workers <= 1 or len(jobs) <= 1:
-        return [run_episodes(j) for j in jobs]
+        return [_contained(j) for j in jobs]
     ctx = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
                              initializer=die_with_parent) as pool:
-        return list(pool.map(run_episodes, jobs))
+        futures = [pool.submit(run_episodes, j) for j in jobs]
+        results = []
+        for job, future in zip(jobs, futures):
+            try:
+                results.append(future.result())
+            except BrokenProcessPool:  # a worker died (killed from outside): run this job here instead
+                results.append(_contained(job))
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                results.append(_failed(exc))
+        return results
+
+
+def _contained(job: EpisodeJob) -> BatchResult:
+    try:
+        return run_episodes(job)
+    except Exception as exc:  # noqa: BLE001 - see _evaluate
+        return _failed(exc)
+
+
+def _failed(exc: BaseException) -> BatchResult:
+    """A candidate whose evaluation raised: a failed start (no score), recorded with the reason."""
+    return BatchResult(CallResult(ok=False, category="protocol_error",
+                                  message=f"hidden evaluation failed: {type(exc).__name__}: {exc}"[:2000]), [])
 
 
 def candidates(run) -> list[Candidate]:

@@ -145,7 +145,7 @@ class Host:
         ckpt = self.run.checkpoints / self.run.submit_name(cand.index)
         meta = self.judge.policy_env_meta(cand.index, cand.cost, 0)
         return EpisodeJob(self.config.env, str(ckpt), tuple(seeds), meta, self.config.limits,
-                          self.config.isolation, record=False, max_steps=self.config.max_steps)
+                          self.config.isolation, record=False, max_steps=self.config.max_steps, play_out=True)
 
 
 

@@ -20,7 +20,8 @@ from pathlib import Path
 from typing import Callable
 
 from evogym import code_metrics, envs, pyast
-from evogym.feedback import PartialTree, atomic_write_json, error_line, summary_stats, write_tree
+from evogym.feedback import (PartialTree, atomic_write_json, error_line, minimal_episode_files, summary_stats,
+                             write_episode, write_tree)
 from evogym.recording import Formatter, PendingFiles
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
 from evogym.rundir import BudgetState, RunConfig, RunDir
@@ -222,6 +223,9 @@ class Judge:
         try:
             summary, status, timing = self._fill_tree(tree, index, ckpt, instances, cost, first, started,
                                                       started_at)
+        except Exception as exc:  # a host fault (disk, sandbox start-up): recorded and refunded, never lost
+            tree.abort()
+            return self._refund(index, cost, instances, started, started_at, exc)
         except BaseException:
             tree.abort()
             raise
@@ -229,6 +233,21 @@ class Judge:
                        mean_return=summary["mean_return"], wall=summary["wall_time_seconds"],
                        timing={k: round(v, 6) for k, v in timing.items()})
         return 200, {"submit_id": index, "status": status, "summary": summary}
+
+    def _refund(self, index, cost, instances, started, started_at, exc: Exception) -> tuple[int, dict]:
+        """The host failed inside a charged submit: its feedback says so (`host_interrupted`, as a
+        host that died there is recorded on restart) and the episodes go back to the budget, so
+        summaries and charges agree at every moment. HTTP 503: the caller may retry."""
+        self.state.used -= cost
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        summary = self._summary(index, "host_interrupted", instances, started, started_at)
+        write_tree(self.run.feedback / self.run.submit_name(index), {
+            "summary.json": _pretty(summary), "errors.txt": (error_line(
+                "host_interrupted", f"host_interrupted: the host failed during this submit ({reason}); "
+                "it was not charged", utc_stamp()) + "\n").encode()})
+        self.run.event("submit.refund", submit=index, cost=cost, reason=reason, remaining=self.state.remaining)
+        return 503, {"submit_id": index, "status": "host_interrupted", "summary": summary,
+                     "error": {"message": f"the host failed during this submit and did not charge it: {reason}"}}
 
     def _fill_tree(self, tree: PartialTree, index, ckpt, instances, cost, first, started, started_at):
         """Run the checkpoint with its episode files written into `tree` as each episode ends
@@ -247,14 +266,18 @@ class Judge:
         fields = {"n_episodes": cost, "env_instances": instances}
         if batch is not None and batch.episodes:
             eps = batch.episodes
+            t0 = time.monotonic()
+            unwritten = set()
+            for i, (rel, made) in enumerate(pending):
+                names, ok = _episode_written(made, tree.tmp / rel)
+                tree.written([f"{rel}/{name}" for name in names])
+                if not ok:
+                    unwritten.add(i)
+            timing["files_wait_s"] = time.monotonic() - t0
             fields.update(summary_stats([e.ret for e in eps], [e.length for e in eps]))
             fields["first_global_episode"] = first
-            fields["errors"] = [i for i, e in enumerate(eps) if e.error_category]
+            fields["errors"] = [i for i, e in enumerate(eps) if e.error_category or i in unwritten]
             fields["timeouts"] = [i for i, e in enumerate(eps) if e.error_category == "act_timeout"]
-            t0 = time.monotonic()
-            for rel, made in pending:
-                tree.written([f"{rel}/{name}" for name in made.result()])
-            timing["files_wait_s"] = time.monotonic() - t0
         if batch is not None:
             timing.update(start_s=batch.start_s, episodes_s=batch.episodes_s)
             timing["snapshot_s"] = timing["rollout_s"] - batch.start_s - batch.episodes_s
@@ -353,6 +376,18 @@ class Judge:
         if meta.get("reward_components"):
             out["reward_components"] = meta["reward_components"]
         return out
+
+
+def _episode_written(made: PendingFiles, directory: Path) -> tuple[list[str], bool]:
+    """(names of an episode's files once written, whether they are the full set). If they cannot
+    be made from what the episode recorded (a host fault on data the policy shaped), a minimal
+    set is written instead (`feedback.minimal_episode_files`): the episode keeps its numbered
+    folder and one trajectory line per step, and error.txt says what is missing and why."""
+    try:
+        return made.result(), True
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        shutil.rmtree(directory, ignore_errors=True)
+        return write_episode(minimal_episode_files(made.data, exc, utc_stamp()), directory), False
 
 
 def public_env_meta(spec, config: RunConfig) -> dict:

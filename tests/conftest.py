@@ -58,15 +58,16 @@ class LiveHost:
 
 @pytest.fixture
 def live_host(tmp_path):
-    """Factory: live_host(env="gym/acrobot", budget=8, **config overrides) -> LiveHost."""
+    """Factory: live_host(env="gym/acrobot", budget=8, prestart=True, **config overrides) -> LiveHost."""
     from evogym.host import Host, make_config
     from evogym.server import Server
     made = []
 
     def factory(env: str = "gym/acrobot", profile: str = "quick", run_dir: Path | None = None, **kw) -> LiveHost:
         token = kw.pop("token", None)
+        prestart = kw.pop("prestart", True)
         config = make_config(env, profile, **kw)
-        host = Host(run_dir or tmp_path / f"run{len(made)}", config)
+        host = Host(run_dir or tmp_path / f"run{len(made)}", config, prestart=prestart)
         live = LiveHost(host, Server(host, token=token).start())
         made.append(live)
         return live
