@@ -90,9 +90,20 @@ def candidates(run) -> list[Candidate]:
     return out
 
 
-def select(scores: dict[int, tuple[float, int]]) -> int:
-    """argmax of (mean, -failures, index): ties to fewer failures, then to the latest submit."""
-    return max(scores, key=lambda i: (scores[i][0], -scores[i][1], i))
+def select(scores: dict[int, tuple[float, int]], named: tuple[int, ...] | None = None) -> int:
+    """argmax of (mean, -failures, index): ties to fewer failures, then to the latest submit,
+    or, among candidates the agent named, to the one it named first (agent-session/v3)."""
+    rank = {i: -named.index(i) for i in named} if named else {i: i for i in scores}
+    return max(scores, key=lambda i: (scores[i][0], -scores[i][1], rank[i]))
+
+
+def shortlist(cands: list[Candidate], named: tuple[int, ...] | None, limit: int | None) -> list[Candidate]:
+    """The candidates hidden validation compares: those the agent named (in its order), else the
+    latest `limit` ok submits, else every ok submit."""
+    if named:
+        by_index = {c.index: c for c in cands}
+        return [by_index[i] for i in named if i in by_index]
+    return cands[-limit:] if limit is not None else cands
 
 
 def _mean(batch: BatchResult) -> float | None:
@@ -105,7 +116,8 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Score the run; returns the run.json document (also written to disk)."""
     run, config, judge = host.run, host.config, host.judge
     flush_syncs()  # every feedback file is on disk before the run is scored
-    cands = candidates(run)
+    named = host.named_candidates
+    cands = shortlist(candidates(run), named, config.max_candidates)
     groups: dict[str, list[Candidate]] = {}
     for c in cands:
         groups.setdefault(c.tree_hash, []).append(c)
@@ -126,12 +138,13 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
             val_failures[str(c.index)] = batch.failures
         run.event("eval.record", kind="valid", snap=c.index, mean_return=mean)
     doc = _base_doc(host)
+    doc["candidate_submission_ids"] = [run.submit_name(c.index) for c in cands]
     if not scores:
         doc["outcome"] = _outcome("no_ok_submit", final_score=0.0)
         _aux(doc, host, None, None)
         atomic_write_json(run.run_json, doc)
         return doc
-    best = select(scores)
+    best = select(scores, named)
     best_cand = next(c for c in cands if c.index == best)
     progress(f"held-out: submit {best} on {len(host.pools.heldout)} episodes")
     held = _evaluate([host.hidden_job(groups[best_cand.tree_hash][0], host.pools.heldout)], 1)[0]
@@ -139,6 +152,7 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     mean = float(np.mean(returns)) if returns else None
     run.event("eval.record", kind="final", snap=best, mean_return=mean)
     _mirror(run, best)
+    doc["final_submission_id"] = run.submit_name(best)
     final = mean if mean is not None else 0.0
     doc["outcome"] = _outcome(
         "completed", final_score=final, best_submit_index=best,
@@ -194,6 +208,27 @@ def _base_doc(host) -> dict:
                      "evogym": __import__("evogym").__version__},
         "artifacts": {"checkpoints": "checkpoints/", "feedback": "workspace/feedback/", "events": "events.jsonl",
                       "logs": "logs/", "workspace": "workspace/"},
+        "config": run_record_config(config),
+        "candidate_submission_ids": None, "final_submission_id": None,
+    }
+
+
+def run_record_config(config) -> dict:
+    """The run's settings under EvoPolicyGym main's `run-record/v8` config names, where they
+    mean something here (shared/reference/evopolicygym-v3-notes.md): the training split is
+    `train`, validation `valid`, assessment (held-out) `heldout`; feedback is never evicted
+    (`bulk_feedback_retention_bytes` null); `max_submissions` is the budget when unset (at
+    least one episode per submission)."""
+    return {
+        "split": "train", "seed": config.pool_seed,
+        "max_submissions": config.max_submissions if config.max_submissions is not None else config.budget,
+        "episode_budget": config.budget, "episode_pool_size": config.n_env_instances,
+        "max_episodes_per_submission": config.max_per_submit, "finish_budget_policy": config.finish_budget_policy,
+        "bulk_feedback_retention_bytes": None, "episode_timeout_seconds": config.limits.episode_wall_s,
+        "agent_timeout_seconds": config.agent_timeout_s,
+        "validation": {"split": "valid", "episodes_per_candidate": config.valid_size,
+                       "max_candidates": config.max_candidates},
+        "assessment": {"split": "heldout", "episodes": config.heldout_size},
     }
 
 

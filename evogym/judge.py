@@ -9,6 +9,7 @@ running again.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import shutil
@@ -112,7 +113,8 @@ class Judge:
         self.state = BudgetState.recover(run, config.budget)
         self.closed = False
         self.on_exhausted = on_exhausted
-        self._idem: dict[str, tuple[int, dict]] = {}
+        self._idem: dict[str, tuple[str, tuple[int, dict]]] = {}
+        """Idempotency key -> (digest of the body it came with, the answer)."""
         self.ep_width = max(3, len(str(config.budget)))
         self._recover_interrupted()
         self.spare: Spare | None = None
@@ -165,14 +167,22 @@ class Judge:
 
     # -- the request ---------------------------------------------------------------
     def submit(self, body: dict, idempotency_key: str | None = None) -> tuple[int, dict]:
+        """Run one submit request; a repeated `idempotency_key` with the same body answers the
+        first answer again (no charge), with another body 422 (nothing runs)."""
         with self.lock:
+            digest = _digest(body)
             if idempotency_key is not None and idempotency_key in self._idem:
-                return self._idem[idempotency_key]
+                first, answer = self._idem[idempotency_key]
+                if first != digest:
+                    return 422, {"status": "idempotency_key_reused", "error": {
+                        "message": f"Idempotency-Key {idempotency_key!r} was used for another body; "
+                                   "use a new key for a new request"}}
+                return answer
             answer = self._submit_locked(body)
             if idempotency_key is not None:
                 if len(self._idem) >= IDEMPOTENCY_KEYS_KEPT:
                     self._idem.pop(next(iter(self._idem)))
-                self._idem[idempotency_key] = answer
+                self._idem[idempotency_key] = (digest, answer)
         if answer[0] == 200 and self.state.remaining == 0:
             self.on_exhausted()
         return answer
@@ -190,20 +200,53 @@ class Judge:
             return 400, {"submit_id": index, "status": "budget_invalid", "error": {"message": str(exc)}}
         if self.closed:
             return 409, {"status": "run_closed", "error": {"message": "run is not open"}}
-        limit = min(self.config.max_per_submit, self.state.remaining)
-        if req.out_of_range:
-            status = "invalid_env_instance"
-            msg = f"invalid_env_instance: ids must lie in [0, {self.config.n_env_instances})"
-        elif not (self.config.min_per_submit <= req.count <= limit):
-            status = "budget_invalid"
-            msg = (f"budget_invalid: {req.count} episodes requested; allowed {self.config.min_per_submit}.."
-                   f"{limit} (max per submit {self.config.max_per_submit}, remaining {self.state.remaining})")
-        else:
+        refusal = self.refusal(req.count, req.out_of_range)
+        if refusal is None:
             return self._execute(req.ids, started, started_at)
+        status, _, msg = refusal
         index = self._next_index()
         summary = self._reject(index, status, req.ids, started, started_at, msg)
         self.run.event("submit.reject", submit=index, status=status, n=req.count)
         return 400, {"submit_id": index, "status": status, "summary": summary, "error": {"message": msg}}
+
+    def submit_ids(self, ids: list[int]) -> tuple[int, dict] | tuple[str, str]:
+        """A submit of agent-session/v3 (`evogym.session`): the ids are checked by the caller;
+        a refusal is free and leaves no trace (no folder, no index): (v3 error code, message).
+        Otherwise the submit's (http status, answer) as `submit` gives it."""
+        with self.lock:
+            if self.closed:
+                return "session_closed", "the run is closed: no further submissions"
+            refusal = self.refusal(len(ids), any(i >= self.config.n_env_instances for i in ids))
+            if refusal is not None:
+                return refusal[1], refusal[2]
+            answer = self._execute(list(ids), time.time(), utc_stamp())
+        if answer[0] == 200 and self.state.remaining == 0:
+            self.on_exhausted()
+        return answer
+
+    def refusal(self, count: int, out_of_range: bool) -> tuple[str, str, str] | None:
+        """Why a request for `count` episodes is refused before anything runs (Phase 1):
+        (verdict, agent-session/v3 error code, message), or None when it may run."""
+        c, st = self.config, self.state
+        limit = min(c.max_per_submit, st.remaining)
+        if out_of_range:
+            return "invalid_env_instance", "invalid_request", \
+                f"invalid_env_instance: ids must lie in [0, {c.n_env_instances})"
+        if not (c.min_per_submit <= count <= limit):
+            code = "budget_exhausted" if c.min_per_submit <= count <= c.max_per_submit else "episode_limit"
+            return "budget_invalid", code, (f"budget_invalid: {count} episodes requested; allowed {c.min_per_submit}.."
+                                            f"{limit} (max per submit {c.max_per_submit}, remaining {st.remaining})")
+        if c.max_submissions is not None and st.charged >= c.max_submissions:
+            return "budget_invalid", "submission_limit", \
+                f"budget_invalid: all {c.max_submissions} submissions of this run are used"
+        if not c.allow_early_finish and c.max_submissions is not None:
+            capacity = (c.max_submissions - st.charged - 1) * c.max_per_submit
+            if st.remaining - count > capacity:
+                return "budget_invalid", "budget_allocation", (
+                    f"budget_invalid: {count} episodes leave {st.remaining - count}, more than the "
+                    f"{c.max_submissions - st.charged - 1} submissions left can spend; this run must spend its "
+                    f"whole budget: select at least {st.remaining - capacity} episodes")
+        return None
 
     def _reject(self, index, status, instances, started, started_at, message) -> dict:
         """Phase-1 reject (or parse error): free, recorded, numbered like any submit."""
@@ -217,6 +260,7 @@ class Judge:
         index = self._next_index()
         cost, first = len(instances), self.state.used
         self.state.used += cost
+        self.state.charged += 1
         self.run.event("submit.charge", submit=index, cost=cost, remaining=self.state.remaining)
         ckpt = self.run.checkpoints / self.run.submit_name(index)
         tree = PartialTree(self.run.feedback / self.run.submit_name(index))
@@ -239,6 +283,7 @@ class Judge:
         host that died there is recorded on restart) and the episodes go back to the budget, so
         summaries and charges agree at every moment. HTTP 503: the caller may retry."""
         self.state.used -= cost
+        self.state.charged -= 1
         reason = f"{type(exc).__name__}: {exc}"[:2000]
         summary = self._summary(index, "host_interrupted", instances, started, started_at)
         write_tree(self.run.feedback / self.run.submit_name(index), {
@@ -396,6 +441,11 @@ def public_env_meta(spec, config: RunConfig) -> dict:
     if config.max_steps:
         meta["max_episode_steps"] = min(meta["max_episode_steps"], config.max_steps)
     return meta
+
+
+def _digest(body: dict) -> str:
+    """A canonical digest of a request body (key order and spacing do not matter)."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _pretty(obj) -> bytes:

@@ -21,10 +21,12 @@ class LiveHost:
         self.workspace = host.run.workspace
         self.run_dir = host.run.root
 
-    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
+    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None, auth: bool = True):
+        """One HTTP request with the run's credential (`auth=False`: without it)."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        credential = {"Authorization": f"Bearer {self.server.credential.token}"} if auth else {}
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+                                     headers={"Content-Type": "application/json", **credential, **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=120) as resp:
                 return resp.status, resp.read()
@@ -64,11 +66,10 @@ def live_host(tmp_path):
     made = []
 
     def factory(env: str = "gym/acrobot", profile: str = "quick", run_dir: Path | None = None, **kw) -> LiveHost:
-        token = kw.pop("token", None)
         prestart = kw.pop("prestart", True)
         config = make_config(env, profile, **kw)
         host = Host(run_dir or tmp_path / f"run{len(made)}", config, prestart=prestart)
-        live = LiveHost(host, Server(host, token=token).start())
+        live = LiveHost(host, Server(host).start())
         made.append(live)
         return live
 

@@ -46,7 +46,9 @@ import json, os, urllib.request
 api = os.environ["EVOPOLICYGYM_API"]
 open("system/policy.py", "w").write("class Policy:\n    def __init__(self, o, a, m): self.n = a.get('n', 1)\n"
                                     "    def reset(self, i): pass\n    def act(self, obs): return self.n - 1\n")
-req = urllib.request.Request(api + "/submit", data=b'{"env_instances": "0-1"}', headers={"Content-Type": "application/json"})
+req = urllib.request.Request(api + "/submit", data=b'{"env_instances": "0-1"}',
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": "Bearer " + os.environ["EVOPOLICYGYM_TOKEN"]})
 urllib.request.urlopen(req).read()
 '''
 
