@@ -33,6 +33,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="quick", help="paper | bench | quick (default quick)")
     p.add_argument("--budget", type=int, help="episode budget (default: the profile's)")
     p.add_argument("--max-per-submit", type=int, help="cap episodes per submit (default: the profile's)")
+    p.add_argument("--max-submissions", type=int, help="cap charged submits (default: the profile's; strict 128)")
     p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")
     p.add_argument("--model", default="unknown", help="identity label of the agent/model (recorded in run.json)")
     p.add_argument("--data-dir", help="data files <slug>/{train,valid,heldout}.json (default: built-in pools)")
@@ -69,7 +70,7 @@ def _open_host(args):
                          isolation=args.isolation, limits=_limits(args), finalize_jobs=args.jobs,
                          max_per_submit=args.max_per_submit, allow_early_finish=not args.no_early_finish,
                          data_dir=args.data_dir, model=args.model,
-                         agent_timeout_s=getattr(args, "agent_timeout", None))
+                         agent_timeout_s=getattr(args, "agent_timeout", None), max_submissions=args.max_submissions)
     sock = listen(args.bind, args.port)
     try:
         host = Host(args.run_dir, config, prestart=not args.no_prestart, auto_finalize=not args.session)

@@ -24,7 +24,7 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
                 isolation: str = "bwrap", limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
                 max_per_submit: int | None = None, allow_early_finish: bool = True,
                 max_steps: int | None = None, data_dir: str | None = None, model: str = "unknown",
-                agent_timeout_s: float | None = None) -> RunConfig:
+                agent_timeout_s: float | None = None, max_submissions: int | None = None) -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
     prof = pools.profile(profile)
     spec = envs.resolve(env)
@@ -34,13 +34,20 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
     if budget < 1:
         raise ConfigError(f"budget must be >= 1, got {budget}")
     maximum = min(max_per_submit or prof.max_per_submit or budget, budget)
+    submissions = max_submissions if max_submissions is not None else prof.max_submissions
+    if submissions is not None and submissions < 1:
+        raise ConfigError(f"max submissions must be >= 1, got {submissions}")
+    if submissions is not None and prof.require_budget_exhaustion and budget > submissions * maximum:
+        raise ConfigError(f"profile {prof.name} must spend the whole budget, but {submissions} submissions of at "
+                          f"most {maximum} episodes cannot spend {budget}",
+                          hint="raise --max-submissions or --max-per-submit, or lower --budget")
     return RunConfig(env=spec.slug, profile=prof.name, budget=budget, min_per_submit=prof.min_per_submit,
                      max_per_submit=maximum, n_env_instances=prof.pool, valid_size=prof.valid,
                      heldout_size=prof.heldout_for(spec.family), pool_seed=pool_seed, isolation=isolation,
                      limits=limits or sandbox.Limits(act_wall_s=prof.act_wall_s), finalize_jobs=finalize_jobs,
                      allow_early_finish=allow_early_finish and not prof.require_budget_exhaustion,
                      max_steps=max_steps, data_dir=str(Path(data_dir).resolve()) if data_dir else None, model=model,
-                     max_submissions=prof.max_submissions, max_candidates=prof.max_candidates,
+                     max_submissions=submissions, max_candidates=prof.max_candidates,
                      agent_timeout_s=agent_timeout_s)
 
 

@@ -49,7 +49,8 @@ it opened, or after its previous response, is closed. A local client sends its h
 microseconds; a slow one only holds a connection (issue 18: 64 half-open requests made the
 agent's own requests get 503)."""
 MAX_HEADER_BYTES = 16 << 10
-"""Largest request head; beyond it h11 answers 400."""
+"""Largest request head: a longer one still arriving is answered 400 (h11), one that arrived
+whole 431."""
 MAX_CONNECTIONS = 512
 """Open connections at once; one more closes the oldest connection still waiting for its head
 (never one being answered). With 80 slow clients held open the agent's /info takes
@@ -175,12 +176,19 @@ def _contained(handler):
 
 class Guard:
     """ASGI middleware: a request without the run's credential is answered 401 before any
-    route runs or any body byte is read, whatever its path or method."""
+    route runs or any body byte is read, whatever its path or method (and one whose head is
+    over MAX_HEADER_BYTES 431)."""
 
     def __init__(self, app, credential: Credential) -> None:
         self.app, self.credential = app, credential
 
     async def __call__(self, scope, receive, send) -> None:
+        if scope["type"] == "http" and len(scope["raw_path"]) + len(scope["query_string"]) + sum(
+                len(k) + len(v) for k, v in scope["headers"]) > MAX_HEADER_BYTES:
+            response = _error(431, "request_header_fields_too_large", f"request head over {MAX_HEADER_BYTES} bytes")
+            response.headers["Connection"] = "close"
+            await response(scope, receive, send)
+            return
         if scope["type"] == "http" and not self._authorized(scope["headers"]):
             response = _error(401, "unauthorized", "this run answers only its own agent: send the run's token as "
                               "`Authorization: Bearer <token>` (it is in $EVOPOLICYGYM_TOKEN and in the file "
