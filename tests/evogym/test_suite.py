@@ -63,4 +63,13 @@ def test_suite_run_writes_leaderboard_and_curves(tmp_path):
     data = json.loads((tmp_path / "suite" / "leaderboard.json").read_text())
     assert {r["env"] for r in data["board"]["rows"]} == {"gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"}
     assert all(r["status"] == "completed" for r in data["runs"].values())
+    results = json.loads((tmp_path / "suite" / "results.json").read_text())
+    assert results["schema"] == "evopolicygym/leaderboard-results/v1"
+    (config,) = results["test_configurations"]
+    assert config["id"] == "quick-2" and config["episode_budget"] == 2 and config["finish_budget_policy"] == "allow_early"
+    assert [e["id"] for e in results["environments"]] == ["gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"]
+    assert {e["primary_metric"] for e in results["environments"]} == {"assessment_mean_return"}
+    (entry,) = results["entries"]
+    assert entry["id"] == "ours" and entry["harness"] == "command" and entry["kind"] == "agent"
+    assert entry["scores"] == {r["env"]: {"quick-2": r["final_score"]} for r in data["runs"].values()}
     assert (tmp_path / "suite" / "curves.png").stat().st_size > 1000
