@@ -150,8 +150,9 @@ class Host:
         ok = {c.index for c in candidates_of(self.run)}
         unknown = [i for i in candidates if i not in ok]
         if unknown:
+            names = ", ".join(self.run.submit_name(i) for i in sorted(ok)) or "none"
             return "unknown_submission", (f"{self.run.submit_name(unknown[0])} is not an ok submission of this run; "
-                                          f"candidates: {', '.join(self.run.submit_name(i) for i in sorted(ok)) or 'none'}")
+                                          f"candidates: {names}")
         return None
 
     # -- finalization ------------------------------------------------------------

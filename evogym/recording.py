@@ -148,8 +148,9 @@ def kept_action(raw, limit: int = ACTION_VALUES):
     if kind is list and len(raw) <= limit and _SCALARS.issuperset(map(type, raw)):
         return raw
     if kind is np.ndarray:
-        return raw if raw.size <= limit and raw.dtype.kind in "biuf" else _not_kept(raw, f"an array of shape "
-                                                                                       f"{raw.shape} ({raw.dtype})", limit)
+        if raw.size <= limit and raw.dtype.kind in "biuf":
+            return raw
+        return _not_kept(raw, f"an array of shape {raw.shape} ({raw.dtype})", limit)
     if kind is str:
         return raw if len(raw) <= ACTION_TEXT else _not_kept(raw, f"a string of {len(raw)} characters", limit)
     over = _over_limits(raw, limit)

@@ -114,7 +114,8 @@ class RunDir:
         for d in (self.system, self.feedback, self.checkpoints, self.code_metrics, self.logs):
             d.mkdir(parents=True, exist_ok=True)
         if self.config_json.exists():
-            old = RunConfig.from_json(json.loads(self.config_json.read_text())).to_json()  # fields added later take defaults
+            # fields added since the run was created take their defaults
+            old = RunConfig.from_json(json.loads(self.config_json.read_text())).to_json()
             if old != config.to_json():
                 raise ConfigError(f"run dir {self.root} holds a run with another configuration",
                                   hint="resume it with the same flags, or use a new --run-dir")

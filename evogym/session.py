@@ -187,7 +187,7 @@ def task_text(host: Host) -> str:
         "## Agent Session (agent-session/v3)",
         "Work this run through its session socket (`$EVOPOLICYGYM_SESSION_SOCKET`, relative to the workspace), "
         "e.g. with `evopolicygym-session`:",
-        "", f'    evopolicygym-session submit program --episodes "0:4"',
+        "", '    evopolicygym-session submit program --episodes "0:4"',
         "    evopolicygym-session finish submit_003", "",
         "`program` is this workspace's `system/` (a link). Episode indices are strictly increasing; "
         "`START:END` is half open. Each submit answers a receipt with `submission_id`, `score` (the mean "

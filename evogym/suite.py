@@ -3,8 +3,9 @@
 `suite run` launches `evogym run --env E ... -- AGENT` for every env of the suite in a
 process pool (each run has its own server, port and credential), shows one progress line
 per finished run, and writes `leaderboard.md`, `leaderboard.json`, `curves.png` and
-`results.json` (EvoPolicyGym main's `leaderboard-results/v1`) under `--out`. `suite smoke` checks that every env builds, steps and reports through the
-host: one short episode each, no finalization.
+`results.json` (EvoPolicyGym main's `leaderboard-results/v1`) under `--out`. `suite smoke`
+checks that every env builds, steps and reports through the host: one short episode each,
+no finalization.
 """
 from __future__ import annotations
 

@@ -90,8 +90,9 @@ def test_another_local_user_is_refused_on_every_endpoint(live_host, open_run_dir
     try:
         cred = live.server.credential
         proc = subprocess.run(["setpriv", f"--reuid={NOBODY}", f"--regid={NOBODY}", "--clear-groups",
-                               "/usr/bin/python3", "-I", "-c", NOBODY_CLIENT, str(live.server.port), str(cred.token_file),
-                               str(cred.header_file), str(live.host.run.control), json.dumps(ENDPOINTS)],
+                               "/usr/bin/python3", "-I", "-c", NOBODY_CLIENT, str(live.server.port),
+                               str(cred.token_file), str(cred.header_file), str(live.host.run.control),
+                               json.dumps(ENDPOINTS)],
                               capture_output=True, text=True, timeout=120, cwd="/")
         assert proc.returncode == 0, proc.stderr
         seen = json.loads(proc.stdout)
@@ -294,7 +295,8 @@ def test_malformed_requests_get_4xx(live_host, case):
         "idempotency key with spaces": post + b"Idempotency-Key: a b\r\nContent-Length: 22\r\n\r\n" + body,
         "idempotency key too long": post + b"Idempotency-Key: " + b"k" * 300 + b"\r\nContent-Length: 22\r\n\r\n" + body,
         "chunked": post + b"Transfer-Encoding: chunked\r\n\r\n16\r\n" + body + b"\r\n0\r\n\r\n",
-        "oversized head": b"GET /info HTTP/1.1\r\nHost: x\r\n" + auth(live) + b"X-Pad: " + b"p" * (20 << 10) + b"\r\n\r\n",
+        "oversized head": (b"GET /info HTTP/1.1\r\nHost: x\r\n" + auth(live) + b"X-Pad: " + b"p" * (20 << 10)
+                           + b"\r\n\r\n"),
         "options": b"OPTIONS /info HTTP/1.1\r\nHost: x\r\n" + auth(live) + b"\r\n",
     }[case]
     line = raw(live.server.port, data)
