@@ -195,7 +195,9 @@ def test_slow_and_idle_clients_cannot_starve_the_agent(live_host, monkeypatch):
     try:
         t0 = time.monotonic()
         status, info = live.get("/info")
-        assert status == 200 and time.monotonic() - t0 < 1.0, time.monotonic() - t0
+        took = time.monotonic() - t0
+        print(f"/info with 80 slow clients held open: {took * 1000:.1f} ms")  # the figure in the report
+        assert status == 200 and took < 1.0, took
         time.sleep(3.0 + 1.0)
         for s in slow:  # each was closed at its head deadline, without an answer
             s.settimeout(2.0)
@@ -240,6 +242,7 @@ class Policy:
         t0 = time.monotonic()
         assert live.get("/info")[0] == 200
         worst = max(worst, time.monotonic() - t0)
+    print(f"/info with one slow submit and 45 queued: worst of 5 {worst * 1000:.1f} ms")
     assert worst < 1.0, worst
     for t in queued:
         t.join(60)
