@@ -84,6 +84,17 @@ class Host:
         self.run.event("run.open", env=config.env, profile=config.profile, budget=config.budget,
                        isolation=config.isolation)
         Formatter.prewarm()  # the episode-file helper starts while the agent reads /task
+        self.warm = threading.Event()
+        """Set once `info()` is a few dictionary reads (its env facts computed and cached: the
+        first call samples observations, 0.2-0.5 s); the HTTP layer answers on its event loop
+        from then on (`evogym.server`)."""
+        threading.Thread(target=self._warm_up, name="info-warm-up", daemon=True).start()
+
+    def _warm_up(self) -> None:
+        try:
+            self.info()
+        finally:
+            self.warm.set()
 
     def _exhausted(self) -> None:
         if self.auto_finalize:

@@ -121,11 +121,16 @@ def build_app(host: Host, credential: Credential) -> "Guard":
         async with turn:
             return await anyio.to_thread.run_sync(call, *args)
 
+    async def answer(call):
+        """`call()` on the event loop once the host is warm (a few dictionary reads, never queued
+        behind anything), in a worker thread before (its first computation must not stall the loop)."""
+        return call() if host.warm.is_set() else await anyio.to_thread.run_sync(call)
+
     async def info(request: Request):
-        return SortedJSON(host.info())  # a few dictionary reads: on the loop, never queued
+        return SortedJSON(await answer(host.info))
 
     async def task(request: Request):
-        return Response(host.task(), media_type="text/markdown; charset=utf-8")
+        return Response(await answer(host.task), media_type="text/markdown; charset=utf-8")
 
     async def submit(request: Request):
         body = await _read_json(request)
