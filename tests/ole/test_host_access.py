@@ -95,6 +95,25 @@ def test_host_client_speaks_agent_session_v3(host, monkeypatch):
     assert doc["candidate_submission_ids"] == [f"submit_{i:03d}" for i in best_first]
 
 
+def test_a_session_socket_deeper_than_af_unix_allows(tmp_path, monkeypatch):
+    """Run directories can be deep; AF_UNIX paths cannot (108 bytes): both ends go through a
+    descriptor of the socket's directory."""
+    from evogym.host import Host, make_config
+    from evogym.session import Gateway
+    deep = tmp_path / ("d" * 60) / ("e" * 60)
+    h = Host(deep / "run", make_config("gym/acrobot", "quick", budget=2, isolation="none"), prestart=False,
+             auto_finalize=False)
+    gateway = Gateway(h).start()
+    try:
+        assert len(str(gateway.path)) > 108
+        monkeypatch.setenv("EVOPOLICYGYM_WORKSPACE", str(h.run.workspace))
+        client = HostClient(session_url(gateway.path))
+        assert client.submit([0]).status == "missing_policy"  # no policy written: charged, answered
+    finally:
+        gateway.stop()
+        h.close()
+
+
 def test_command_agents_get_the_session_variables(tmp_path):
     env = protocol_env(session_url(tmp_path / "control" / "session.sock"), tmp_path / "workspace")
     assert env["EVOPOLICYGYM_SESSION_SOCKET"] == "../control/session.sock"
