@@ -33,6 +33,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--profile", default="quick", help="paper | bench | quick (default quick)")
     p.add_argument("--budget", type=int, help="episode budget (default: the profile's)")
     p.add_argument("--max-per-submit", type=int, help="cap episodes per submit (default: the profile's)")
+    p.add_argument("--max-submissions", type=int, help="cap charged submits (default: the profile's; strict 128)")
     p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")
     p.add_argument("--model", default="unknown", help="identity label of the agent/model (recorded in run.json)")
     p.add_argument("--data-dir", help="data files <slug>/{train,valid,heldout}.json (default: built-in pools)")
@@ -46,48 +47,80 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--no-early-finish", action="store_true", help="refuse /finish until the budget is spent")
     p.add_argument("--bind", default="127.0.0.1", help="loopback address to bind")
     p.add_argument("--port", type=int, default=0, help="port (0 = ephemeral)")
-    p.add_argument("--token", help="require this token (header X-Evogym-Token) on every request")
+    p.add_argument("--token-file", type=Path,
+                   help="file (mode 0600) holding the token every request must carry; default: a new random "
+                        "token, in <run-dir>/control/ (the agent gets it in its environment, never in argv)")
+    p.add_argument("--token", help=argparse.SUPPRESS)  # refused: see _token
+    p.add_argument("--session", action="store_true",
+                   help="also serve agent-session/v3 on a 0600 Unix socket (EVOPOLICYGYM_SESSION_SOCKET); the run "
+                        "then stays open until the agent finishes (it names its candidates), exits, or SIGTERM")
     p.add_argument("--no-prestart", action="store_true",
                    help="start each submit's sandbox when the submit arrives instead of ahead of it "
                         "(the slower path before pre-started sandboxes; for benchmarks)")
 
 
 def _open_host(args):
-    """(host, listening socket): the socket first, so a busy port or a non-loopback address
-    is refused before `Host` creates the run directory."""
+    """(host, listening socket, credential): the socket and the token first, so a busy port, a
+    non-loopback address or a bad token file is refused before `Host` creates the run directory."""
+    from evogym.credential import Credential
     from evogym.host import Host, make_config
     from evogym.server import listen
+    token = _token(args)
     config = make_config(args.env, args.profile, budget=args.budget, pool_seed=args.pool_seed,
                          isolation=args.isolation, limits=_limits(args), finalize_jobs=args.jobs,
                          max_per_submit=args.max_per_submit, allow_early_finish=not args.no_early_finish,
-                         data_dir=args.data_dir, model=args.model)
+                         data_dir=args.data_dir, model=args.model,
+                         agent_timeout_s=getattr(args, "agent_timeout", None), max_submissions=args.max_submissions)
     sock = listen(args.bind, args.port)
     try:
-        return Host(args.run_dir, config, prestart=not args.no_prestart), sock
+        host = Host(args.run_dir, config, prestart=not args.no_prestart, auto_finalize=not args.session)
+        return host, sock, Credential.create(host.run.control, token)
     except BaseException:
         sock.close()
         raise
 
 
-def agent_env(url: str, workspace: Path, token: str | None = None) -> dict:
-    """Environment variables an agent receives (names as the reference)."""
+def _token(args) -> str | None:
+    """The token of --token-file, or None for a new random one; checked before anything is
+    written. `--token` is refused: a value in argv is readable by every local user."""
+    from evogym.credential import read_token_file
+    if args.token is not None:
+        raise EvogymError("--token puts the run's credential in the command line, where every local user can "
+                          "read it (/proc/PID/cmdline)", hint="use --token-file FILE (mode 0600), or leave it out "
+                                                              "and the host makes a random token")
+    return read_token_file(args.token_file) if args.token_file else None
+
+
+def agent_env(url: str, workspace: Path, credential=None) -> dict:
+    """Environment variables an agent receives (names as the reference, plus the credential's)."""
     env = {"EVOPOLICYGYM_API": url, "EVOPOLICYGYM_INFO_URL": f"{url}/info",
            "EVOPOLICYGYM_TASK_URL": f"{url}/task", "EVOPOLICYGYM_SUBMIT_URL": f"{url}/submit",
            "EVOPOLICYGYM_FINISH_URL": f"{url}/finish", "EVOPOLICYGYM_WORKSPACE": str(workspace),
            "EVOPOLICYGYM_SYSTEM": str(workspace / "system"), "EVOPOLICYGYM_FEEDBACK": str(workspace / "feedback"),
            "EVOPOLICYGYM_AGENTS": str(workspace / "AGENTS.md"), "EVOPOLICYGYM_PROTOCOL": PROTOCOL_VERSION}
-    if token:
-        env["EVOPOLICYGYM_TOKEN"] = token
+    if credential is not None:
+        env.update(credential.agent_env())
     return env
+
+
+def _gateway(args, host):
+    """The agent-session/v3 socket when --session is given, else None."""
+    if not args.session:
+        return None
+    from evogym.session import Gateway
+    return Gateway(host).start()
 
 
 def cmd_serve(args) -> int:
     from evogym.progress import RunWatcher
     from evogym.server import Server
-    host, sock = _open_host(args)
-    server = Server(host, args.bind, args.port, args.token, sock=sock).start()
-    print(json.dumps({"url": server.url, "workspace": str(host.run.workspace), "run_dir": str(host.run.root)}),
-          flush=True)
+    host, sock, credential = _open_host(args)
+    server = Server(host, args.bind, args.port, credential, sock=sock).start()
+    gateway = _gateway(args, host)
+    print(json.dumps({"url": server.url, "workspace": str(host.run.workspace), "run_dir": str(host.run.root),
+                      "token_file": str(server.credential.token_file),
+                      "auth_header_file": str(server.credential.header_file),
+                      "session_socket": str(gateway.path) if gateway else None}), flush=True)
     signal.signal(signal.SIGTERM, lambda *_: host.start_finalize("sigterm"))
     # progress only for a person at a terminal: harnesses read stdout and keep stderr as a log
     watcher = RunWatcher(host.run.root, host.config.budget).start() if sys.stderr.isatty() else None
@@ -100,6 +133,8 @@ def cmd_serve(args) -> int:
         if watcher is not None:
             watcher.stop()
     server.stop()
+    if gateway is not None:
+        gateway.stop()
     host.close()
     return 0 if host.finalization["status"] == "done" else 1
 
@@ -109,10 +144,11 @@ def cmd_run(args) -> int:
     from evogym.server import Server
     if not args.command:
         raise EvogymError("no agent command given", hint="evogym run --env ... --run-dir ... -- CMD ARGS")
-    host, sock = _open_host(args)
-    server = Server(host, args.bind, args.port, args.token, sock=sock).start()
+    host, sock, credential = _open_host(args)
+    server = Server(host, args.bind, args.port, credential, sock=sock).start()
+    gateway = _gateway(args, host)
     ws = host.run.workspace
-    env = {**os.environ, **agent_env(server.url, ws, args.token)}
+    env = {**os.environ, **agent_env(server.url, ws, server.credential), **(gateway.agent_env() if gateway else {})}
     agent_log = host.run.logs / "agent.log"
     log = open(agent_log, "ab")
     watcher = RunWatcher(host.run.root, host.config.budget, enabled=not args.quiet)
@@ -134,6 +170,8 @@ def cmd_run(args) -> int:
     finally:
         watcher.stop()
         server.stop()
+        if gateway is not None:
+            gateway.stop()
         host.close()
         log.close()
     doc = json.loads(host.run.run_json.read_text())

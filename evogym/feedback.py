@@ -98,12 +98,16 @@ def atomic_write_json(path: Path, obj, *, pretty: bool = True, durable_now: bool
     atomic_write_bytes(path, (text + "\n").encode("utf-8"), durable_now=durable_now)
 
 
-def cap_text(text: str, cap: int = OUTPUT_CAP_BYTES) -> str:
+def cap_text(text: str, cap: int = OUTPUT_CAP_BYTES, dropped: int = 0) -> str:
+    """`text` cut to `cap` bytes, with one note counting every byte not shown: the ones cut
+    here plus `dropped`, those an earlier cap (the sandbox's output pipe) already dropped.
+    The note is added after the cut, so it is never cut itself (issue 18: a 600 MB flood was
+    reported as "[truncated 40 bytes]" when a second cap cut the first note off)."""
     data = text.encode("utf-8", "replace")
     if len(data) <= cap:
-        return text
+        return text + f"\n[truncated {dropped} bytes]" if dropped else text
     kept = data[:cap].decode("utf-8", "ignore")
-    return kept + f"\n[truncated {len(data) - cap} bytes]\n"
+    return kept + f"\n[truncated {dropped + len(data) - len(kept.encode('utf-8'))} bytes]\n"
 
 
 def error_line(category: str, message: str, timestamp: str, traceback: str | None = None, **extra) -> str:
@@ -208,13 +212,31 @@ def episode_files(ep, with_observations: bool = True) -> dict[str, bytes]:
                             "reward": reward, "terminated": bool(term), "truncated": bool(trunc),
                             "info": row_info}))
     files["trajectory.jsonl"] = ("\n".join(lines) + ("\n" if lines else "")).encode()
-    files["stdout.txt"] = cap_text(ep.stdout).encode()
-    files["stderr.txt"] = cap_text(ep.stderr).encode()
+    files["stdout.txt"] = cap_text(ep.stdout, dropped=ep.stdout_dropped).encode()
+    files["stderr.txt"] = cap_text(ep.stderr, dropped=ep.stderr_dropped).encode()
     if ep.errors:
         files["error.txt"] = ("\n".join(ep.errors) + "\n").encode()
     if external is not None:
         files[external[0]] = external[1]
     return files
+
+
+def minimal_episode_files(ep, exc: BaseException, timestamp: str) -> dict[str, bytes]:
+    """An episode's files when `episode_files` failed on its recording: one trajectory line per
+    step with its reward and flags (no observation, no action, no info), the captured output,
+    and error.txt with the reason added (category `protocol_error`, as the episode's data was
+    not what the host can write)."""
+    note = f"<not recorded: the feedback writer failed on this episode: {type(exc).__name__}>"
+    lines = [_ROW_ENCODER.encode({"t": t, "obs": None, "action": note, "reward": float(step[1]),
+                                  "terminated": bool(step[2]), "truncated": bool(step[3]),
+                                  "info": {"steps": t + 1}}) for t, step in enumerate(ep.steps)]
+    errors = [*ep.errors, error_line("protocol_error", f"protocol_error: the episode's observations, actions "
+                                     f"and info could not be written: {type(exc).__name__}: {exc}"[:2000],
+                                     timestamp)]
+    return {"trajectory.jsonl": ("\n".join(lines) + ("\n" if lines else "")).encode(),
+            "stdout.txt": cap_text(ep.stdout, dropped=ep.stdout_dropped).encode(),
+            "stderr.txt": cap_text(ep.stderr, dropped=ep.stderr_dropped).encode(),
+            "error.txt": ("\n".join(errors) + "\n").encode()}
 
 
 _ROW_ENCODER = json.JSONEncoder(allow_nan=False)

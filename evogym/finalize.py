@@ -17,6 +17,7 @@ import multiprocessing
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -28,6 +29,7 @@ from evogym import PROTOCOL_VERSION, anchors
 from evogym.feedback import atomic_write_json, flush_syncs
 from evogym.code_metrics import edit_kind
 from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
+from evogym.sandbox import CallResult
 
 PACKAGES = ("gymnasium", "mujoco", "box2d", "minigrid", "highway-env", "gymnasium-robotics", "numpy",
             "pygame-ce")
@@ -46,12 +48,36 @@ def _jobs(requested: int) -> int:
 
 
 def _evaluate(jobs: list[EpisodeJob], workers: int) -> list[BatchResult]:
+    """One result per job, in order. A job that raises (whatever a policy made the trusted side
+    do) is that candidate's failure, never the run's: the other candidates are still scored."""
     if workers <= 1 or len(jobs) <= 1:
-        return [run_episodes(j) for j in jobs]
+        return [_contained(j) for j in jobs]
     ctx = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
                              initializer=die_with_parent) as pool:
-        return list(pool.map(run_episodes, jobs))
+        futures = [pool.submit(run_episodes, j) for j in jobs]
+        results = []
+        for job, future in zip(jobs, futures):
+            try:
+                results.append(future.result())
+            except BrokenProcessPool:  # a worker died (killed from outside): run this job here instead
+                results.append(_contained(job))
+            except Exception as exc:  # noqa: BLE001 - see the docstring
+                results.append(_failed(exc))
+        return results
+
+
+def _contained(job: EpisodeJob) -> BatchResult:
+    try:
+        return run_episodes(job)
+    except Exception as exc:  # noqa: BLE001 - see _evaluate
+        return _failed(exc)
+
+
+def _failed(exc: BaseException) -> BatchResult:
+    """A candidate whose evaluation raised: a failed start (no score), recorded with the reason."""
+    return BatchResult(CallResult(ok=False, category="protocol_error",
+                                  message=f"hidden evaluation failed: {type(exc).__name__}: {exc}"[:2000]), [])
 
 
 def candidates(run) -> list[Candidate]:
@@ -64,9 +90,20 @@ def candidates(run) -> list[Candidate]:
     return out
 
 
-def select(scores: dict[int, tuple[float, int]]) -> int:
-    """argmax of (mean, -failures, index): ties to fewer failures, then to the latest submit."""
-    return max(scores, key=lambda i: (scores[i][0], -scores[i][1], i))
+def select(scores: dict[int, tuple[float, int]], named: tuple[int, ...] | None = None) -> int:
+    """argmax of (mean, -failures, index): ties to fewer failures, then to the latest submit,
+    or, among candidates the agent named, to the one it named first (agent-session/v3)."""
+    rank = {i: -named.index(i) for i in named} if named else {i: i for i in scores}
+    return max(scores, key=lambda i: (scores[i][0], -scores[i][1], rank[i]))
+
+
+def shortlist(cands: list[Candidate], named: tuple[int, ...] | None, limit: int | None) -> list[Candidate]:
+    """The candidates hidden validation compares: those the agent named (in its order), else the
+    latest `limit` ok submits, else every ok submit."""
+    if named:
+        by_index = {c.index: c for c in cands}
+        return [by_index[i] for i in named if i in by_index]
+    return cands[-limit:] if limit is not None else cands
 
 
 def _mean(batch: BatchResult) -> float | None:
@@ -79,7 +116,8 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Score the run; returns the run.json document (also written to disk)."""
     run, config, judge = host.run, host.config, host.judge
     flush_syncs()  # every feedback file is on disk before the run is scored
-    cands = candidates(run)
+    named = host.named_candidates
+    cands = shortlist(candidates(run), named, config.max_candidates)
     groups: dict[str, list[Candidate]] = {}
     for c in cands:
         groups.setdefault(c.tree_hash, []).append(c)
@@ -100,12 +138,13 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
             val_failures[str(c.index)] = batch.failures
         run.event("eval.record", kind="valid", snap=c.index, mean_return=mean)
     doc = _base_doc(host)
+    doc["candidate_submission_ids"] = [run.submit_name(c.index) for c in cands]
     if not scores:
         doc["outcome"] = _outcome("no_ok_submit", final_score=0.0)
         _aux(doc, host, None, None)
         atomic_write_json(run.run_json, doc)
         return doc
-    best = select(scores)
+    best = select(scores, named)
     best_cand = next(c for c in cands if c.index == best)
     progress(f"held-out: submit {best} on {len(host.pools.heldout)} episodes")
     held = _evaluate([host.hidden_job(groups[best_cand.tree_hash][0], host.pools.heldout)], 1)[0]
@@ -113,6 +152,7 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     mean = float(np.mean(returns)) if returns else None
     run.event("eval.record", kind="final", snap=best, mean_return=mean)
     _mirror(run, best)
+    doc["final_submission_id"] = run.submit_name(best)
     final = mean if mean is not None else 0.0
     doc["outcome"] = _outcome(
         "completed", final_score=final, best_submit_index=best,
@@ -168,6 +208,27 @@ def _base_doc(host) -> dict:
                      "evogym": __import__("evogym").__version__},
         "artifacts": {"checkpoints": "checkpoints/", "feedback": "workspace/feedback/", "events": "events.jsonl",
                       "logs": "logs/", "workspace": "workspace/"},
+        "config": run_record_config(config),
+        "candidate_submission_ids": None, "final_submission_id": None,
+    }
+
+
+def run_record_config(config) -> dict:
+    """The run's settings under EvoPolicyGym main's `run-record/v8` config names, where they
+    mean something here (shared/reference/evopolicygym-v3-notes.md): the training split is
+    `train`, validation `valid`, assessment (held-out) `heldout`; feedback is never evicted
+    (`bulk_feedback_retention_bytes` null); `max_submissions` is the budget when unset (at
+    least one episode per submission)."""
+    return {
+        "split": "train", "seed": config.pool_seed,
+        "max_submissions": config.max_submissions if config.max_submissions is not None else config.budget,
+        "episode_budget": config.budget, "episode_pool_size": config.n_env_instances,
+        "max_episodes_per_submission": config.max_per_submit, "finish_budget_policy": config.finish_budget_policy,
+        "bulk_feedback_retention_bytes": None, "episode_timeout_seconds": config.limits.episode_wall_s,
+        "agent_timeout_seconds": config.agent_timeout_s,
+        "validation": {"split": "valid", "episodes_per_candidate": config.valid_size,
+                       "max_candidates": config.max_candidates},
+        "assessment": {"split": "heldout", "episodes": config.heldout_size},
     }
 
 

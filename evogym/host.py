@@ -13,7 +13,7 @@ from pathlib import Path
 
 from evogym import PROTOCOL_VERSION, briefs, envs, pools, sandbox
 from evogym.errors import ConfigError, SandboxUnavailable
-from evogym.finalize import Candidate, error_doc, finalize
+from evogym.finalize import Candidate, candidates as candidates_of, error_doc, finalize
 from evogym.judge import DENIED_IMPORTS, Judge, public_env_meta
 from evogym.recording import Formatter
 from evogym.rollout import EpisodeJob, utc_stamp
@@ -23,7 +23,8 @@ from evogym.rundir import RunConfig, RunDir, agents_md_text
 def make_config(env: str, profile: str = "quick", *, budget: int | None = None, pool_seed: int = 0,
                 isolation: str = "bwrap", limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
                 max_per_submit: int | None = None, allow_early_finish: bool = True,
-                max_steps: int | None = None, data_dir: str | None = None, model: str = "unknown") -> RunConfig:
+                max_steps: int | None = None, data_dir: str | None = None, model: str = "unknown",
+                agent_timeout_s: float | None = None, max_submissions: int | None = None) -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
     prof = pools.profile(profile)
     spec = envs.resolve(env)
@@ -33,20 +34,31 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
     if budget < 1:
         raise ConfigError(f"budget must be >= 1, got {budget}")
     maximum = min(max_per_submit or prof.max_per_submit or budget, budget)
+    submissions = max_submissions if max_submissions is not None else prof.max_submissions
+    if submissions is not None and submissions < 1:
+        raise ConfigError(f"max submissions must be >= 1, got {submissions}")
+    if submissions is not None and prof.require_budget_exhaustion and budget > submissions * maximum:
+        raise ConfigError(f"profile {prof.name} must spend the whole budget, but {submissions} submissions of at "
+                          f"most {maximum} episodes cannot spend {budget}",
+                          hint="raise --max-submissions or --max-per-submit, or lower --budget")
     return RunConfig(env=spec.slug, profile=prof.name, budget=budget, min_per_submit=prof.min_per_submit,
-                     max_per_submit=maximum, n_env_instances=pools.TRAIN_SIZE, valid_size=prof.valid,
-                     heldout_size=prof.heldout, pool_seed=pool_seed, isolation=isolation,
+                     max_per_submit=maximum, n_env_instances=prof.pool, valid_size=prof.valid,
+                     heldout_size=prof.heldout_for(spec.family), pool_seed=pool_seed, isolation=isolation,
                      limits=limits or sandbox.Limits(act_wall_s=prof.act_wall_s), finalize_jobs=finalize_jobs,
-                     allow_early_finish=allow_early_finish, max_steps=max_steps,
-                     data_dir=str(Path(data_dir).resolve()) if data_dir else None, model=model)
+                     allow_early_finish=allow_early_finish and not prof.require_budget_exhaustion,
+                     max_steps=max_steps, data_dir=str(Path(data_dir).resolve()) if data_dir else None, model=model,
+                     max_submissions=submissions, max_candidates=prof.max_candidates,
+                     agent_timeout_s=agent_timeout_s)
 
 
 class Host:
     """One run: owns the hidden pools and everything that touches them."""
 
-    def __init__(self, run_dir, config: RunConfig, *, prestart: bool = True) -> None:
+    def __init__(self, run_dir, config: RunConfig, *, prestart: bool = True, auto_finalize: bool = True) -> None:
         """`prestart`: keep sandboxes started ahead for the next submits (`evogym.sandbox.spare`);
-        False starts every sandbox when its submit arrives (the old path, for benchmarks)."""
+        False starts every sandbox when its submit arrives (the old path, for benchmarks).
+        `auto_finalize`: finalize as soon as the budget is spent (v0.1.0); False keeps the run
+        open until `finish` (agent-session/v3, where the agent names its candidates then)."""
         if config.isolation == "bwrap":
             report = sandbox.probe_isolation()
             if not report.get("bwrap") or not report.get("userns"):
@@ -56,19 +68,39 @@ class Host:
         self.config = config
         self.spec = envs.resolve(config.env)
         self.pools = pools.pools_for(self.spec.slug, config.profile, pool_seed=config.pool_seed,
-                                    data_dir=Path(config.data_dir) if config.data_dir else None)
+                                    data_dir=Path(config.data_dir) if config.data_dir else None,
+                                    heldout=config.heldout_size)
         self.run = RunDir(run_dir)
         self.run.create(config)
         self.started_at, self._t0 = utc_stamp(), time.monotonic()
         self.agents_md_hash = "sha256:" + hashlib.sha256(agents_md_text().encode()).hexdigest()
-        self.judge = Judge(self.run, config, self.pools.train, on_exhausted=lambda: self.start_finalize("budget"),
-                           prestart=prestart)
+        self.auto_finalize = auto_finalize
+        self.judge = Judge(self.run, config, self.pools.train, on_exhausted=self._exhausted, prestart=prestart)
         self.finalization = {"status": "pending"}
+        self.named_candidates: tuple[int, ...] | None = None
+        """The candidates the agent named when it finished (agent-session/v3), in its order."""
         self.done = threading.Event()
         self._final_lock = threading.Lock()
         self.run.event("run.open", env=config.env, profile=config.profile, budget=config.budget,
                        isolation=config.isolation)
         Formatter.prewarm()  # the episode-file helper starts while the agent reads /task
+        self.warm = threading.Event()
+        """Set once `info()` is a few dictionary reads (its env facts computed and cached: the
+        first call samples observations, 0.2-0.5 s); the HTTP layer answers on its event loop
+        from then on (`evogym.server`)."""
+        threading.Thread(target=self._warm_up, name="info-warm-up", daemon=True).start()
+
+    def _warm_up(self) -> None:
+        try:
+            self.info()
+        finally:
+            self.warm.set()
+
+    def _exhausted(self) -> None:
+        if self.auto_finalize:
+            self.start_finalize("budget")
+        else:
+            self.judge.close_spare()  # no submit can come: free the spares now
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
@@ -101,7 +133,10 @@ class Host:
     def task(self) -> str:
         return briefs.brief(self.spec).rstrip() + "\n\n" + contract_text(self.info())
 
-    def finish(self) -> tuple[int, dict]:
+    def finish(self, candidates: tuple[int, ...] | None = None) -> tuple[int, dict]:
+        """End the run now and finalize it; `candidates`: the ok submits hidden validation
+        compares, in the agent's order of preference (checked by `candidate_refusal`), else
+        the profile's rule (`RunConfig.max_candidates`)."""
         if not self.config.allow_early_finish and self.judge.state.remaining > 0:
             return 409, {"status": "budget_remaining", "error": {
                 "message": f"this run requires spending the whole budget ({self.judge.state.remaining} left)"}}
@@ -110,18 +145,37 @@ class Host:
                 return 200, {"status": "finalizing" if not self.done.is_set() else "finalized"}
             if self.judge.state.n_submits == 0 and self.judge.state.used == 0:
                 self.run.event("run.finish_without_submits")
-        self.start_finalize("finish")
+        self.start_finalize("finish", candidates)
         return 200, {"status": "finalizing", "remaining_budget": self.judge.state.remaining}
 
+    def candidate_refusal(self, candidates: tuple[int, ...]) -> tuple[str, str] | None:
+        """Why these submit indices cannot be the run's candidates: (agent-session/v3 error
+        code, message), or None. They must be distinct ok submits, at most `max_candidates`."""
+        limit = self.config.max_candidates
+        if not candidates:
+            return "invalid_request", "name at least one submission"
+        if limit is not None and len(candidates) > limit:
+            return "candidate_limit", f"{len(candidates)} candidates named; this run validates at most {limit}"
+        if len(set(candidates)) != len(candidates):
+            return "duplicate_submission", "each candidate may be named once"
+        ok = {c.index for c in candidates_of(self.run)}
+        unknown = [i for i in candidates if i not in ok]
+        if unknown:
+            names = ", ".join(self.run.submit_name(i) for i in sorted(ok)) or "none"
+            return "unknown_submission", (f"{self.run.submit_name(unknown[0])} is not an ok submission of this run; "
+                                          f"candidates: {names}")
+        return None
+
     # -- finalization ------------------------------------------------------------
-    def start_finalize(self, reason: str) -> None:
+    def start_finalize(self, reason: str, candidates: tuple[int, ...] | None = None) -> None:
         with self._final_lock:
             with self.judge.lock:
                 if self.judge.closed:
                     return
                 self.judge.closed = True
+            self.named_candidates = candidates
             self.finalization = {"status": "running", "reason": reason}
-            self.run.event("run.close.start", reason=reason)
+            self.run.event("run.close.start", reason=reason, candidates=list(candidates) if candidates else None)
             threading.Thread(target=self._finalize, name="finalize", daemon=True).start()
 
     def close(self) -> None:
@@ -145,7 +199,7 @@ class Host:
         ckpt = self.run.checkpoints / self.run.submit_name(cand.index)
         meta = self.judge.policy_env_meta(cand.index, cand.cost, 0)
         return EpisodeJob(self.config.env, str(ckpt), tuple(seeds), meta, self.config.limits,
-                          self.config.isolation, record=False, max_steps=self.config.max_steps)
+                          self.config.isolation, record=False, max_steps=self.config.max_steps, play_out=True)
 
 
 

@@ -14,6 +14,11 @@ from dataclasses import dataclass
 _TOKEN = re.compile(r"^([0-9]+)(?:-([0-9]+))?$")
 EXPAND_LIMIT = 1 << 16
 """Largest request that is ever expanded into a list (for the summary); bigger ones are rejected by size."""
+ID_DIGITS = 18
+"""Digits read of one id in a spec string; a longer number stands for BEYOND (issue 18: 5001
+digits exceeded `int()`'s 4300-digit limit and the ValueError escaped as an HTTP 500)."""
+BEYOND = 10**ID_DIGITS
+"""The value of any id written with more than ID_DIGITS digits: beyond every pool."""
 
 
 class ParseError(ValueError):
@@ -46,13 +51,17 @@ def _ranges(raw) -> list[tuple[int, int]]:
             m = _TOKEN.match(token.strip())
             if not m:
                 raise ParseError(f"bad env_instances token {token.strip()!r:.40}: expected N or LO-HI")
-            lo = int(m.group(1))
-            hi = int(m.group(2)) if m.group(2) is not None else lo
+            lo = _id(m.group(1))
+            hi = _id(m.group(2)) if m.group(2) is not None else lo
             if hi < lo:
                 raise ParseError(f"bad range {token.strip()!r}: HI < LO")
             out.append((lo, hi))
         return out
     raise ParseError(f"env_instances must be a list of ints or a spec string, got {type(raw).__name__}")
+
+
+def _id(digits: str) -> int:
+    return int(digits) if len(digits) <= ID_DIGITS else BEYOND
 
 
 def parse(raw, n_env_instances: int) -> Request:

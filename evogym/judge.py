@@ -9,6 +9,7 @@ running again.
 from __future__ import annotations
 
 import ast
+import hashlib
 import json
 import os
 import shutil
@@ -20,7 +21,8 @@ from pathlib import Path
 from typing import Callable
 
 from evogym import code_metrics, envs, pyast
-from evogym.feedback import PartialTree, atomic_write_json, error_line, summary_stats, write_tree
+from evogym.feedback import (PartialTree, atomic_write_json, error_line, minimal_episode_files, summary_stats,
+                             write_episode, write_tree)
 from evogym.recording import Formatter, PendingFiles
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
 from evogym.rundir import BudgetState, RunConfig, RunDir
@@ -111,7 +113,8 @@ class Judge:
         self.state = BudgetState.recover(run, config.budget)
         self.closed = False
         self.on_exhausted = on_exhausted
-        self._idem: dict[str, tuple[int, dict]] = {}
+        self._idem: dict[str, tuple[str, tuple[int, dict]]] = {}
+        """Idempotency key -> (digest of the body it came with, the answer)."""
         self.ep_width = max(3, len(str(config.budget)))
         self._recover_interrupted()
         self.spare: Spare | None = None
@@ -164,14 +167,22 @@ class Judge:
 
     # -- the request ---------------------------------------------------------------
     def submit(self, body: dict, idempotency_key: str | None = None) -> tuple[int, dict]:
+        """Run one submit request; a repeated `idempotency_key` with the same body answers the
+        first answer again (no charge), with another body 422 (nothing runs)."""
         with self.lock:
+            digest = _digest(body)
             if idempotency_key is not None and idempotency_key in self._idem:
-                return self._idem[idempotency_key]
+                first, answer = self._idem[idempotency_key]
+                if first != digest:
+                    return 422, {"status": "idempotency_key_reused", "error": {
+                        "message": f"Idempotency-Key {idempotency_key!r} was used for another body; "
+                                   "use a new key for a new request"}}
+                return answer
             answer = self._submit_locked(body)
             if idempotency_key is not None:
                 if len(self._idem) >= IDEMPOTENCY_KEYS_KEPT:
                     self._idem.pop(next(iter(self._idem)))
-                self._idem[idempotency_key] = answer
+                self._idem[idempotency_key] = (digest, answer)
         if answer[0] == 200 and self.state.remaining == 0:
             self.on_exhausted()
         return answer
@@ -189,20 +200,53 @@ class Judge:
             return 400, {"submit_id": index, "status": "budget_invalid", "error": {"message": str(exc)}}
         if self.closed:
             return 409, {"status": "run_closed", "error": {"message": "run is not open"}}
-        limit = min(self.config.max_per_submit, self.state.remaining)
-        if req.out_of_range:
-            status = "invalid_env_instance"
-            msg = f"invalid_env_instance: ids must lie in [0, {self.config.n_env_instances})"
-        elif not (self.config.min_per_submit <= req.count <= limit):
-            status = "budget_invalid"
-            msg = (f"budget_invalid: {req.count} episodes requested; allowed {self.config.min_per_submit}.."
-                   f"{limit} (max per submit {self.config.max_per_submit}, remaining {self.state.remaining})")
-        else:
+        refusal = self.refusal(req.count, req.out_of_range)
+        if refusal is None:
             return self._execute(req.ids, started, started_at)
+        status, _, msg = refusal
         index = self._next_index()
         summary = self._reject(index, status, req.ids, started, started_at, msg)
         self.run.event("submit.reject", submit=index, status=status, n=req.count)
         return 400, {"submit_id": index, "status": status, "summary": summary, "error": {"message": msg}}
+
+    def submit_ids(self, ids: list[int]) -> tuple[int, dict] | tuple[str, str]:
+        """A submit of agent-session/v3 (`evogym.session`): the ids are checked by the caller;
+        a refusal is free and leaves no trace (no folder, no index): (v3 error code, message).
+        Otherwise the submit's (http status, answer) as `submit` gives it."""
+        with self.lock:
+            if self.closed:
+                return "session_closed", "the run is closed: no further submissions"
+            refusal = self.refusal(len(ids), any(i >= self.config.n_env_instances for i in ids))
+            if refusal is not None:
+                return refusal[1], refusal[2]
+            answer = self._execute(list(ids), time.time(), utc_stamp())
+        if answer[0] == 200 and self.state.remaining == 0:
+            self.on_exhausted()
+        return answer
+
+    def refusal(self, count: int, out_of_range: bool) -> tuple[str, str, str] | None:
+        """Why a request for `count` episodes is refused before anything runs (Phase 1):
+        (verdict, agent-session/v3 error code, message), or None when it may run."""
+        c, st = self.config, self.state
+        limit = min(c.max_per_submit, st.remaining)
+        if out_of_range:
+            return "invalid_env_instance", "invalid_request", \
+                f"invalid_env_instance: ids must lie in [0, {c.n_env_instances})"
+        if not (c.min_per_submit <= count <= limit):
+            code = "budget_exhausted" if c.min_per_submit <= count <= c.max_per_submit else "episode_limit"
+            return "budget_invalid", code, (f"budget_invalid: {count} episodes requested; allowed {c.min_per_submit}.."
+                                            f"{limit} (max per submit {c.max_per_submit}, remaining {st.remaining})")
+        if c.max_submissions is not None and st.charged >= c.max_submissions:
+            return "budget_invalid", "submission_limit", \
+                f"budget_invalid: all {c.max_submissions} submissions of this run are used"
+        if not c.allow_early_finish and c.max_submissions is not None:
+            capacity = (c.max_submissions - st.charged - 1) * c.max_per_submit
+            if st.remaining - count > capacity:
+                return "budget_invalid", "budget_allocation", (
+                    f"budget_invalid: {count} episodes leave {st.remaining - count}, more than the "
+                    f"{c.max_submissions - st.charged - 1} submissions left can spend; this run must spend its "
+                    f"whole budget: select at least {st.remaining - capacity} episodes")
+        return None
 
     def _reject(self, index, status, instances, started, started_at, message) -> dict:
         """Phase-1 reject (or parse error): free, recorded, numbered like any submit."""
@@ -216,12 +260,16 @@ class Judge:
         index = self._next_index()
         cost, first = len(instances), self.state.used
         self.state.used += cost
+        self.state.charged += 1
         self.run.event("submit.charge", submit=index, cost=cost, remaining=self.state.remaining)
         ckpt = self.run.checkpoints / self.run.submit_name(index)
         tree = PartialTree(self.run.feedback / self.run.submit_name(index))
         try:
             summary, status, timing = self._fill_tree(tree, index, ckpt, instances, cost, first, started,
                                                       started_at)
+        except Exception as exc:  # a host fault (disk, sandbox start-up): recorded and refunded, never lost
+            tree.abort()
+            return self._refund(index, cost, instances, started, started_at, exc)
         except BaseException:
             tree.abort()
             raise
@@ -229,6 +277,22 @@ class Judge:
                        mean_return=summary["mean_return"], wall=summary["wall_time_seconds"],
                        timing={k: round(v, 6) for k, v in timing.items()})
         return 200, {"submit_id": index, "status": status, "summary": summary}
+
+    def _refund(self, index, cost, instances, started, started_at, exc: Exception) -> tuple[int, dict]:
+        """The host failed inside a charged submit: its feedback says so (`host_interrupted`, as a
+        host that died there is recorded on restart) and the episodes go back to the budget, so
+        summaries and charges agree at every moment. HTTP 503: the caller may retry."""
+        self.state.used -= cost
+        self.state.charged -= 1
+        reason = f"{type(exc).__name__}: {exc}"[:2000]
+        summary = self._summary(index, "host_interrupted", instances, started, started_at)
+        write_tree(self.run.feedback / self.run.submit_name(index), {
+            "summary.json": _pretty(summary), "errors.txt": (error_line(
+                "host_interrupted", f"host_interrupted: the host failed during this submit ({reason}); "
+                "it was not charged", utc_stamp()) + "\n").encode()})
+        self.run.event("submit.refund", submit=index, cost=cost, reason=reason, remaining=self.state.remaining)
+        return 503, {"submit_id": index, "status": "host_interrupted", "summary": summary,
+                     "error": {"message": f"the host failed during this submit and did not charge it: {reason}"}}
 
     def _fill_tree(self, tree: PartialTree, index, ckpt, instances, cost, first, started, started_at):
         """Run the checkpoint with its episode files written into `tree` as each episode ends
@@ -247,14 +311,18 @@ class Judge:
         fields = {"n_episodes": cost, "env_instances": instances}
         if batch is not None and batch.episodes:
             eps = batch.episodes
+            t0 = time.monotonic()
+            unwritten = set()
+            for i, (rel, made) in enumerate(pending):
+                names, ok = _episode_written(made, tree.tmp / rel)
+                tree.written([f"{rel}/{name}" for name in names])
+                if not ok:
+                    unwritten.add(i)
+            timing["files_wait_s"] = time.monotonic() - t0
             fields.update(summary_stats([e.ret for e in eps], [e.length for e in eps]))
             fields["first_global_episode"] = first
-            fields["errors"] = [i for i, e in enumerate(eps) if e.error_category]
+            fields["errors"] = [i for i, e in enumerate(eps) if e.error_category or i in unwritten]
             fields["timeouts"] = [i for i, e in enumerate(eps) if e.error_category == "act_timeout"]
-            t0 = time.monotonic()
-            for rel, made in pending:
-                tree.written([f"{rel}/{name}" for name in made.result()])
-            timing["files_wait_s"] = time.monotonic() - t0
         if batch is not None:
             timing.update(start_s=batch.start_s, episodes_s=batch.episodes_s)
             timing["snapshot_s"] = timing["rollout_s"] - batch.start_s - batch.episodes_s
@@ -355,12 +423,29 @@ class Judge:
         return out
 
 
+def _episode_written(made: PendingFiles, directory: Path) -> tuple[list[str], bool]:
+    """(names of an episode's files once written, whether they are the full set). If they cannot
+    be made from what the episode recorded (a host fault on data the policy shaped), a minimal
+    set is written instead (`feedback.minimal_episode_files`): the episode keeps its numbered
+    folder and one trajectory line per step, and error.txt says what is missing and why."""
+    try:
+        return made.result(), True
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        shutil.rmtree(directory, ignore_errors=True)
+        return write_episode(minimal_episode_files(made.data, exc, utc_stamp()), directory), False
+
+
 def public_env_meta(spec, config: RunConfig) -> dict:
     """`/info.env_meta` of a run: the env's, with the run's step cap override applied."""
     meta = envs.env_meta(spec, n_env_instances=config.n_env_instances)
     if config.max_steps:
         meta["max_episode_steps"] = min(meta["max_episode_steps"], config.max_steps)
     return meta
+
+
+def _digest(body: dict) -> str:
+    """A canonical digest of a request body (key order and spacing do not matter)."""
+    return hashlib.sha256(json.dumps(body, sort_keys=True, separators=(",", ":")).encode()).hexdigest()
 
 
 def _pretty(obj) -> bytes:

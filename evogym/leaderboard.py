@@ -61,6 +61,31 @@ def build(results: dict[str, float | None], name: str = "ours") -> dict:
             "family_rank_score": {f: {k: float(np.mean(v)) for k, v in d.items()} for f, d in fam.items()}}
 
 
+RESULTS_SCHEMA = "evopolicygym/leaderboard-results/v1"
+"""EvoPolicyGym main's leaderboard file (`site/leaderboards/<slug>/results.json`)."""
+
+
+def results_v1(runs: dict[str, dict], *, config_id: str, entry: dict, generated_at: str) -> dict:
+    """A `leaderboard-results/v1` document of one suite: `runs` maps env slug -> a finished
+    run's run.json; the entry's score per env is its held-out mean (`final_score`, the
+    upstream `assessment_mean_return`) under the one test configuration `config_id`, whose
+    settings are the runs' run-record/v8 config (assessment sizes per env, as MiniGrid's may
+    differ). Unscored runs have no score."""
+    first = next((doc["config"] for doc in runs.values() if doc.get("config")), {})
+    configuration = {"id": config_id, "profile": next((doc.get("profile") for doc in runs.values()), None),
+                     **{k: first.get(k) for k in ("episode_budget", "episode_pool_size", "max_submissions",
+                                                  "max_episodes_per_submission", "finish_budget_policy",
+                                                  "validation", "episode_timeout_seconds")},
+                     "assessment_episodes": {slug: (doc.get("config") or {}).get("assessment", {}).get("episodes")
+                                             for slug, doc in runs.items()}}
+    scores = {slug: {config_id: doc["outcome"]["final_score"]} for slug, doc in runs.items()
+              if doc.get("outcome", {}).get("status") == "completed" and doc["outcome"].get("final_score") is not None}
+    return {"schema": RESULTS_SCHEMA, "generated_at": generated_at, "test_configurations": [configuration],
+            "environments": [{"id": slug, "primary_metric": "assessment_mean_return", "score_direction": "maximize"}
+                             for slug in runs],
+            "entries": [{**entry, "scores": scores}]}
+
+
 def markdown(board: dict) -> str:
     name = board["name"]
     head = ["env", name, *PAPER_ENTRANTS, f"s({name})", "beats"]

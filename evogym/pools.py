@@ -169,6 +169,21 @@ class Profile(BaseModel):
     """Wall clock of one `reset()`/`act()` call of the policy (`sandbox.Limits.act_wall_s`):
     an endless act() ends its episode as `act_timeout` after this, not after the whole
     episode budget."""
+    pool: int = TRAIN_SIZE
+    """Train episode ids the agent may choose from (`0 … pool-1`): the first `pool` train seeds."""
+    heldout_by_family: dict[str, int] = {}
+    """Held-out episodes for envs of these families instead of `heldout` (`envs.EnvSpec.family`)."""
+    max_submissions: int | None = None
+    """Most charged submits; None = as many as the budget allows."""
+    require_budget_exhaustion: bool = False
+    """The run finishes only once the budget is spent (`/finish` refused before; a submit too
+    small to leave that possible within `max_submissions` is refused as `budget_allocation`)."""
+    max_candidates: int | None = None
+    """Candidates hidden validation compares (the agent names them when it finishes, else the
+    latest ok submits); None = every ok submit."""
+
+    def heldout_for(self, family: str) -> int:
+        return self.heldout_by_family.get(family, self.heldout)
 
 
 PROFILES: dict[str, Profile] = {
@@ -180,6 +195,13 @@ PROFILES: dict[str, Profile] = {
                 act_wall_s=5.0),
         Profile(name="quick", budget=32, min_per_submit=1, max_per_submit=32, valid=8, heldout=16,
                 act_wall_s=5.0),
+        # EvoPolicyGym main's "strict" leaderboard profile (shared/reference/evopolicygym-v3-notes.md):
+        # budget and pool 128, at most 128 submissions of up to 32 episodes, the whole budget must be
+        # spent, one candidate (the agent picks the final program) validated on one episode, held-out
+        # ("assessment") 64 episodes, 128 for MiniGrid.
+        Profile(name="strict", budget=128, min_per_submit=1, max_per_submit=32, valid=1, heldout=64,
+                act_wall_s=5.0, pool=128, heldout_by_family={"minigrid": 128}, max_submissions=128,
+                require_budget_exhaustion=True, max_candidates=1),
     )
 }
 
@@ -188,7 +210,7 @@ def profile(name: str) -> Profile:
     """Look up a profile by name; `ConfigError` lists the known ones."""
     if name not in PROFILES:
         raise ConfigError(f"unknown profile {name!r}; expected one of {sorted(PROFILES)}",
-                          hint="pass --profile paper, bench or quick")
+                          hint="pass --profile paper, bench, quick or strict")
     return PROFILES[name]
 
 
@@ -207,9 +229,13 @@ class Pools(BaseModel):
     """sha256 of each full data file, keyed `data_train_hash` / `data_valid_hash` / `data_heldout_hash`."""
 
 
-def pools_for(slug: str, prof: Profile | str, pool_seed: int = 0, data_dir: Path | None = None) -> Pools:
-    """Seeds for one run of `slug` under a profile, plus the data-file hashes for `run.json`."""
+def pools_for(slug: str, prof: Profile | str, pool_seed: int = 0, data_dir: Path | None = None,
+              heldout: int | None = None) -> Pools:
+    """Seeds for one run of `slug` under a profile, plus the data-file hashes for `run.json`;
+    `heldout`: the run's held-out size where it differs from the profile's (`Profile.heldout_for`)."""
     prof = profile(prof) if isinstance(prof, str) else prof
+    if heldout is not None:
+        prof = prof.model_copy(update={"heldout": heldout})
     texts = _split_texts(slug, pool_seed, data_dir)
     source = str(_slug_dir(data_dir, slug)) if data_dir is not None else f"generated pools of {slug}"
     seeds = {s: parse_split(texts[s], source=f"{source}/{s}.json", env=slug, split=s) for s in SPLITS}

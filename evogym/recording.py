@@ -126,18 +126,88 @@ def _copy_info(info: dict) -> dict:
     return out
 
 
+ACTION_VALUES = 4096
+"""Most values (numbers, strings, containers) of one recorded action, unless the action space
+itself has more: beyond it the trajectory keeps a one-line description instead (issue 18: a
+10^6-float answer per step made 40 MB of trajectory and 695 MB of host memory in 8 steps)."""
+ACTION_DEPTH = 32
+"""Deepest nesting of a recorded action (a list nested 800 deep made pickling it for the
+formatter raise RecursionError); real action spaces nest a few levels."""
+ACTION_TEXT = 4096
+"""Most characters of text in one recorded action."""
+_SCALARS = frozenset({int, float, bool, type(None)})
+
+
+def kept_action(raw, limit: int = ACTION_VALUES):
+    """`raw` itself when it is within the recording limits, else a description of it (a string
+    the trajectory shows in place of the action: what the policy returned and why it is not
+    kept). The common answers (an int, a short list of numbers, a small array) cost one check."""
+    kind = type(raw)
+    if kind in _SCALARS:
+        return raw
+    if kind is list and len(raw) <= limit and _SCALARS.issuperset(map(type, raw)):
+        return raw
+    if kind is np.ndarray:
+        if raw.size <= limit and raw.dtype.kind in "biuf":
+            return raw
+        return _not_kept(raw, f"an array of shape {raw.shape} ({raw.dtype})", limit)
+    if kind is str:
+        return raw if len(raw) <= ACTION_TEXT else _not_kept(raw, f"a string of {len(raw)} characters", limit)
+    over = _over_limits(raw, limit)
+    return raw if over is None else _not_kept(raw, over, limit)
+
+
+def _over_limits(raw, limit: int) -> str | None:
+    """Why `raw` exceeds the limits (a bounded walk: it stops at the first excess), or None."""
+    stack, values, text = [(raw, 1)], 0, 0
+    while stack:
+        value, depth = stack.pop()
+        values += 1
+        if values > limit:
+            return f"a value of more than {limit} elements"
+        if depth > ACTION_DEPTH:
+            return f"a value nested more than {ACTION_DEPTH} levels deep"
+        kind = type(value)
+        if kind is str:
+            text += len(value)
+            if text > ACTION_TEXT:
+                return f"a value with more than {ACTION_TEXT} characters of text"
+        elif kind is list or kind is tuple:
+            stack.extend((v, depth + 1) for v in value[:limit + 1])
+        elif kind is dict:
+            stack.extend((k, depth + 1) for k in list(value)[:limit + 1])
+            stack.extend((v, depth + 1) for v in list(value.values())[:limit + 1])
+        elif kind is np.ndarray:
+            values += value.size
+            if values > limit:
+                return f"a value of more than {limit} elements"
+        elif kind not in _SCALARS and not isinstance(value, np.generic):
+            return f"a {kind.__name__}"
+    return None
+
+
+def _not_kept(raw, what: str, limit: int) -> str:
+    return (f"<not recorded: act() returned {what}; a recorded action holds at most {limit} values, "
+            f"{ACTION_DEPTH} levels and {ACTION_TEXT} characters of text>")
+
+
 class EpisodeRecorder:
     """Collects one episode's steps; `data()` hands them over for writing."""
 
-    __slots__ = ("obs", "steps", "capacity")
+    __slots__ = ("obs", "steps", "capacity", "action_limit")
 
-    def __init__(self, capacity: int) -> None:
+    def __init__(self, capacity: int, action_limit: int = ACTION_VALUES) -> None:
         self.obs: ObsStore | DictObsStore | None = None
         self.steps: list[tuple] = []
         self.capacity = capacity
+        self.action_limit = action_limit
+        """Most values of a recorded action (`kept_action`): ACTION_VALUES, or the action
+        space's size where that is larger."""
 
     def add(self, obs, raw, reward: float, terminated, truncated, info: dict, invalid: bool) -> None:
-        """Record step t: `obs` is what the policy saw, `raw` its answer as it arrived."""
+        """Record step t: `obs` is what the policy saw, `raw` its answer as it arrived (or its
+        description, beyond the recording limits: `kept_action`)."""
+        raw = kept_action(raw, self.action_limit)
         store = self.obs
         if store is None:
             store = self.obs = DictObsStore(self.capacity, obs) if type(obs) is dict else ObsStore(self.capacity)
@@ -163,6 +233,10 @@ class EpisodeData:
     stderr: str = ""
     errors: list = field(default_factory=list)
     """JSON lines of error.txt."""
+    stdout_dropped: int = 0
+    """stdout bytes the sandbox's output cap dropped already (counted in the file's note)."""
+    stderr_dropped: int = 0
+    """stderr bytes the sandbox's output cap dropped already."""
 
 
 class Formatter:
@@ -249,8 +323,8 @@ class Formatter:
         try:
             _send(proc.stdin, (data, str(directory)))
             names = _receive(proc.stdout)
-        except (OSError, EOFError, pickle.UnpicklingError):
-            names = None
+        except (OSError, EOFError, pickle.PickleError, RecursionError, MemoryError):
+            names = None  # a lost helper or data it cannot carry: the files are made here instead
         if not isinstance(names, list):
             _stop(proc)
             cls._proc = None

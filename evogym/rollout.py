@@ -24,9 +24,11 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
+from gymnasium import spaces as gym_spaces
+
 from evogym import envs, spaces
 from evogym.feedback import error_line
-from evogym.recording import EpisodeData, EpisodeRecorder
+from evogym.recording import ACTION_VALUES, EpisodeData, EpisodeRecorder
 from evogym.sandbox import CallResult, Limits, PolicyProcess
 from evogym.verdicts import EPISODE_CATEGORY, FATAL
 
@@ -58,6 +60,11 @@ class EpisodeJob:
     """Keep trajectories and observations (submits) or only returns (hidden evaluation)."""
     max_steps: int | None = None
     """Step cap override (smoke runs); None = the env spec's cap."""
+    play_out: bool = False
+    """An episode the policy failed (an error, a timeout, a crash, a forged reply) goes on to its
+    end with sampled actions, instead of ending where the policy failed (hidden evaluation): where
+    rewards are negative, an episode cut short scores better than any controller (Acrobot: 0 for
+    a crash at step 0 against about -80 for the best agents), so failing must never pay."""
 
 
 @dataclass
@@ -72,13 +79,21 @@ class EpisodeResult:
     """JSON lines of error.txt."""
     error_category: str | None = None
     wall_s: float = 0.0
+    stdout_dropped: int = 0
+    """stdout bytes the sandbox's output cap dropped (`stdout` is what it kept)."""
+    stderr_dropped: int = 0
 
     def data(self) -> EpisodeData:
         """What the episode's feedback directory is made from."""
         rec = self.recorder
         observations = rec.obs.values() if rec is not None and rec.obs is not None else []
         return EpisodeData(observations, rec.steps if rec is not None else [], self.stdout, self.stderr,
-                           self.errors)
+                           self.errors, self.stdout_dropped, self.stderr_dropped)
+
+    def add_output(self, out: tuple[str, int], err: tuple[str, int]) -> None:
+        """Append captured (text, dropped bytes) of stdout and stderr."""
+        self.stdout, self.stdout_dropped = self.stdout + out[0], self.stdout_dropped + out[1]
+        self.stderr, self.stderr_dropped = self.stderr + err[0], self.stderr_dropped + err[1]
 
 
 @dataclass
@@ -148,6 +163,7 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
         return ep
     proc = sess.proc
     env = envs.make_env(spec)
+    steps = sess.job.max_steps or spec.max_steps
     try:
         proc.begin_episode(sess.job.limits.episode_wall_s)
         try:
@@ -161,23 +177,33 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
             _fail(ep, category, res)
             if res.category in FATAL:
                 sess.drop()
+            if sess.job.play_out:
+                _play_out(env, ep, steps)
             return ep
-        steps = sess.job.max_steps or spec.max_steps
         if record:
-            ep.recorder = EpisodeRecorder(steps)
+            ep.recorder = EpisodeRecorder(steps, _action_limit(env.action_space))
         _run_steps(sess, env, obs, ep, steps)
     finally:
         env.close()
         if sess.proc is not None:
-            out, err = sess.proc.take_output()
-            ep.stdout, ep.stderr = ep.stdout + out, ep.stderr + err
+            ep.add_output(*sess.proc.take_output_counted())
         ep.wall_s = time.monotonic() - t0
     return ep
 
 
+def _action_limit(space) -> int:
+    """Most values a recorded action keeps (`recording.kept_action`): ACTION_VALUES, or the
+    action space's size when that is larger."""
+    try:
+        return max(ACTION_VALUES, int(gym_spaces.flatdim(space)))
+    except (ValueError, TypeError, NotImplementedError):  # spaces without a flat size (Text, Graph, ...)
+        return ACTION_VALUES
+
+
 def _run_steps(sess: _Session, env, obs, ep: EpisodeResult, steps: int) -> None:
     """The hot loop: one act() round trip and one env step per iteration; recording only
-    appends (see `recording`). Returns at the end of the episode or at a failure."""
+    appends (see `recording`). Returns at the end of the episode or at a failure (after which
+    a `play_out` job plays the episode to its end with sampled actions)."""
     space = env.action_space
     coerce = spaces.action_coercer(space)
     act, step, rec = sess.proc.act, env.step, ep.recorder
@@ -192,7 +218,7 @@ def _run_steps(sess: _Session, env, obs, ep: EpisodeResult, steps: int) -> None:
             elif res.category in FATAL:
                 _fail(ep, EPISODE_CATEGORY[res.category], res)
                 sess.drop()
-                return
+                break
             else:
                 _fail(ep, "act_error", res)
                 raw, fallback = space.sample(), True
@@ -208,10 +234,43 @@ def _run_steps(sess: _Session, env, obs, ep: EpisodeResult, steps: int) -> None:
             if rec is not None:
                 rec.add(obs, raw, reward, term, trunc, info, invalid)
             obs = nxt
-            if term or trunc or fallback:
+            if term or trunc:
                 return
+            if fallback:
+                break
+        else:
+            return
     finally:
         ep.ret, ep.length = ret, length
+    if sess.job.play_out:
+        _play_out(env, ep, steps)
+
+
+def _play_out(env, ep: EpisodeResult, steps: int) -> None:
+    """Finish an episode the policy failed with sampled actions (the env's seeded action
+    space, so it is reproducible), adding their rewards: its return is then what the rest of
+    the episode gives without the policy, never the shortcut of stopping early."""
+    sample, step = env.action_space.sample, env.step
+    for _ in range(steps - ep.length):
+        try:
+            _, reward, term, trunc, _ = step(sample())
+        except Exception as exc:  # noqa: BLE001 - the env's fault, recorded as on the policy's path
+            _fail(ep, "env_error", f"environment step failed: {type(exc).__name__}: {exc}")
+            return
+        ep.ret += float(reward)
+        ep.length += 1
+        if term or trunc:
+            return
+
+
+def _host_fault(sess: _Session, exc: Exception) -> EpisodeResult:
+    """An episode during which the trusted side raised: the policy's `protocol_error` (nothing
+    else feeds the host untrusted data), with a fresh process for the next episode."""
+    sess.drop()
+    ep = EpisodeResult()
+    _fail(ep, "protocol_error", f"the host could not run this episode with this policy: "
+                                f"{type(exc).__name__}: {exc}"[:2000])
+    return ep
 
 
 def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], None] | None = None,
@@ -232,18 +291,22 @@ def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], Non
         t0 = time.monotonic()
         failure = sess.ensure()
         start_s = time.monotonic() - t0
-        init_out, init_err = sess.proc.take_output() if sess.proc is not None else ("", "")
+        init_out, init_err = sess.proc.take_output_counted() if sess.proc is not None else (("", 0), ("", 0))
         if failure is not None:  # import or __init__ failed: the whole batch fails, no episode runs
-            return BatchResult(failure, [], init_out, init_err, start_s=start_s)
+            return BatchResult(failure, [], init_out[0], init_err[0], start_s=start_s)
         episodes = []
         for i, seed in enumerate(job.seeds):
-            ep = _episode(sess, spec, i, seed, job.record)
+            try:
+                ep = _episode(sess, spec, i, seed, job.record)
+            except Exception as exc:  # noqa: BLE001 - whatever the policy made the host raise is its verdict
+                ep = _host_fault(sess, exc)
             if i == 0:
-                ep.stdout, ep.stderr = init_out + ep.stdout, init_err + ep.stderr
+                ep.stdout, ep.stdout_dropped = init_out[0] + ep.stdout, init_out[1] + ep.stdout_dropped
+                ep.stderr, ep.stderr_dropped = init_err[0] + ep.stderr, init_err[1] + ep.stderr_dropped
             episodes.append(ep)
             if on_episode is not None:
                 on_episode(i, ep)
-        return BatchResult(None, episodes, init_out, init_err, start_s=start_s,
+        return BatchResult(None, episodes, init_out[0], init_err[0], start_s=start_s,
                            episodes_s=time.monotonic() - t0 - start_s)
     finally:
         sess.drop()

@@ -59,6 +59,14 @@ class RunConfig:
     """Folder of data files (`<slug>/{train,valid,heldout}.json`); None = the built-in generated pools."""
     max_steps: int | None = None
     """Episode step cap override (smoke runs only; reported as max_episode_steps); None = the env's."""
+    max_submissions: int | None = None
+    """Most charged submits (agent-session/v3 `max_submissions`); None = as many as the budget allows."""
+    max_candidates: int | None = None
+    """Most candidates hidden validation compares: the ones the agent names when it finishes
+    (agent-session/v3), else the latest ok submits; None = every ok submit (v0.1.0)."""
+    agent_timeout_s: float | None = None
+    """Wall-clock limit of the agent `evogym run` launches (`--agent-timeout`); None = none
+    (recorded in run.json as `agent_timeout_seconds`)."""
 
     def to_json(self) -> dict:
         data = asdict(self)
@@ -70,6 +78,11 @@ class RunConfig:
         data = dict(data)
         data["limits"] = Limits(**data["limits"])
         return cls(**data)
+
+    @property
+    def finish_budget_policy(self) -> str:
+        """`allow_early_finish` in agent-session/v3's words."""
+        return "allow_early" if self.allow_early_finish else "require_budget_exhaustion"
 
 
 def agents_md_text() -> str:
@@ -87,6 +100,8 @@ class RunDir:
         self.checkpoints = self.root / "checkpoints"
         self.code_metrics = self.root / "code_metrics"
         self.logs = self.root / "logs"
+        self.control = self.root / "control"
+        """0700: the run's credential files and the agent-session socket (`evogym.credential`)."""
         self.run_json = self.root / "run.json"
         self.config_json = self.root / "config.json"
         self.events_path = self.root / "events.jsonl"
@@ -99,7 +114,8 @@ class RunDir:
         for d in (self.system, self.feedback, self.checkpoints, self.code_metrics, self.logs):
             d.mkdir(parents=True, exist_ok=True)
         if self.config_json.exists():
-            old = json.loads(self.config_json.read_text())
+            # fields added since the run was created take their defaults
+            old = RunConfig.from_json(json.loads(self.config_json.read_text())).to_json()
             if old != config.to_json():
                 raise ConfigError(f"run dir {self.root} holds a run with another configuration",
                                   hint="resume it with the same flags, or use a new --run-dir")
@@ -134,6 +150,8 @@ class BudgetState:
     used: int = 0
     n_submits: int = 0
     next_index: int = 0
+    charged: int = 0
+    """Submits that were charged (ran), for `RunConfig.max_submissions`."""
 
     @property
     def remaining(self) -> int:
@@ -148,6 +166,7 @@ class BudgetState:
                 indexes.append(int(d.name[7:]))
                 summary = json.loads((d / "summary.json").read_text())
                 state.used += int(summary.get("n_episodes") or 0)
+                state.charged += bool(summary.get("n_episodes"))
         for d in run.checkpoints.glob("submit_*"):
             if d.name[7:].isdigit():
                 indexes.append(int(d.name[7:]))

@@ -1,10 +1,11 @@
 """`evogym suite run|smoke`: one benchmark run per env, in parallel, with a leaderboard.
 
 `suite run` launches `evogym run --env E ... -- AGENT` for every env of the suite in a
-process pool (each run has its own server and port), shows one progress line per
-finished run, and writes `leaderboard.md`, `leaderboard.json` and `curves.png` under
-`--out`. `suite smoke` checks that every env builds, steps and reports through the
-host: one short episode each, no finalization.
+process pool (each run has its own server, port and credential), shows one progress line
+per finished run, and writes `leaderboard.md`, `leaderboard.json`, `curves.png` and
+`results.json` (EvoPolicyGym main's `leaderboard-results/v1`) under `--out`. `suite smoke`
+checks that every env builds, steps and reports through the host: one short episode each,
+no finalization.
 """
 from __future__ import annotations
 
@@ -17,9 +18,13 @@ import time
 from concurrent.futures import ThreadPoolExecutor, as_completed
 from pathlib import Path
 
-from evogym import envs, leaderboard
+from evogym import envs, leaderboard, pools
 from evogym.errors import ConfigError
 from evogym.progress import Progress
+from evogym.rollout import utc_stamp
+
+RESULTS_FILE = "results.json"
+"""`suite run`'s leaderboard-results/v1 export (EvoPolicyGym main's leaderboard format)."""
 
 SMOKE_STEPS = 20
 SMOKE_POLICY = """
@@ -100,6 +105,8 @@ def _run_one(slug: str, args, out: Path) -> dict:
         cmd += ["--budget", str(args.budget)]
     if args.pool_seed:
         cmd += ["--pool-seed", str(args.pool_seed)]
+    if args.session:
+        cmd.append("--session")
     cmd += ["--", *shlex.split(args.agent)]
     cmd.insert(cmd.index("--"), "--quiet")
     t0 = time.monotonic()
@@ -151,6 +158,13 @@ def cmd_run(args) -> int:
     board = leaderboard.build(ordered, name=args.name)
     (out / "leaderboard.json").write_text(json.dumps({"board": board, "runs": results}, indent=2, sort_keys=True))
     (out / "leaderboard.md").write_text(leaderboard.markdown(board))
+    docs = {s: json.loads((Path(results[s]["run_dir"]) / "run.json").read_text()) for s in slugs
+            if (Path(results[s]["run_dir"]) / "run.json").is_file()}
+    entry = {"id": args.name, "harness": args.harness, "kind": "agent", "model": args.name,
+             "thinking_effort": args.thinking_effort}
+    (out / RESULTS_FILE).write_text(json.dumps(leaderboard.results_v1(
+        docs, config_id=f"{args.profile}-{args.budget or pools.profile(args.profile).budget}", entry=entry,
+        generated_at=utc_stamp()), indent=2, sort_keys=True) + "\n")
     curves = {s: leaderboard.validation_curve(Path(results[s]["run_dir"])) for s in slugs
               if results[s]["status"] == "completed"}
     if curves:
@@ -184,5 +198,8 @@ def register(sub) -> None:
             q.add_argument("--profile", default="bench", help="paper | bench | quick")
             q.add_argument("--budget", type=int, help="episode budget override")
             q.add_argument("--pool-seed", type=int, default=0, help="case-pool seed of every run (0 = the paper's pools)")
-            q.add_argument("--name", default="ours", help="row name in the leaderboard")
+            q.add_argument("--name", default="ours", help="row name in the leaderboard (and the results.json entry)")
+            q.add_argument("--harness", default="command", help="harness of the results.json entry (e.g. codex)")
+            q.add_argument("--thinking-effort", help="thinking effort of the results.json entry (e.g. high)")
+            q.add_argument("--session", action="store_true", help="serve each run's agent-session/v3 socket too")
             q.add_argument("--out", default="runs/suite", help="output folder")

@@ -198,7 +198,8 @@ def our_submit(slug: str, n: int, workdir: Path, prestart: bool = True) -> tuple
         if host.judge.spare is not None:
             host.judge.spare.settle(120)
         req = urllib.request.Request(server.url + "/submit", data=json.dumps({"env_instances": f"0-{n - 1}"}).encode(),
-                                     headers={"Content-Type": "application/json"})
+                                     headers={"Content-Type": "application/json",
+                                              "Authorization": f"Bearer {server.credential.token}"})
         with Timed() as clock:
             body = json.load(urllib.request.urlopen(req, timeout=3600))
     finally:

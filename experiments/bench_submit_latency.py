@@ -130,9 +130,9 @@ class PhaseClock:
         return out
 
 
-def post_submit(url: str, n: int) -> float:
+def post_submit(url: str, n: int, token: str) -> float:
     req = urllib.request.Request(url + "/submit", data=json.dumps({"env_instances": f"0-{n - 1}"}).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
     t0 = time.perf_counter()
     body = json.load(urllib.request.urlopen(req, timeout=3600))
     wall = time.perf_counter() - t0
@@ -158,7 +158,7 @@ def submit_series(slug: str, n: int, count: int, workdir: Path, clock: PhaseCloc
             if ready and getattr(host.judge, "spare", None) is not None:
                 host.judge.spare.waiting(timeout=600)
             clock.take()
-            wall = post_submit(server.url, n)
+            wall = post_submit(server.url, n, server.credential.token)
             phases = clock.take()
             if k:
                 rows.append({"wall": wall, **phases})

@@ -27,7 +27,7 @@ from typing import Callable
 
 from ole.agents import get_agent
 from ole.agents.base import AgentContext, AgentResult
-from ole.agents.client import HostClient, HostError
+from ole.agents.client import Credential, HostClient, HostError, forget_credential, remember_credential
 from ole.bundle import Bundle, TaskContext, parse_ref
 from ole.errors import OleError
 from ole.registry import DEFAULT_CHANNEL, Registry
@@ -222,6 +222,7 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
     (base / "agent").mkdir(parents=True, exist_ok=True)
     say = progress or (lambda line: None)
     history: list[Iteration] = []
+    ready: dict = {}
     with open(base / "host.stderr", "wb") as err:
         label = ("--model", f"{condition.host}:{condition.model}" if condition.model else condition.host)
         proc = subprocess.Popen(_serve_command(task, base / "host", isolation, (*label, *serve_args)),
@@ -230,6 +231,9 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
         try:
             ready = _read_ready_line(proc, HOST_START_TIMEOUT_S, base / "host.stderr")
             say(f"host ready at {ready['url']} ({task.env}, profile {task.profile})")
+            # the run's token, from the 0600 file the host named (never argv): every client of
+            # this process for that URL sends it, a command agent gets it in its environment
+            remember_credential(ready["url"], Credential.from_file(ready["token_file"], ready.get("auth_header_file")))
             ctx = AgentContext(url=ready["url"], workspace=Path(ready["workspace"]), bundle=bundle,
                                task=task, condition=condition, log_dir=base / "agent", record=history.append,
                                progress=say, lessons_path=Path(lessons_path) if lessons_path else None)
@@ -243,6 +247,8 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
             proc.wait(HOST_FINALIZE_TIMEOUT_S)  # the host exits once run.json is written
         finally:
             _stop(proc)
+            if ready:
+                forget_credential(ready["url"])
     run_json = Path(ready["run_dir"]) / "run.json"
     if not run_json.is_file():
         raise RunnerError(f"the host wrote no run.json in {run_json.parent}", hint="see host.stderr")

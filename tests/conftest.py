@@ -25,10 +25,12 @@ class LiveHost:
         self.workspace = host.run.workspace
         self.run_dir = host.run.root
 
-    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None):
+    def request(self, method: str, path: str, body=None, headers=None, raw: bytes | None = None, auth: bool = True):
+        """One HTTP request with the run's credential (`auth=False`: without it)."""
         data = raw if raw is not None else (json.dumps(body).encode() if body is not None else None)
+        credential = {"Authorization": f"Bearer {self.server.credential.token}"} if auth else {}
         req = urllib.request.Request(self.url + path, data=data, method=method,
-                                     headers={"Content-Type": "application/json", **(headers or {})})
+                                     headers={"Content-Type": "application/json", **credential, **(headers or {})})
         try:
             with urllib.request.urlopen(req, timeout=120) as resp:
                 return resp.status, resp.read()
@@ -62,16 +64,16 @@ class LiveHost:
 
 @pytest.fixture
 def live_host(tmp_path):
-    """Factory: live_host(env="gym/acrobot", budget=8, **config overrides) -> LiveHost."""
+    """Factory: live_host(env="gym/acrobot", budget=8, prestart=True, **config overrides) -> LiveHost."""
     from evogym.host import Host, make_config
     from evogym.server import Server
     made = []
 
     def factory(env: str = "gym/acrobot", profile: str = "quick", run_dir: Path | None = None, **kw) -> LiveHost:
-        token = kw.pop("token", None)
+        prestart = kw.pop("prestart", True)
         config = make_config(env, profile, **kw)
-        host = Host(run_dir or tmp_path / f"run{len(made)}", config)
-        live = LiveHost(host, Server(host, token=token).start())
+        host = Host(run_dir or tmp_path / f"run{len(made)}", config, prestart=prestart)
+        live = LiveHost(host, Server(host).start())
         made.append(live)
         return live
 

@@ -30,6 +30,7 @@ from __future__ import annotations
 import ast
 import marshal
 import os
+import reprlib
 import select
 import shutil
 import signal
@@ -116,6 +117,49 @@ class CallResult:
 
 def _failure(category: str, message: str, traceback: str | None = None) -> CallResult:
     return CallResult(ok=False, category=category, message=message, traceback=traceback)
+
+
+ERROR_FIELDS = frozenset({"category", "message", "traceback"})
+"""The fields of an error reply (worker.failure); any other field marks a forged frame."""
+START_REPORT = {"seccomp": str, "rlimits": dict, "pid": int, "dumpable": bool}
+"""The start reply's fields and types (worker.main): the worker's claims about itself."""
+
+
+def worker_error(value: object, phase: str) -> CallResult | str:
+    """The failure an error reply reports, or why the reply is not one the worker sends.
+
+    Checked field by field before anything is looked up: `category` a string the worker
+    may report in `phase` (`verdicts.WORKER_CATEGORIES`), `message` a string, `traceback`
+    a string or null, nothing else. Lengths are cut to the host's limits."""
+    if type(value) is not dict:
+        return f"error reply is a {type(value).__name__}, not an object"
+    if not value.keys() <= ERROR_FIELDS or "category" not in value:
+        return f"error reply has fields {sorted(map(str, value))[:8]}; expected {sorted(ERROR_FIELDS)}"
+    category, message, tb = value["category"], value.get("message", ""), value.get("traceback")
+    if type(category) is not str or category not in WORKER_CATEGORIES[phase]:
+        return f"reply names category {_clip(category)} for {phase}"
+    if type(message) is not str or not (tb is None or type(tb) is str):
+        return f"error reply fields have types message={type(message).__name__}, traceback={type(tb).__name__}"
+    return _failure(category, message[:MESSAGE_CHARS], tb[-TRACEBACK_CHARS:] if tb is not None else None)
+
+
+def start_report(value: object) -> dict | str:
+    """The start reply's claims (`START_REPORT`), or why the reply is not the worker's."""
+    if type(value) is not dict or value.keys() != START_REPORT.keys():
+        return f"expected an object with fields {sorted(START_REPORT)}, got {_clip(value)}"
+    for name, kind in START_REPORT.items():
+        if type(value[name]) is not kind:
+            return f"field {name} is a {type(value[name]).__name__}, expected {kind.__name__}"
+    if len(value["seccomp"]) > MESSAGE_CHARS or len(value["rlimits"]) > 8 \
+            or not all(type(k) is str and type(v) is int for k, v in value["rlimits"].items()):
+        return "field seccomp or rlimits is out of shape"
+    return value
+
+
+def _clip(value: object) -> str:
+    """A bounded repr of an untrusted value (for messages): at most 80 characters."""
+    text = reprlib.repr(value)
+    return text if len(text) <= 80 else text[:77] + "..."
 
 
 def validate_snapshot(code_dir: Path) -> CallResult | None:
@@ -320,10 +364,13 @@ class PolicyProcess:
                    "policy_dir": policy_dir}
         self._send("start", self._ch.send_value, transport.OP_START, request)
         result = self._await("start", t0 + self.limits.init_wall_s)
-        if result.ok and isinstance(result.value, dict):  # the worker's own claims (seccomp, rlimits)
-            self.report.update(result.value)
+        claims = start_report(result.value) if result.ok else None
+        if isinstance(claims, dict):  # the worker's own claims (seccomp, rlimits)
+            self.report.update(claims)
+        elif result.ok:
+            result = self._kill(_failure("protocol_error", f"start reply: {claims}"))
         else:
-            self._kill(result if not result.ok else _failure("protocol_error", "start reply is not an object"))
+            self._kill(result)
         result.elapsed_s = time.monotonic() - t0
         return result
 
@@ -382,12 +429,21 @@ class PolicyProcess:
         return self._await("act", self._call_deadline())
 
     def take_output(self) -> tuple[str, str]:
-        """stdout and stderr written since the last take, each capped at output_bytes."""
+        """stdout and stderr written since the last take, each capped at output_bytes (with a
+        note counting the dropped bytes)."""
         if self._streams:
             self._drain()
         if not self._streams:
             return "", ""
         return self._streams[0].take(), self._streams[1].take()
+
+    def take_output_counted(self) -> tuple[tuple[str, int], tuple[str, int]]:
+        """((stdout, bytes dropped), (stderr, bytes dropped)) since the last take."""
+        if self._streams:
+            self._drain()
+        if not self._streams:
+            return ("", 0), ("", 0)
+        return self._streams[0].take_counted(), self._streams[1].take_counted()
 
     # -- internals ---------------------------------------------------------------------
 
@@ -526,21 +582,19 @@ class PolicyProcess:
         return None
 
     def _interpret(self, phase: str) -> CallResult:
+        """The reply now in shared memory as a `CallResult`. Every field the worker wrote is
+        checked by type and size before it is used: a frame the worker could not have sent
+        (the policy forged it) is a `protocol_error` that ends the sandbox, never an exception."""
         try:
             status, kind, value = self._ch.reply()
-        except (ValueError, RecursionError) as exc:  # UnicodeDecodeError is a ValueError
+        except (ValueError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError is a ValueError
             return self._kill(_failure("protocol_error", f"malformed reply: {exc}"[:500]))
         if status == transport.STATUS_OK:
             return CallResult(ok=True, value=value, array=kind == transport.KIND_ARRAY)
-        if not isinstance(value, dict):
-            return self._kill(_failure("protocol_error", "error reply is not an object"))
-        category = value.get("category")
-        if category not in WORKER_CATEGORIES[phase]:
-            return self._kill(_failure("protocol_error", f"reply names category {category!r} for {phase}"))
-        tb = value.get("traceback")
-        tb = tb[-TRACEBACK_CHARS:] if isinstance(tb, str) else None
-        result = _failure(category, str(value.get("message", ""))[:MESSAGE_CHARS], tb)
-        return self._kill(result) if category in FATAL else result
+        error = worker_error(value, phase)
+        if isinstance(error, str):
+            return self._kill(_failure("protocol_error", error))
+        return self._kill(error) if error.category in FATAL else error
 
     def _timeout_message(self, phase: str, deadline: float) -> str:
         if phase == "start":

@@ -80,6 +80,10 @@ PREEMPTED_S = 30e-6
 the spinner lost its core."""
 MAX_BACKOFF = 1024
 """(worker) Most consecutive waits that block without spinning after preemptions."""
+FLAT_LIST_MAX = 4096
+"""A flat numeric reply longer than this comes back as a numpy array (kind ARRAY) instead of a
+list: a policy answering 10^6 floats per step (over any action space here) made the host
+build 10^6 Python floats per step (issue 18); the array is one copy of the bytes."""
 WAIT_SLICE_S = 0.002
 """Longest single poll() while blocked; bounds the cost of a lost wake-up."""
 WAKE_READ = 4096
@@ -375,8 +379,8 @@ class Channel:
         raise ValueError(f"reply has unknown kind {kind}")
 
     def _reply_array(self, size: int) -> tuple[int, object]:
-        """(kind, value): a scalar or flat vector as its JSON value (the common case: no numpy),
-        anything of two or more dimensions as a numpy array (kind ARRAY)."""
+        """(kind, value): a scalar or a flat vector of at most FLAT_LIST_MAX values as its JSON
+        value (the common case: no numpy), anything else as a numpy array (kind ARRAY)."""
         ctl = self.ctl
         fmt_code, ndim = ctl[RESP_FMT], ctl[RESP_NDIM]
         shape = tuple(ctl[RESP_SHAPE + i] for i in range(min(ndim, MAX_NDIM)))
@@ -386,7 +390,7 @@ class Channel:
         dtype = _DTYPES[fmt]
         if math.prod(shape) * dtype.itemsize != size:
             raise ValueError(f"array reply of shape {shape} and format {fmt!r} does not fill {size} bytes")
-        if ndim <= 1:  # one read of the shared memory, straight into Python values
+        if ndim == 0 or (ndim == 1 and shape[0] <= FLAT_LIST_MAX):  # one read, straight into Python values
             values = list(struct.unpack_from(f"{size // dtype.itemsize}{fmt}", self.resp))
             if fmt in "fd":
                 total = sum(values)
@@ -439,8 +443,13 @@ class Stream:
         self.dropped += max(len(data) - max(room, 0), 0)
 
     def take(self) -> str:
-        text = self.kept.decode("utf-8", "replace")
-        if self.dropped:
-            text += f"\n[truncated {self.dropped} bytes]"
+        """The kept text, with a note counting what was dropped."""
+        text, dropped = self.take_counted()
+        return text + f"\n[truncated {dropped} bytes]" if dropped else text
+
+    def take_counted(self) -> tuple[str, int]:
+        """(kept text, bytes dropped): the count stays a number, so whoever caps the text
+        again (the feedback writer) reports the total instead of cutting this note off."""
+        text, dropped = self.kept.decode("utf-8", "replace"), self.dropped
         self.kept, self.dropped = bytearray(), 0
-        return text
+        return text, dropped

@@ -27,7 +27,8 @@ POLICY = '''class Policy:
 def call(url, body=None):
     data = None if body is None else json.dumps(body).encode()
     req = urllib.request.Request(url, data=data, method="GET" if body is None else "POST",
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json",
+                                          "Authorization": "Bearer " + os.environ["EVOPOLICYGYM_TOKEN"]})
     with urllib.request.urlopen(req, timeout=600) as resp:
         return json.loads(resp.read())
 

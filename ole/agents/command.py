@@ -24,7 +24,7 @@ from typing import IO, Sequence
 
 from ole.agents import decisions
 from ole.agents.base import AgentContext, AgentResult, HostAgent
-from ole.agents.client import HostClient, HostError
+from ole.agents.client import SESSION_SCHEME, HostClient, HostError, credential_for
 from ole.agents.edits import diff_lines, edit_kind
 from ole.loop_policy import LoopPolicy
 from ole.trace import Iteration
@@ -60,6 +60,9 @@ class CommandAgent(HostAgent):
         brief.write_text(render_instructions(ctx.bundle.loop_policy, ctx.url, ctx.workspace, info))
         # absolute: the command runs in the workspace, not in our working directory
         env = {**os.environ, **protocol_env(ctx.url, ctx.workspace), "OLE_INSTRUCTIONS": str(brief.resolve())}
+        credential = credential_for(ctx.url)
+        if credential is not None:  # in its environment, never in its argv
+            env.update(credential.env())
         if ctx.lessons_path is not None and ctx.bundle.loop_policy.memory.carry_lessons:
             env["OLE_LESSONS"] = str(Path(ctx.lessons_path).resolve())
         watcher = _Watcher(ctx.workspace / "system" / "policy.py")
@@ -125,8 +128,12 @@ class CommandAgent(HostAgent):
 
 
 def protocol_env(url: str, workspace: Path) -> dict[str, str]:
-    """The reference's agent environment variables (plus the /finish extension)."""
+    """The reference's agent environment variables (plus the /finish extension); for an
+    agent-session/v3 URL upstream's two (the socket, relative to the workspace, and the workspace)."""
     ws = Path(workspace).resolve()
+    if url.startswith(SESSION_SCHEME):
+        return {"EVOPOLICYGYM_SESSION_SOCKET": os.path.relpath(url.removeprefix(SESSION_SCHEME), ws),
+                "EVOPOLICYGYM_WORKSPACE": str(ws), "EVOPOLICYGYM_PROTOCOL": "agent-session/v3"}
     return {"EVOPOLICYGYM_API": url, "EVOPOLICYGYM_INFO_URL": f"{url}/info", "EVOPOLICYGYM_TASK_URL": f"{url}/task",
             "EVOPOLICYGYM_SUBMIT_URL": f"{url}/submit", "EVOPOLICYGYM_FINISH_URL": f"{url}/finish",
             "EVOPOLICYGYM_WORKSPACE": str(ws), "EVOPOLICYGYM_SYSTEM": str(ws / "system"),
@@ -286,14 +293,27 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
         "`AGENTS.md` are read-only.",
         "- `system/policy.py` defines a top-level `class Policy(obs_space, action_space, env_meta)` with "
         "`reset(episode_index)` and `act(obs)`.",
-        f"- GET {url}/task (brief) and GET {url}/info (budget, spaces, state).",
-        f'- POST {url}/submit with JSON `{{"env_instances": [0, 1, 2]}}` or `{{"env_instances": "0-2"}}`; ids in '
-        f"[0, {info.get('env_meta', {}).get('n_env_instances', '?')}); each accepted id costs one episode.",
-        f"- POST {url}/finish ends the run early; never call /finalize.",
-        "- Never run environments, simulators or copied dynamics locally; all evidence comes from submits.",
-        "- The same URLs are in EVOPOLICYGYM_INFO_URL, EVOPOLICYGYM_TASK_URL, EVOPOLICYGYM_SUBMIT_URL, "
-        "EVOPOLICYGYM_FINISH_URL.", ""]
+        *_endpoints(url, info),
+        "- Never run environments, simulators or copied dynamics locally; all evidence comes from submits.", ""]
     return "\n".join(lines)
+
+
+def _endpoints(url: str, info: dict) -> list[str]:
+    """How to call the host: v0.1.0 HTTP with the run's token, or agent-session/v3."""
+    ids = f"[0, {info.get('env_meta', {}).get('n_env_instances', '?')})"
+    if url.startswith(SESSION_SCHEME):
+        return ["- The host speaks agent-session/v3 on the socket $EVOPOLICYGYM_SESSION_SOCKET (relative to the "
+                "workspace): `evopolicygym-session submit program --episodes \"0:3\"` (strictly increasing ids in "
+                f"{ids}; each costs one episode) and `evopolicygym-session finish submit_NNN ...` (the ok submits "
+                "to validate; it ends the run). The task text is TASK.md."]
+    return [f"- GET {url}/task (brief) and GET {url}/info (budget, spaces, state).",
+            f'- POST {url}/submit with JSON `{{"env_instances": [0, 1, 2]}}` or `{{"env_instances": "0-2"}}`; ids in '
+            f"{ids}; each accepted id costs one episode.",
+            f"- POST {url}/finish ends the run early; never call /finalize.",
+            "- Every request carries the run's token: header `Authorization: Bearer $EVOPOLICYGYM_TOKEN` (with curl: "
+            '`-H @"$EVOPOLICYGYM_AUTH_HEADER_FILE"`, so it stays out of the command line).',
+            "- The same URLs are in EVOPOLICYGYM_INFO_URL, EVOPOLICYGYM_TASK_URL, EVOPOLICYGYM_SUBMIT_URL, "
+            "EVOPOLICYGYM_FINISH_URL."]
 
 
 _PLATEAU = {"next_phase": "move on to the next phase", "restructure": "go back to synthesis with a new mechanism",

@@ -3,9 +3,14 @@
 Any harness that launches an agent command inside a workspace with the EvoPolicyGym
 environment variables (`evogym run`, `evogym suite run`, the reference's `command`
 adapter) can run the built-in or LLM agent under a bundle this way. The agent works
-only through `EVOPOLICYGYM_API` and `EVOPOLICYGYM_WORKSPACE`; its iterations go to
-`iterations.jsonl` in its log folder (outside the workspace), and how its bundle was
-chosen to `selection.json` there.
+only through `EVOPOLICYGYM_API` (with the run's token from `EVOPOLICYGYM_TOKEN`) and
+`EVOPOLICYGYM_WORKSPACE`; its iterations go to `iterations.jsonl` in its log folder (outside
+the workspace), and how its bundle was chosen to `selection.json` there.
+
+When the harness gives an agent-session/v3 socket instead (`EVOPOLICYGYM_SESSION_SOCKET`,
+as `evogym run --session` and EvoPolicyGym main's runners do), the agent speaks v3: the task
+text is `TASK.md` in the workspace (or `$EVOPOLICYGYM_TASK_FILE`), and before exiting it
+finishes the session naming its best ok submissions.
 
 Without `--online` no trace is archived: the harness owns the outcome. With `--online`
 each task is one task of an online evolution stream kept in `--workdir`:
@@ -90,9 +95,16 @@ def _log_dir(args: argparse.Namespace) -> Path:
     return log_dir
 
 
+def _host_url() -> str:
+    """The host to work: agent-session/v3 when the harness gives a session socket
+    (`EVOPOLICYGYM_SESSION_SOCKET`, as EvoPolicyGym main's runners do), else v0.1.0 HTTP."""
+    from ole.agents.client import session_url_from_env
+    return session_url_from_env() or _env("EVOPOLICYGYM_API")
+
+
 def work(args: argparse.Namespace) -> Output:
     """Work the task until the run is finalized or the agent stops; prints why it stopped."""
-    url, workspace = _env("EVOPOLICYGYM_API"), Path(_env("EVOPOLICYGYM_WORKSPACE"))
+    url, workspace = _host_url(), Path(_env("EVOPOLICYGYM_WORKSPACE"))
     if args.agent == "llm" and not args.model:
         raise ValidationError("--agent llm needs --model", hint="e.g. --model replay:calls.jsonl")
     check_model("--model", args.model if args.agent == "llm" else None)  # a missing extra: refused before work
@@ -103,7 +115,7 @@ def work(args: argparse.Namespace) -> Output:
     if args.online:
         return _work_online(args, url, workspace, condition)
     from ole.agents.base import AgentContext
-    from ole.agents.client import HostClient
+    from ole.agents.client import SESSION_SCHEME, HostClient
     from ole.runner import options_for, resolve_bundle, work_agent
     from ole.scopes import task_context
     if args.force and not args.bundle:
@@ -126,6 +138,8 @@ def work(args: argparse.Namespace) -> Output:
     ctx = AgentContext(url=url, workspace=workspace, bundle=registered.bundle, task=task, condition=condition,
                        log_dir=log_dir, record=record)
     result = work_agent(args.agent, options_for(condition), ctx)
+    if url.startswith(SESSION_SCHEME):  # v3 agents must finish before they exit: name the best ok submits
+        HostClient(url).finish()
     data = {"finish_reason": result.finish_reason, "log_dir": str(log_dir), "bundle": registered.ref,
             "scope": chosen.scope, "forced": chosen.forced}
     return Output(data, json.dumps(data))
@@ -163,7 +177,11 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
 
 
 def _work_online(args: argparse.Namespace, url: str, workspace: Path, condition: RunCondition) -> Output:
+    from ole.agents.client import SESSION_SCHEME
     from ole.evolve.harness import check_workdir, open_stream, work_task
+    if url.startswith(SESSION_SCHEME):
+        raise ValidationError("--online needs the host's run.json after finalization, which agent-session/v3 "
+                              "never shows its agent", hint="drop --online, or run the task over HTTP")
     if args.bundle or args.force:
         raise ValidationError("--bundle fixes the bundle, --online takes the channel's champion at each task "
                               "boundary", hint="drop --bundle/--force, or drop --online")

@@ -15,6 +15,7 @@ EVOGYM = [sys.executable, "-m", "evogym.cli"]
 AGENT = r'''
 import json, os, urllib.request, urllib.error
 api = os.environ["EVOPOLICYGYM_API"]
+auth = {"Authorization": "Bearer " + os.environ["EVOPOLICYGYM_TOKEN"]}
 open(os.path.join(os.environ["EVOPOLICYGYM_SYSTEM"], "policy.py"), "w").write(
     "class Policy:\n"
     "    def __init__(self, o, a, m): pass\n"
@@ -22,15 +23,15 @@ open(os.path.join(os.environ["EVOPOLICYGYM_SYSTEM"], "policy.py"), "w").write(
     "    def act(self, obs): return 0 if obs[4] > 0 else 2\n")
 def post(path, body):
     req = urllib.request.Request(api + path, data=json.dumps(body).encode(),
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **auth})
     try:
         return json.load(urllib.request.urlopen(req))
     except urllib.error.HTTPError as e:
         return json.load(e)
-info = json.load(urllib.request.urlopen(os.environ["EVOPOLICYGYM_INFO_URL"]))
+info = json.load(urllib.request.urlopen(urllib.request.Request(os.environ["EVOPOLICYGYM_INFO_URL"], headers=auth)))
 while info["state"]["remaining_budget"] > 0:
     post("/submit", {"env_instances": [0, 1]})
-    info = json.load(urllib.request.urlopen(os.environ["EVOPOLICYGYM_INFO_URL"]))
+    info = json.load(urllib.request.urlopen(urllib.request.Request(os.environ["EVOPOLICYGYM_INFO_URL"], headers=auth)))
 print("agent done")
 '''
 
@@ -65,6 +66,11 @@ def _serve(run_dir: Path):
     return proc, json.loads(proc.stdout.readline())
 
 
+def _auth(ready: dict) -> dict:
+    """The credential header of a served run (its token file is named in the ready line)."""
+    return {"Authorization": "Bearer " + Path(ready["token_file"]).read_text().strip()}
+
+
 def _sandboxes_alive(marker: str) -> list[int]:
     pids = []
     for proc in Path("/proc").iterdir():
@@ -84,7 +90,7 @@ def test_server_sigkill_leaves_no_sandbox_and_restart_refunds(tmp_path):
         "import time\nclass Policy:\n    def __init__(self, o, a, m): pass\n    def reset(self, i): pass\n"
         "    def act(self, obs):\n        time.sleep(3600)\n")
     req = urllib.request.Request(ready["url"] + "/submit", data=b'{"env_instances": [0, 1, 2]}',
-                                 headers={"Content-Type": "application/json"})
+                                 headers={"Content-Type": "application/json", **_auth(ready)})
     def doomed_submit():
         try:
             urllib.request.urlopen(req, timeout=60)
@@ -108,7 +114,7 @@ def test_server_sigkill_leaves_no_sandbox_and_restart_refunds(tmp_path):
     assert left, "the killed host's spares left their staging dirs (the restart must sweep them)"
     proc2, ready2 = _serve(run_dir)
     try:
-        info = json.load(urllib.request.urlopen(ready2["url"] + "/info"))
+        info = json.load(urllib.request.urlopen(urllib.request.Request(ready2["url"] + "/info", headers=_auth(ready2))))
         assert info["state"]["remaining_budget"] == 8 and info["state"]["n_submits"] == 1
         summary = json.loads((run_dir / "workspace/feedback/submit_000/summary.json").read_text())
         assert summary["status"] == "host_interrupted" and summary["n_episodes"] == 0

@@ -197,7 +197,8 @@ def test_html_report_of_a_run(tmp_path):
         f"open(os.path.join(os.environ['EVOPOLICYGYM_SYSTEM'], 'policy.py'), 'w').write({POLICY!r})\n"
         "for _ in range(2):\n"
         "    req = urllib.request.Request(os.environ['EVOPOLICYGYM_SUBMIT_URL'], "
-        "data=json.dumps({'env_instances': [0]}).encode(), headers={'Content-Type': 'application/json'})\n"
+        "data=json.dumps({'env_instances': [0]}).encode(), headers={'Content-Type': 'application/json', "
+        "'Authorization': 'Bearer ' + os.environ['EVOPOLICYGYM_TOKEN']})\n"
         "    urllib.request.urlopen(req).read()\n")
     run_dir = tmp_path / "run"
     subprocess.run(EVOGYM + ["run", "--env", "gym/acrobot", "--run-dir", str(run_dir), "--budget", "2",

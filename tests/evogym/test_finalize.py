@@ -60,3 +60,31 @@ def test_same_checkpoint_same_seeds_same_returns(tmp_path):
     (tmp_path / "policy.py").write_text(SWING)
     job = EpisodeJob("gym/acrobot", str(tmp_path), (11, 22), {"env": "gym/acrobot"}, Limits(), "bwrap", record=False)
     assert run_episodes(job).returns == run_episodes(job).returns
+
+
+def test_select_among_named_candidates_ties_to_the_first_named():
+    assert select({0: (2.0, 0), 1: (2.0, 0)}, named=(0, 1)) == 0
+    assert select({0: (2.0, 0), 1: (2.0, 0)}, named=(1, 0)) == 1
+    assert select({0: (1.0, 0), 1: (2.0, 0)}, named=(0, 1)) == 1
+
+
+def test_a_candidate_whose_evaluation_raises_fails_alone(live_host, monkeypatch):
+    """Whatever makes a candidate's hidden evaluation raise, finalization still scores the others
+    (issue 18: one forged frame used to turn the whole run into `status: error`)."""
+    import evogym.finalize as fin
+    live = live_host(budget=4, finalize_jobs=1)
+    live.write_policy(SWING)
+    live.submit([0])
+    live.write_policy(ZERO_POLICY)
+    live.submit([1])
+    doomed = str(live.run_dir / "checkpoints" / "submit_000")
+    real = fin.run_episodes
+
+    def raising(job, *args, **kw):
+        if job.code_dir == doomed:
+            raise TypeError("unhashable type: 'list'")
+        return real(job, *args, **kw)
+    monkeypatch.setattr(fin, "run_episodes", raising)
+    out = live.finish_and_wait()["outcome"]
+    assert out["status"] == "completed" and out["best_submit_index"] == 1 and set(out["val_scores"]) == {"1"}
+    assert out["final_score"] == -500.0

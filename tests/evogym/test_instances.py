@@ -28,3 +28,10 @@ def test_huge_range_is_not_expanded():
 def test_out_of_range_detected_from_bounds():
     assert spec.parse([1023], 1024).out_of_range is False
     assert spec.parse("1020-1024", 1024).out_of_range is True
+
+
+@pytest.mark.parametrize("raw", ["1" + "0" * 5000, "0-" + "9" * 5000, "9" * 19])
+def test_ids_with_too_many_digits_are_out_of_range_not_a_crash(raw):
+    """int() refuses strings over 4300 digits; such an id is simply beyond every pool (issue 18)."""
+    req = spec.parse(raw, 1024)
+    assert req.out_of_range and req.count >= 1

@@ -58,7 +58,8 @@ def test_slow_body_gets_408_and_server_keeps_serving(live_host, monkeypatch):
     live = live_host()
     port = live.server.port
     s = socket.create_connection(("127.0.0.1", port))
-    s.sendall(b"POST /submit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n\r\n{")
+    s.sendall(b"POST /submit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\nContent-Length: 100\r\n"
+              + f"Authorization: Bearer {live.server.credential.token}\r\n\r\n{{".encode())
     reply = s.recv(4096)
     s.close()
     assert b" 408 " in reply.split(b"\r\n")[0]
@@ -118,10 +119,13 @@ def test_idempotency_key_retry_charges_once(live_host):
     assert a == b and live.get("/info")[1]["state"]["remaining_budget"] == 8
 
 
-def test_token_required_when_configured(live_host):
-    live = live_host(token="s3cret")
-    assert live.request("GET", "/info")[0] == 401
-    assert live.request("GET", "/info", headers={"X-Evogym-Token": "s3cret"})[0] == 200
+def test_the_run_token_is_required_by_default(live_host):
+    live = live_host()
+    token = live.server.credential.token
+    assert live.request("GET", "/info", auth=False)[0] == 401
+    assert live.request("GET", "/info", auth=False, headers={"X-Evogym-Token": "s3cret"})[0] == 401
+    assert live.request("GET", "/info", auth=False, headers={"X-Evogym-Token": token})[0] == 200
+    assert live.request("GET", "/info", auth=False, headers={"Authorization": f"Bearer {token}"})[0] == 200
 
 
 def test_refuses_non_loopback_bind(live_host):
@@ -152,7 +156,8 @@ class Policy:
 def test_bad_content_length(live_host, length):
     live = live_host()
     s = socket.create_connection(("127.0.0.1", live.server.port), timeout=15)
-    head = "POST /submit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+    head = (f"POST /submit HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n"
+            f"Authorization: Bearer {live.server.credential.token}\r\n")
     if length is not None:
         head += f"Content-Length: {length}\r\n"
     s.sendall((head + "\r\n").encode())

@@ -46,7 +46,9 @@ import json, os, urllib.request
 api = os.environ["EVOPOLICYGYM_API"]
 open("system/policy.py", "w").write("class Policy:\n    def __init__(self, o, a, m): self.n = a.get('n', 1)\n"
                                     "    def reset(self, i): pass\n    def act(self, obs): return self.n - 1\n")
-req = urllib.request.Request(api + "/submit", data=b'{"env_instances": "0-1"}', headers={"Content-Type": "application/json"})
+req = urllib.request.Request(api + "/submit", data=b'{"env_instances": "0-1"}',
+                             headers={"Content-Type": "application/json",
+                                      "Authorization": "Bearer " + os.environ["EVOPOLICYGYM_TOKEN"]})
 urllib.request.urlopen(req).read()
 '''
 
@@ -61,4 +63,13 @@ def test_suite_run_writes_leaderboard_and_curves(tmp_path):
     data = json.loads((tmp_path / "suite" / "leaderboard.json").read_text())
     assert {r["env"] for r in data["board"]["rows"]} == {"gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"}
     assert all(r["status"] == "completed" for r in data["runs"].values())
+    results = json.loads((tmp_path / "suite" / "results.json").read_text())
+    assert results["schema"] == "evopolicygym/leaderboard-results/v1"
+    (config,) = results["test_configurations"]
+    assert config["id"] == "quick-2" and config["episode_budget"] == 2 and config["finish_budget_policy"] == "allow_early"
+    assert [e["id"] for e in results["environments"]] == ["gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"]
+    assert {e["primary_metric"] for e in results["environments"]} == {"assessment_mean_return"}
+    (entry,) = results["entries"]
+    assert entry["id"] == "ours" and entry["harness"] == "command" and entry["kind"] == "agent"
+    assert entry["scores"] == {r["env"]: {"quick-2": r["final_score"]} for r in data["runs"].values()}
     assert (tmp_path / "suite" / "curves.png").stat().st_size > 1000

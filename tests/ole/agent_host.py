@@ -1,7 +1,8 @@
 """A real `evogym serve` subprocess for host-agent tests, plus an AgentContext around it.
 
 The host runs with `--isolation none` (the sandbox has its own tests) and the `quick`
-profile with a tiny budget, so a whole run including finalization takes seconds.
+profile with a tiny budget, so a whole run including finalization takes seconds. Its token
+is registered for this process (`remember_credential`), as `ole.runner` does.
 """
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ole.agents.base import AgentContext
-from ole.agents.client import HostClient
+from ole.agents.client import Credential, HostClient, remember_credential
 from ole.bundle import Bundle
 from ole.loop_policy import LoopPolicy
 from ole.trace import Iteration, RunCondition, TaskSpec
@@ -56,4 +57,6 @@ def serve(run_dir: Path, *, budget: int, env: str = "gym/acrobot", max_per: int 
         proc.kill()
         raise RuntimeError(f"evogym serve did not start: {cmd}")
     meta = json.loads(line)
+    # as ole.runner does: the run's token from the 0600 file the host named, for this process's clients
+    remember_credential(meta["url"], Credential.from_file(meta["token_file"], meta["auth_header_file"]))
     return Served(proc, meta["url"], Path(meta["workspace"]), Path(meta["run_dir"]))
