@@ -47,6 +47,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--bind", default="127.0.0.1", help="loopback address to bind")
     p.add_argument("--port", type=int, default=0, help="port (0 = ephemeral)")
     p.add_argument("--token", help="require this token (header X-Evogym-Token) on every request")
+    p.add_argument("--eval-cache", type=Path, default=None,
+                   help="folder of hidden-evaluation results shared with other runs (identical program, "
+                        "env_meta, seeds and code give the identical result; default: none)")
     p.add_argument("--no-prestart", action="store_true",
                    help="start each submit's sandbox when the submit arrives instead of ahead of it "
                         "(the slower path before pre-started sandboxes; for benchmarks)")
@@ -63,7 +66,7 @@ def _open_host(args):
                          data_dir=args.data_dir, model=args.model)
     sock = listen(args.bind, args.port)
     try:
-        return Host(args.run_dir, config, prestart=not args.no_prestart), sock
+        return Host(args.run_dir, config, prestart=not args.no_prestart, eval_cache=args.eval_cache), sock
     except BaseException:
         sock.close()
         raise

@@ -5,7 +5,8 @@ boundary (`resolve_bundle`: an explicit `NAME[@VERSION]`, refused when its scope
 admit the task unless forced, or `Registry.select` — the most specific champion whose
 scope matches, after pending releases are activated; a release never switches a running
 task), records that choice and its reason with the trace, starts the
-host as a subprocess, hands the agent only the protocol URL and the workspace, and
+host in its own process (forked from a warm template, `evogym.warm`, or a fresh
+interpreter: `start_host`), hands the agent only the protocol URL and the workspace, and
 after finalization copies the outcome from the host's `run.json`. Only a scored
 run enters the trace archive. Arguments are plain picklable values and the function
 keeps no global state, so evolution workers can call it in other processes. The
@@ -85,6 +86,27 @@ def _serve_command(task: TaskSpec, run_dir: Path, isolation: str, extra: tuple[s
     if task.budget is not None:
         cmd += ["--budget", str(task.budget)]
     return cmd + list(extra)
+
+
+HOST_STARTS = ("warm", "cold")
+"""How `run_bundle` starts its host: `warm` forks it from this process's template (`evogym.warm`:
+imports and sandbox probe paid once per process, hidden evaluation on forked workers); `cold`
+starts a fresh `evogym serve` interpreter (the path before; also taken when the template cannot
+be reached). Both run the same `evogym serve` code on the same arguments."""
+
+
+def start_host(cmd: list[str], stderr, env_id: str, how: str = "warm"):
+    """The host process of one run (`cmd` = `_serve_command(...)`): a `subprocess.Popen`, or the
+    `evogym.warm.WarmHost` that stands in for one (pid = process group, text `stdout`, `wait`/`poll`)."""
+    if how not in HOST_STARTS:
+        raise RunnerError(f"unknown host start {how!r}; expected one of {list(HOST_STARTS)}", hint="pass warm")
+    if how == "warm":
+        from evogym.warm import HostLauncher
+        try:
+            return HostLauncher.shared().spawn(cmd[3:], stderr, env_id=env_id)
+        except OSError:  # the template is gone or cannot start: a cold host runs the same code
+            pass
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
 
 
 def _read_ready_line(proc: subprocess.Popen, timeout_s: float, stderr_path: Path) -> dict:
@@ -205,12 +227,13 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
                runs_dir: str | Path = "runs", agent_options: dict | None = None,
                lessons_path: str | Path | None = None, isolation: str = "bwrap",
                serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
-               selection: SelectionRecord | None = None) -> Trace:
+               selection: SelectionRecord | None = None, host_start: str = "warm") -> Trace:
     """Work one task under a bundle the caller already holds (no registry access); archives nothing.
 
     `ref` (`NAME@VERSION`) names the bundle in the trace; `selection`, how it was chosen, is
     recorded with it. Used by `run_task` and by evaluation workers (`ole.jobs.run_job`), which
     get the bundle with their job (and judge scopes themselves: nothing is refused here).
+    `host_start`: `warm` or `cold` (`HOST_STARTS`).
     """
     name, version = parse_ref(ref)
     if version is None:
@@ -224,9 +247,8 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
     history: list[Iteration] = []
     with open(base / "host.stderr", "wb") as err:
         label = ("--model", f"{condition.host}:{condition.model}" if condition.model else condition.host)
-        proc = subprocess.Popen(_serve_command(task, base / "host", isolation, (*label, *serve_args)),
-                                stdout=subprocess.PIPE,
-                                stderr=err, text=True, start_new_session=True)
+        proc = start_host(_serve_command(task, base / "host", isolation, (*label, *serve_args)), err, task.env,
+                          host_start)
         try:
             ready = _read_ready_line(proc, HOST_START_TIMEOUT_S, base / "host.stderr")
             say(f"host ready at {ready['url']} ({task.env}, profile {task.profile})")
