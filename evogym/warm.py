@@ -473,5 +473,6 @@ def _template_main(fd: int) -> None:
     _Template(ctrl).serve()
 
 
-if __name__ == "__main__":
-    _template_main(int(sys.argv[1]))
+if __name__ == "__main__":  # run the template from the imported module, whose globals its hosts use
+    from evogym.warm import _template_main as main
+    main(int(sys.argv[1]))
