@@ -6,6 +6,7 @@ run including finalization takes seconds.
 from __future__ import annotations
 
 import json
+import os
 import re
 import pickle
 import shutil
@@ -122,21 +123,25 @@ def test_unscored_run_is_not_archived(tmp_path, registry_root, monkeypatch):
     assert TraceArchive(tmp_path / "traces").ids() == []
 
 
-def test_host_is_stopped_on_keyboard_interrupt(tmp_path, registry_root, monkeypatch):
-    started: list[subprocess.Popen] = []
-    real = subprocess.Popen
+@pytest.mark.parametrize("how", runner.HOST_STARTS)
+def test_host_is_stopped_on_keyboard_interrupt(tmp_path, registry_root, monkeypatch, how):
+    started: list = []
+    real = runner.start_host
 
-    def popen(*args, **kwargs):
-        started.append(real(*args, **kwargs))
+    def start_host(cmd, stderr, env_id, _how):
+        started.append(real(cmd, stderr, env_id, how))
         return started[-1]
 
-    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    monkeypatch.setattr(runner, "start_host", start_host)
     monkeypatch.setattr(runner, "get_agent", lambda name, **kw: Interrupting())
     with pytest.raises(KeyboardInterrupt):
         runner.run_task(TaskSpec(env="gym/acrobot", budget=4), "coder", "builtin", RunCondition(host="builtin"),
                         root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
                         isolation="none")
     assert started and started[0].poll() is not None
+    assert isinstance(started[0], subprocess.Popen) == (how == "cold")
+    with pytest.raises(ProcessLookupError):
+        os.killpg(started[0].pid, 0)  # its whole process group is gone
 
 
 def test_release_takes_effect_at_the_task_boundary(registry_root):
