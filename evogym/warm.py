@@ -371,13 +371,17 @@ class _Template:
         self.workers[pid] = host
 
     def _warm(self, env_id: str | None) -> None:
-        """Import and warm an env once (as `envs.make_env` does once per process anyway)."""
+        """Import and warm an env once, as every host process does on its own otherwise: `envs.make_env`
+        (imports, one throwaway episode step) and `envs.env_meta` (its public `/info` schemas, from
+        fixed-seed samples of the spaces). Both are functions of the env id alone, never of a pool."""
         if not env_id or env_id in self.warmed:
             return
         self.warmed.add(env_id)
         try:
             from evogym import envs
-            envs.make_env(envs.resolve(env_id)).close()
+            spec = envs.resolve(env_id)
+            envs.make_env(spec).close()
+            envs.env_meta(spec)
         except Exception:  # noqa: BLE001 - the host reports an env that cannot be built, with its own error
             pass
 
@@ -468,8 +472,9 @@ def _template_main(fd: int) -> None:
     import importlib
     for name in PRELOAD:
         importlib.import_module(name)
-    from evogym import sandbox
+    from evogym import evalcache, sandbox
     sandbox.probe_isolation()  # probed once here, inherited by every host
+    evalcache.environment_digest()  # the source and package digest of every evaluation-cache key
     _Template(ctrl).serve()
 
 
