@@ -44,8 +44,9 @@ SMOKE_ARGS = ("--envs gym/acrobot --budget 4 --search-pools 101 --gate-pools 201
 def parse(argv=None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--code", action="append", default=[],
-                   help="LABEL=TREE: `.` (this checkout), a folder, or a git commit (exported with git archive); "
-                        "repeat to compare (default: new=.)")
+                   help="LABEL=TREE[|EXTRA FLAGS]: TREE is `.` (this checkout), a folder, or a git commit (exported "
+                        "with git archive); EXTRA FLAGS are added to this tree's `ole evolve` (e.g. "
+                        "`ray=.|--executor ray`); repeat to compare (default: new=.)")
     p.add_argument("--rounds", type=int, default=1, help="runs per tree, alternating between the trees")
     p.add_argument("--evolve-args", default="", help="extra `ole evolve --mode offline` flags (default: none, "
                    "i.e. exactly `make evolve`)")
@@ -98,7 +99,7 @@ def run_once(label: str, tree: Path, run_dir: Path, evolve_args: str) -> dict:
     with open(run_dir / "evolve.stderr", "wb") as err:
         out = subprocess.run(cmd, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=err)
     t1, load1 = time.time(), loadavg()
-    record = {"label": label, "tree": str(tree), "cmd": cmd[1:], "t0": t0, "t1": t1, "wall_s": t1 - t0,
+    record = {"label": label, "tree": str(tree), "cmd": cmd[1:], "evolve_args": evolve_args, "t0": t0, "t1": t1, "wall_s": t1 - t0,
               "load_start": load0, "load_end": load1, "exit": out.returncode,
               "summary": json.loads(out.stdout) if out.returncode == 0 else None}
     (run_dir / "record.json").write_text(json.dumps(record, indent=1))
@@ -265,6 +266,10 @@ PHASES = [
 ]
 
 
+def repr_code(spec: str) -> str:
+    return f"--code '{spec}'" if "|" in spec or " " in spec else f"--code {spec}"
+
+
 def fmt(x: float | None, nd: int = 1) -> str:
     return "-" if x is None else f"{x:.{nd}f}"
 
@@ -273,16 +278,16 @@ def render(args, records: list[dict], analysed: list[dict]) -> str:
     labels = list(dict.fromkeys(r["label"] for r in records))
     lines = ["# Where the time of `make evolve` goes", "",
              "Command (one benchmark run, trees alternating):", "",
-             f"    python experiments/evolve_profile.py {' '.join('--code ' + c for c in args.code)} "
+             f"    python experiments/evolve_profile.py {' '.join(repr_code(c) for c in args.code)} "
              f"--rounds {args.rounds}" + (f" --evolve-args \"{args.evolve_args}\"" if args.evolve_args else "")
              + (f" --out {args.out}" if args.out else ""), "",
              f"Machine: {os.cpu_count()} CPUs, shared. Each row is one `ole evolve --mode offline"
              f"{' ' + args.evolve_args if args.evolve_args else ''}` from a fresh registry.", "",
-             "| # | tree | wall s | wall min | load start → end | runs | episodes | verdict | gated | mean r | pairs |",
-             "|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| # | tree | flags | wall s | wall min | load start → end | runs | episodes | verdict | gated | mean r | pairs |",
+             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, (rec, an) in enumerate(zip(records, analysed)):
         d = an["decision"]
-        lines.append(f"| {i + 1} | {rec['label']} | {rec['wall_s']:.1f} | {rec['wall_s'] / 60:.1f} | "
+        lines.append(f"| {i + 1} | {rec['label']} | {rec.get('evolve_args') or '-'} | {rec['wall_s']:.1f} | {rec['wall_s'] / 60:.1f} | "
                      f"{rec['load_start']} → {rec['load_end']} | {an['driver']['runs']} | {d.get('episodes', '-')} | "
                      f"{d.get('verdict', 'FAILED')} | {d.get('final', '-')} | {fmt(d.get('mean_r'), 3)} | "
                      f"{d.get('n_pairs', '-')} |")
@@ -373,13 +378,13 @@ def main(argv=None) -> None:
     args = parse(argv)
     work = Path(args.workdir).resolve()
     work.mkdir(parents=True, exist_ok=True)
-    trees = [(c.split("=", 1)[0], c.split("=", 1)[1]) for c in args.code]
-    order = [(k, label, spec) for k in range(args.rounds) for label, spec in trees]
-    dirs = [work / f"{label}-r{k}" for k, label, _ in order]
+    trees = [(c.split("=", 1)[0], *(c.split("=", 1)[1].split("|", 1) + [""])[:2]) for c in args.code]
+    order = [(k, label, spec, extra) for k in range(args.rounds) for label, spec, extra in trees]
+    dirs = [work / f"{label}-r{k}" for k, label, _, _ in order]
     if not args.report_only:
-        paths = {label: tree_path(spec, work) for label, spec in trees}
-        for (k, label, _), run_dir in zip(order, dirs):
-            run_once(label, paths[label], run_dir, args.evolve_args)
+        paths = {label: tree_path(spec, work) for label, spec, _ in trees}
+        for (k, label, _, extra), run_dir in zip(order, dirs):
+            run_once(label, paths[label], run_dir, f"{args.evolve_args} {extra}".strip())
     records, analysed = zip(*(analyse(d) for d in dirs if (d / "record.json").is_file()))
     text = render(args, list(records), list(analysed))
     print(text)
