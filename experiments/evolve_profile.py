@@ -83,8 +83,27 @@ def loadavg() -> str:
     return Path("/proc/loadavg").read_text().split(" ")[0]
 
 
+CPU_GROUPS = Path("/sys/fs/cgroup/cpuacct")
+"""cgroup v1 `cpuacct` hierarchy: each profiled evolve runs in its own group, whose usage counts every
+process it started, exited ones included (CPU seconds, which the machine's load changes far less
+than wall time; `experiments/bench_host_overhead.py` accounts the same way)."""
+
+
+def cpu_group(name: str) -> Path | None:
+    """A fresh cpuacct group (groups of earlier profiles that have emptied are removed), or None."""
+    try:
+        for old in CPU_GROUPS.glob("evolve-profile-*"):
+            if not (old / "cgroup.procs").read_text().strip():
+                old.rmdir()
+        group = CPU_GROUPS / name
+        group.mkdir(exist_ok=True)
+        return group
+    except OSError:
+        return None
+
+
 def run_once(label: str, tree: Path, run_dir: Path, evolve_args: str) -> dict:
-    """One `ole evolve --mode offline` of `tree` in `run_dir`; returns its record (summary, wall, load)."""
+    """One `ole evolve --mode offline` of `tree` in `run_dir`; returns its record (summary, wall, CPU, load)."""
     shutil.rmtree(run_dir, ignore_errors=True)
     (run_dir / "bundles").mkdir(parents=True)
     for seed in sorted((tree / "bundles").glob("*.yaml")):
@@ -95,15 +114,19 @@ def run_once(label: str, tree: Path, run_dir: Path, evolve_args: str) -> dict:
     cmd = [sys.executable, "-m", "ole.cli", "--root", str(run_dir / "bundles"), "--json", "evolve", "--mode",
            "offline", "--workdir", str(run_dir / "evolve"), "--traces", str(run_dir / "traces"),
            *evolve_args.split()]
+    group = cpu_group(f"evolve-profile-{os.getpid()}-{run_dir.name}")
+    enter = ["/bin/sh", "-c", 'echo $$ > "$0" && exec "$@"', str(group / "cgroup.procs")] if group else []
     load0, t0 = loadavg(), time.time()
     with open(run_dir / "evolve.stderr", "wb") as err:
-        out = subprocess.run(cmd, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=err)
+        out = subprocess.run(enter + cmd, cwd=run_dir, env=env, stdout=subprocess.PIPE, stderr=err)
     t1, load1 = time.time(), loadavg()
-    record = {"label": label, "tree": str(tree), "cmd": cmd[1:], "evolve_args": evolve_args, "t0": t0, "t1": t1, "wall_s": t1 - t0,
+    cpu_s = int((group / "cpuacct.usage").read_text()) * 1e-9 if group else None
+    record = {"label": label, "tree": str(tree), "cmd": cmd[1:], "evolve_args": evolve_args, "t0": t0, "t1": t1, "wall_s": t1 - t0, "cpu_s": cpu_s,
               "load_start": load0, "load_end": load1, "exit": out.returncode,
               "summary": json.loads(out.stdout) if out.returncode == 0 else None}
     (run_dir / "record.json").write_text(json.dumps(record, indent=1))
-    print(f"{label}: {record['wall_s']:.1f} s, exit {out.returncode}, load {load0} -> {load1}", flush=True)
+    print(f"{label}: {record['wall_s']:.1f} s, CPU {fmt(cpu_s)} s, exit {out.returncode}, load {load0} -> {load1}",
+          flush=True)
     return record
 
 
@@ -283,11 +306,11 @@ def render(args, records: list[dict], analysed: list[dict]) -> str:
              + (f" --out {args.out}" if args.out else ""), "",
              f"Machine: {os.cpu_count()} CPUs, shared. Each row is one `ole evolve --mode offline"
              f"{' ' + args.evolve_args if args.evolve_args else ''}` from a fresh registry.", "",
-             "| # | tree | flags | wall s | wall min | load start → end | runs | episodes | verdict | gated | mean r | pairs |",
-             "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+             "| # | tree | flags | wall s | wall min | CPU s | load start → end | runs | episodes | verdict | gated | mean r "
+             "| pairs |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for i, (rec, an) in enumerate(zip(records, analysed)):
         d = an["decision"]
-        lines.append(f"| {i + 1} | {rec['label']} | {rec.get('evolve_args') or '-'} | {rec['wall_s']:.1f} | {rec['wall_s'] / 60:.1f} | "
+        lines.append(f"| {i + 1} | {rec['label']} | {rec.get('evolve_args') or '-'} | {rec['wall_s']:.1f} | {rec['wall_s'] / 60:.1f} | {fmt(rec.get('cpu_s'), 0)} | "
                      f"{rec['load_start']} → {rec['load_end']} | {an['driver']['runs']} | {d.get('episodes', '-')} | "
                      f"{d.get('verdict', 'FAILED')} | {d.get('final', '-')} | {fmt(d.get('mean_r'), 3)} | "
                      f"{d.get('n_pairs', '-')} |")
@@ -341,9 +364,13 @@ def ratios(labels: list[str], records: list[dict], analysed: list[dict]) -> list
     walls = {lab: [r["wall_s"] for r in records if r["label"] == lab] for lab in labels}
     fixed = {lab: statistics.median([p["fixed"] for r, an in zip(records, analysed) if r["label"] == lab
                                      for p in an["runs"]] or [0.0]) for lab in labels}
+    cpus = {lab: [r["cpu_s"] for r in records if r["label"] == lab and r.get("cpu_s")] for lab in labels}
     for lab in labels[1:]:
+        cpu = (f"; CPU {statistics.median(cpus[lab]) / statistics.median(cpus[base]):.3f}× "
+               f"({statistics.median(cpus[lab]):.0f} s vs {statistics.median(cpus[base]):.0f} s)"
+               if cpus[lab] and cpus[base] else "")
         out.append(f"**{lab} / {base} wall: {statistics.median(walls[lab]) / statistics.median(walls[base]):.3f}×** "
-                   f"(medians {statistics.median(walls[lab]):.1f} s vs {statistics.median(walls[base]):.1f} s); "
+                   f"(medians {statistics.median(walls[lab]):.1f} s vs {statistics.median(walls[base]):.1f} s){cpu}; "
                    f"median per-run fixed cost {fixed[lab]:.2f} s vs {fixed[base]:.2f} s.")
     return out
 
