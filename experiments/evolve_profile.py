@@ -53,6 +53,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--workdir", default="experiments/out/evolve_profile", help="trees, registries, runs, logs")
     p.add_argument("--out", default=None, help="Markdown report (a JSON with every number is written beside it)")
     p.add_argument("--report-only", action="store_true", help="render the report from the runs already in --workdir")
+    p.add_argument("--fresh", action="store_true", help="run again the evolves --workdir already holds (default: "
+                   "keep them, so raising --rounds adds rounds)")
     p.add_argument("--smoke", action="store_true", help=f"tiny evolution for the test ({SMOKE_ARGS})")
     args = p.parse_args(argv)
     args.code = args.code or ["new=."]
@@ -411,7 +413,8 @@ def main(argv=None) -> None:
     if not args.report_only:
         paths = {label: tree_path(spec, work) for label, spec, _ in trees}
         for (k, label, _, extra), run_dir in zip(order, dirs):
-            run_once(label, paths[label], run_dir, f"{args.evolve_args} {extra}".strip())
+            if args.fresh or not (run_dir / "record.json").is_file():
+                run_once(label, paths[label], run_dir, f"{args.evolve_args} {extra}".strip())
     records, analysed = zip(*(analyse(d) for d in dirs if (d / "record.json").is_file()))
     text = render(args, list(records), list(analysed))
     print(text)
