@@ -75,3 +75,14 @@ def test_evolve_profile_smoke(tmp_path):
     assert "decision identical" in text
     rows = json.loads(out.with_suffix(".json").read_text())
     assert all(r["runs"] and r["decision"]["verdict"] for r in rows)
+
+
+@pytest.mark.slow
+@pytest.mark.sandbox
+def test_run_fixed_cost_smoke(tmp_path):
+    out = tmp_path / "fixed.md"
+    subprocess.run([sys.executable, str(ROOT / "experiments" / "run_fixed_cost.py"), "--smoke", "--code", "a=.",
+                    "--code", "b=.", "--workdir", str(tmp_path / "w"), "--out", str(out)],
+                   check=True, cwd=ROOT, timeout=1800)
+    text = out.read_text()
+    assert "**fixed cost**" in text and "| gym/acrobot | " in text and "identical" in text
