@@ -332,6 +332,10 @@ class _Template:
         msg, fds, _, _ = socket.recv_fds(self.ctrl, MESSAGE_BYTES, 3, socket.MSG_CMSG_CLOEXEC)
         if not msg:
             return False  # the launcher closed: stop (hosts already forked run on)
+        if len(fds) != 3:  # not a spawn request: refuse it, keep serving
+            for fd in fds:
+                os.close(fd)
+            return True
         request = pickle.loads(msg)
         stdout_fd, stderr_fd, status_fd = fds
         status = socket.socket(fileno=status_fd)
@@ -361,6 +365,10 @@ class _Template:
             for pid, owner in list(self.workers.items()):
                 if owner == host:
                     _kill(pid)
+            return
+        if len(fds) != 1:  # not a worker request: refuse it, keep serving
+            for fd in fds:
+                os.close(fd)
             return
         job_sock = socket.socket(fileno=fds[0])
         pid = os.fork()
