@@ -165,3 +165,11 @@ def _state(pid: int) -> str:
                     if line.startswith("State:")).lower()
     except (OSError, StopIteration):
         return "zombie"
+
+
+def test_the_template_refuses_a_malformed_request_and_serves_on(tmp_path, launcher):
+    launcher._ctrl.send(b"not a spawn request")  # no descriptors
+    with open(tmp_path / "err", "wb") as err:
+        proc = launcher.spawn(["--version"], err)
+    assert proc.stdout.readline().startswith("evogym ") and proc.wait(60) == 0
+    assert launcher._proc.poll() is None
