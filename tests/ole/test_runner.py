@@ -183,3 +183,26 @@ def test_an_unknown_env_is_refused_before_any_host_starts(tmp_path, registry_roo
                         root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
                         isolation="none")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.sandbox
+def test_warm_and_cached_runs_of_the_builtin_agent_score_as_the_cold_path(tmp_path, registry_root):
+    """The run.json outcome of the path before warm hosts (a cold `evogym serve`, no shared hidden
+    evaluation), recorded here, is the outcome of a warm host, of a warm host that stores its hidden
+    batches and of one that reads them back: same seeds, same bundle, byte for byte."""
+    champ = Registry(registry_root).champion()
+    task = TaskSpec(env="gym/pusher5", profile="quick", budget=4, pool_seed=3)
+    cache = ("--eval-cache", str(tmp_path / "cache"))
+    outcomes, histories = [], []
+    for how, extra in (("cold", ()), ("warm", ()), ("warm", cache), ("warm", cache)):
+        trace = runner.run_bundle(task, champ.ref, champ.bundle, RunCondition(host="builtin", seed=0),
+                                  runs_dir=tmp_path / how, serve_args=extra, host_start=how)
+        out = json.loads((Path(trace.run_dir) / "run.json").read_text())["outcome"]
+        out["auxiliary"].pop("mean_submit_wall_time")  # a wall-clock measurement
+        outcomes.append(json.dumps(out, sort_keys=True))
+        histories.append([(i.submit_id, i.mean_return, i.episodes_charged) for i in trace.history])
+        events = [json.loads(x) for x in (Path(trace.run_dir) / "events.jsonl").read_text().splitlines()]
+        sources = [e.get("cache") for e in events if e["event"] == "eval.run"]
+    assert outcomes[0] and all(o == outcomes[0] for o in outcomes) and all(h == histories[0] for h in histories)
+    assert json.loads(outcomes[0])["status"] == "completed"
+    assert sources and set(sources) == {"hit"}  # the last run read every hidden batch
