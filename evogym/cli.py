@@ -54,6 +54,9 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--session", action="store_true",
                    help="also serve agent-session/v3 on a 0600 Unix socket (EVOPOLICYGYM_SESSION_SOCKET); the run "
                         "then stays open until the agent finishes (it names its candidates), exits, or SIGTERM")
+    p.add_argument("--eval-cache", type=Path, default=None,
+                   help="folder of hidden-evaluation results shared with other runs (identical program, "
+                        "env_meta, seeds and code give the identical result; default: none)")
     p.add_argument("--no-prestart", action="store_true",
                    help="start each submit's sandbox when the submit arrives instead of ahead of it "
                         "(the slower path before pre-started sandboxes; for benchmarks)")
@@ -73,7 +76,8 @@ def _open_host(args):
                          agent_timeout_s=getattr(args, "agent_timeout", None), max_submissions=args.max_submissions)
     sock = listen(args.bind, args.port)
     try:
-        host = Host(args.run_dir, config, prestart=not args.no_prestart, auto_finalize=not args.session)
+        host = Host(args.run_dir, config, prestart=not args.no_prestart, auto_finalize=not args.session,
+                    eval_cache=args.eval_cache)
         return host, sock, Credential.create(host.run.control, token)
     except BaseException:
         sock.close()

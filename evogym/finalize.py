@@ -5,6 +5,9 @@ hidden evaluation over worker processes. Checkpoints whose code trees are identi
 (same `tree_hash`) share one evaluation: identical code on identical seeds gives the
 same returns, so no extra episodes are spent. For that to hold exactly, the `env_meta`
 seen in hidden evaluation is the same for identical trees (the group's first submit).
+A host given an evaluation cache (`evogym serve --eval-cache DIR`, `evogym.evalcache`)
+shares the same way across runs: a batch with identical inputs (tree, env_meta, seeds,
+limits, code and package versions) is read instead of run.
 
 Selection: highest validation mean; ties go to fewer failed episodes, then to the
 latest submit (the reference drops any candidate with a failed episode instead —
@@ -25,7 +28,7 @@ from typing import Callable
 
 import numpy as np
 
-from evogym import PROTOCOL_VERSION, anchors
+from evogym import PROTOCOL_VERSION, anchors, evalcache, warm
 from evogym.feedback import atomic_write_json, flush_syncs
 from evogym.code_metrics import edit_kind
 from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
@@ -49,9 +52,16 @@ def _jobs(requested: int) -> int:
 
 def _evaluate(jobs: list[EpisodeJob], workers: int) -> list[BatchResult]:
     """One result per job, in order. A job that raises (whatever a policy made the trusted side
-    do) is that candidate's failure, never the run's: the other candidates are still scored."""
+    do) is that candidate's failure, never the run's: the other candidates are still scored.
+    Jobs run in this process when one worker (or one job) suffices; else on workers forked by the
+    warm template this host came from (`evogym.warm`), or a forkserver pool for a host started on
+    its own (its workers import the simulators afresh: seconds per run)."""
     if workers <= 1 or len(jobs) <= 1:
         return [_contained(j) for j in jobs]
+    pool = warm.evaluation_workers(min(workers, len(jobs)))
+    if pool is not None:
+        with pool:
+            return pool.run(jobs, local=_contained, failed=_failed)
     ctx = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
                              initializer=die_with_parent) as pool:
@@ -124,10 +134,13 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     workers = _jobs(config.finalize_jobs)
     firsts = [g[0] for g in groups.values()]
     progress(f"validation: {len(cands)} ok checkpoints, {len(firsts)} distinct programs")
+    cache = getattr(host, "eval_cache", None)
     jobs = [host.hidden_job(c, host.pools.valid) for c in firsts]
-    results = dict(zip((c.tree_hash for c in firsts), _evaluate(jobs, workers)))
-    for c in firsts:
-        run.event("eval.run", kind="valid", snap=c.index, shared_with=[x.index for x in groups[c.tree_hash][1:]])
+    batches, sources = evalcache.evaluate(jobs, lambda todo: _evaluate(todo, workers), cache)
+    results = dict(zip((c.tree_hash for c in firsts), batches))
+    for c, source in zip(firsts, sources):
+        run.event("eval.run", kind="valid", snap=c.index, shared_with=[x.index for x in groups[c.tree_hash][1:]],
+                  **({"cache": source} if cache is not None else {}))
     scores: dict[int, tuple[float, int]] = {}
     val_failures: dict[str, int] = {}
     for c in cands:
@@ -147,7 +160,10 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     best = select(scores, named)
     best_cand = next(c for c in cands if c.index == best)
     progress(f"held-out: submit {best} on {len(host.pools.heldout)} episodes")
-    held = _evaluate([host.hidden_job(groups[best_cand.tree_hash][0], host.pools.heldout)], 1)[0]
+    (held,), (source,) = evalcache.evaluate([host.hidden_job(groups[best_cand.tree_hash][0], host.pools.heldout)],
+                                            lambda todo: _evaluate(todo, 1), cache)
+    if cache is not None:
+        run.event("eval.run", kind="final", snap=best, cache=source)
     returns = held.returns if held.start_failure is None else []
     mean = float(np.mean(returns)) if returns else None
     run.event("eval.record", kind="final", snap=best, mean_return=mean)

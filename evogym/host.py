@@ -13,6 +13,7 @@ from pathlib import Path
 
 from evogym import PROTOCOL_VERSION, briefs, envs, pools, sandbox
 from evogym.errors import ConfigError, SandboxUnavailable
+from evogym.evalcache import EvalCache
 from evogym.finalize import Candidate, candidates as candidates_of, error_doc, finalize
 from evogym.judge import DENIED_IMPORTS, Judge, public_env_meta
 from evogym.recording import Formatter
@@ -54,11 +55,14 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
 class Host:
     """One run: owns the hidden pools and everything that touches them."""
 
-    def __init__(self, run_dir, config: RunConfig, *, prestart: bool = True, auto_finalize: bool = True) -> None:
+    def __init__(self, run_dir, config: RunConfig, *, prestart: bool = True, auto_finalize: bool = True,
+                 eval_cache: str | Path | None = None) -> None:
         """`prestart`: keep sandboxes started ahead for the next submits (`evogym.sandbox.spare`);
         False starts every sandbox when its submit arrives (the old path, for benchmarks).
         `auto_finalize`: finalize as soon as the budget is spent (v0.1.0); False keeps the run
-        open until `finish` (agent-session/v3, where the agent names its candidates then)."""
+        open until `finish` (agent-session/v3, where the agent names its candidates then).
+        `eval_cache`: a folder of hidden-evaluation results shared with other runs
+        (`evogym.evalcache`; trusted-side, never shown to the agent); None shares nothing."""
         if config.isolation == "bwrap":
             report = sandbox.probe_isolation()
             if not report.get("bwrap") or not report.get("userns"):
@@ -66,6 +70,7 @@ class Host:
                     f"{k}={v}" for k, v in report.items() if k in ("bwrap", "userns")),
                     hint="install bubblewrap (apt-get install bubblewrap) or pass --isolation none explicitly")
         self.config = config
+        self.eval_cache = EvalCache(eval_cache) if eval_cache else None
         self.spec = envs.resolve(config.env)
         self.pools = pools.pools_for(self.spec.slug, config.profile, pool_seed=config.pool_seed,
                                     data_dir=Path(config.data_dir) if config.data_dir else None,

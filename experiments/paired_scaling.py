@@ -73,19 +73,23 @@ def main() -> None:
     if args.ray:
         settings.append(("ray", max(w for _, w in settings)))
     rows, reference = [], None
+    load0 = Path("/proc/loadavg").read_text().split()[0]
     for kind, workers in settings:
         wall, scores = one(kind, workers, work, champ, chall, instances)
         reference = reference or scores
         rows.append((kind, workers, wall, scores == reference))
         print(f"{kind} x{workers}: {wall:.1f} s, identical={scores == reference}", flush=True)
     base = rows[0][2]
+    load1 = Path("/proc/loadavg").read_text().split()[0]
     lines = ["# Parallel scaling of paired evaluation", "",
              f"Command: `python experiments/paired_scaling.py --envs {args.envs} --pools {args.pools} "
              f"--budget {args.budget} --workers {args.workers}{' --ray' if args.ray else ''}`", "",
              f"Batch: {2 * len(instances)} real runs (champion + challenger on {len(instances)} instances), "
-             f"machine: {os.cpu_count()} CPUs.", "",
-             "| executor | workers | wall s | speed-up | pairs identical to the first row |", "|---|---|---|---|---|"]
-    lines += [f"| {k} | {w} | {t:.1f} | {base / t:.2f}x | {'yes' if same else 'NO'} |" for k, w, t, same in rows]
+             f"machine: {os.cpu_count()} CPUs; load average (1 min) {load0} at the start, {load1} at the end.", "",
+             "| executor | workers | wall s | speed-up | efficiency (speed-up / workers) | pairs identical to the first row |",
+             "|---|---|---|---|---|---|"]
+    lines += [f"| {k} | {w} | {t:.1f} | {base / t:.2f}x | {base / t / w:.2f} | {'yes' if same else 'NO'} |"
+              for k, w, t, same in rows]
     text = "\n".join(lines) + "\n"
     print(text)
     if args.out:

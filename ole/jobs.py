@@ -9,11 +9,18 @@ its run, and is retried, cannot leave a second copy behind.
 """
 from __future__ import annotations
 
+from pathlib import Path
+
 from pydantic import BaseModel, ConfigDict
 
 from ole.bundle import Bundle
 from ole.trace import RunCondition, TaskSpec, Trace
 
+EVAL_CACHE_DIR = ".eval-cache"
+"""Folder under a job's `runs_root` where its hosts share hidden-evaluation results (`evogym.evalcache`):
+every run under one runs root (an evolution's champion and challengers on the same pools) validates
+an identical program on identical seeds once. It sits beside the run directories, never inside a
+workspace, and holds hashes, returns and lengths only."""
 HOST_FAULT_RETRIES = 2
 """Extra attempts of a run whose host failed (not the agent: that is a recorded result). Under load
 the host can exit between finalization and the runner's last poll (seen once in ~200 runs on 2 cores)."""
@@ -53,7 +60,7 @@ def run_job(job: EvalJob) -> Trace:
 
     def attempt() -> Trace:
         return run_bundle(job.task, job.bundle_ref, job.bundle, job.condition, runs_dir=job.runs_root,
-                          isolation=job.isolation)
+                          isolation=job.isolation, serve_args=("--eval-cache", str(Path(job.runs_root) / EVAL_CACHE_DIR)))
     for _ in range(HOST_FAULT_RETRIES):
         try:
             return attempt()

@@ -5,7 +5,8 @@ boundary (`resolve_bundle`: an explicit `NAME[@VERSION]`, refused when its scope
 admit the task unless forced, or `Registry.select` — the most specific champion whose
 scope matches, after pending releases are activated; a release never switches a running
 task), records that choice and its reason with the trace, starts the
-host as a subprocess, hands the agent only the protocol URL and the workspace, and
+host in its own process (forked from a warm template, `evogym.warm`, or a fresh
+interpreter: `start_host`), hands the agent only the protocol URL and the workspace, and
 after finalization copies the outcome from the host's `run.json`. Only a scored
 run enters the trace archive. Arguments are plain picklable values and the function
 keeps no global state, so evolution workers can call it in other processes. The
@@ -41,6 +42,10 @@ HOST_FINALIZE_TIMEOUT_S = 7200.0
 """Longest wait for the host to finish hidden validation + held-out and exit before it is stopped."""
 HOST_KILL_GRACE_S = 10.0
 """Between SIGTERM and SIGKILL when the host must be stopped."""
+HOST_EXIT_GRACE_S = 60.0
+"""How long a host that has written its run.json may take to exit before it is stopped."""
+RUN_JSON_POLL_S = 0.02
+"""How often the runner looks for the host's run.json while it finalizes (a stat call)."""
 
 
 class RunnerError(OleError):
@@ -87,6 +92,27 @@ def _serve_command(task: TaskSpec, run_dir: Path, isolation: str, extra: tuple[s
     return cmd + list(extra)
 
 
+HOST_STARTS = ("warm", "cold")
+"""How `run_bundle` starts its host: `warm` forks it from this process's template (`evogym.warm`:
+imports and sandbox probe paid once per process, hidden evaluation on forked workers); `cold`
+starts a fresh `evogym serve` interpreter (the path before; also taken when the template cannot
+be reached). Both run the same `evogym serve` code on the same arguments."""
+
+
+def start_host(cmd: list[str], stderr, env_id: str, how: str = "warm"):
+    """The host process of one run (`cmd` = `_serve_command(...)`): a `subprocess.Popen`, or the
+    `evogym.warm.WarmHost` that stands in for one (pid = process group, text `stdout`, `wait`/`poll`)."""
+    if how not in HOST_STARTS:
+        raise RunnerError(f"unknown host start {how!r}; expected one of {list(HOST_STARTS)}", hint="pass warm")
+    if how == "warm":
+        from evogym.warm import HostLauncher
+        try:
+            return HostLauncher.shared().spawn(cmd[3:], stderr, env_id=env_id)
+        except OSError:  # the template is gone or cannot start: a cold host runs the same code
+            pass
+    return subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=stderr, text=True, start_new_session=True)
+
+
 def _read_ready_line(proc: subprocess.Popen, timeout_s: float, stderr_path: Path) -> dict:
     box: dict = {}
 
@@ -114,6 +140,34 @@ def _read_ready_line(proc: subprocess.Popen, timeout_s: float, stderr_path: Path
     except json.JSONDecodeError as err:
         raise RunnerError(f"`evogym serve` ready line is not JSON: {line[:200]!r}",
                           hint=f"see {stderr_path}") from err
+
+
+def _await_run_json(proc, run_json: Path, timeout_s: float) -> bool:
+    """Wait until the host has written `run_json` or exited; True when run.json is there.
+
+    Finalization writes run.json atomically as its last step; after it the host only shuts
+    down (HTTP server, episode formatter, interpreter exit: 0.7-1.1 s per run at load ~12 on the
+    project machine, `experiments/results/evolve_profile.md`), which need not delay the trace.
+    """
+    deadline = time.monotonic() + timeout_s
+    while not run_json.is_file():
+        if proc.poll() is not None:
+            return run_json.is_file()
+        if time.monotonic() > deadline:
+            raise subprocess.TimeoutExpired(getattr(proc, "args", "evogym serve"), timeout_s)
+        time.sleep(RUN_JSON_POLL_S)
+    return True
+
+
+def _reap_later(proc) -> None:
+    """Let a host that has written its run.json finish exiting off the caller's path; stopped
+    (`_stop`) if it is still there HOST_EXIT_GRACE_S later."""
+    def reap() -> None:
+        try:
+            proc.wait(HOST_EXIT_GRACE_S)
+        except subprocess.TimeoutExpired:
+            _stop(proc)
+    threading.Thread(target=reap, name="host-reaper", daemon=True).start()
 
 
 def _stop(proc: subprocess.Popen) -> None:
@@ -205,12 +259,13 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
                runs_dir: str | Path = "runs", agent_options: dict | None = None,
                lessons_path: str | Path | None = None, isolation: str = "bwrap",
                serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
-               selection: SelectionRecord | None = None) -> Trace:
+               selection: SelectionRecord | None = None, host_start: str = "warm") -> Trace:
     """Work one task under a bundle the caller already holds (no registry access); archives nothing.
 
     `ref` (`NAME@VERSION`) names the bundle in the trace; `selection`, how it was chosen, is
     recorded with it. Used by `run_task` and by evaluation workers (`ole.jobs.run_job`), which
     get the bundle with their job (and judge scopes themselves: nothing is refused here).
+    `host_start`: `warm` or `cold` (`HOST_STARTS`).
     """
     name, version = parse_ref(ref)
     if version is None:
@@ -223,11 +278,11 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
     say = progress or (lambda line: None)
     history: list[Iteration] = []
     ready: dict = {}
+    scored = False
     with open(base / "host.stderr", "wb") as err:
         label = ("--model", f"{condition.host}:{condition.model}" if condition.model else condition.host)
-        proc = subprocess.Popen(_serve_command(task, base / "host", isolation, (*label, *serve_args)),
-                                stdout=subprocess.PIPE,
-                                stderr=err, text=True, start_new_session=True)
+        proc = start_host(_serve_command(task, base / "host", isolation, (*label, *serve_args)), err, task.env,
+                          host_start)
         try:
             ready = _read_ready_line(proc, HOST_START_TIMEOUT_S, base / "host.stderr")
             say(f"host ready at {ready['url']} ({task.env}, profile {task.profile})")
@@ -244,9 +299,12 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
             wall = time.monotonic() - t0
             client.close_run()
             say("finalizing (hidden validation and held-out evaluation)")
-            proc.wait(HOST_FINALIZE_TIMEOUT_S)  # the host exits once run.json is written
+            scored = _await_run_json(proc, Path(ready["run_dir"]) / "run.json", HOST_FINALIZE_TIMEOUT_S)
         finally:
-            _stop(proc)
+            if scored:
+                _reap_later(proc)
+            else:
+                _stop(proc)
             if ready:
                 forget_credential(ready["url"])
     run_json = Path(ready["run_dir"]) / "run.json"

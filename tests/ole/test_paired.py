@@ -108,3 +108,31 @@ def test_paired_scaling_experiment_smoke(tmp_path):
                     "--pools", "2", "--budget", "2", "--workers", "1,2", "--workdir", str(tmp_path / "work"),
                     "--out", str(out)], check=True, cwd=root, timeout=600)
     assert "| local | 2 |" in out.read_text() and "NO" not in out.read_text()
+
+
+class Recording:
+    """An executor that runs jobs serially and remembers the order it was given them in."""
+
+    kind, workers = "recording", 1
+
+    def __init__(self):
+        self.order = []
+
+    def run(self, fn, jobs):
+        self.order = [(j.bundle_ref, j.task.env) for j in jobs]
+        for i, job in enumerate(jobs):
+            yield i, fn(job)
+
+
+def test_batch_starts_the_longest_runs_first_and_pairs_do_not_depend_on_it():
+    from ole.cost import run_wall
+    rec = Recording()
+    pe = PairedEvaluation(rec, MemoryStore(), fake_evaluate, traces_root=__import__("tempfile").mkdtemp(),
+                          runs_root="r")
+    out = pe.pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    walls = [run_wall(env) for _, env in rec.order]
+    assert walls == sorted(walls, reverse=True) and walls[0] > walls[-1]
+    assert rec.order[:3] == [("coder@1", "gym/acrobot"), ("coder@1", "gym/acrobot"), ("coder@2", "gym/acrobot")]
+    serial = _evaluator(MemoryStore(), fake_evaluate).pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    assert [(p.task, p.r, p.champion.score) for p in out["coder@2"]] == \
+        [(p.task, p.r, p.champion.score) for p in serial["coder@2"]]

@@ -6,6 +6,7 @@ run including finalization takes seconds.
 from __future__ import annotations
 
 import json
+import os
 import re
 import pickle
 import shutil
@@ -122,21 +123,25 @@ def test_unscored_run_is_not_archived(tmp_path, registry_root, monkeypatch):
     assert TraceArchive(tmp_path / "traces").ids() == []
 
 
-def test_host_is_stopped_on_keyboard_interrupt(tmp_path, registry_root, monkeypatch):
-    started: list[subprocess.Popen] = []
-    real = subprocess.Popen
+@pytest.mark.parametrize("how", runner.HOST_STARTS)
+def test_host_is_stopped_on_keyboard_interrupt(tmp_path, registry_root, monkeypatch, how):
+    started: list = []
+    real = runner.start_host
 
-    def popen(*args, **kwargs):
-        started.append(real(*args, **kwargs))
+    def start_host(cmd, stderr, env_id, _how):
+        started.append(real(cmd, stderr, env_id, how))
         return started[-1]
 
-    monkeypatch.setattr(runner.subprocess, "Popen", popen)
+    monkeypatch.setattr(runner, "start_host", start_host)
     monkeypatch.setattr(runner, "get_agent", lambda name, **kw: Interrupting())
     with pytest.raises(KeyboardInterrupt):
         runner.run_task(TaskSpec(env="gym/acrobot", budget=4), "coder", "builtin", RunCondition(host="builtin"),
                         root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
                         isolation="none")
     assert started and started[0].poll() is not None
+    assert isinstance(started[0], subprocess.Popen) == (how == "cold")
+    with pytest.raises(ProcessLookupError):
+        os.killpg(started[0].pid, 0)  # its whole process group is gone
 
 
 def test_release_takes_effect_at_the_task_boundary(registry_root):
@@ -178,3 +183,26 @@ def test_an_unknown_env_is_refused_before_any_host_starts(tmp_path, registry_roo
                         root=registry_root, runs_dir=tmp_path / "runs", traces_dir=tmp_path / "traces",
                         isolation="none")
     assert not (tmp_path / "runs").exists()
+
+
+@pytest.mark.sandbox
+def test_warm_and_cached_runs_of_the_builtin_agent_score_as_the_cold_path(tmp_path, registry_root):
+    """The run.json outcome of the path before warm hosts (a cold `evogym serve`, no shared hidden
+    evaluation), recorded here, is the outcome of a warm host, of a warm host that stores its hidden
+    batches and of one that reads them back: same seeds, same bundle, byte for byte."""
+    champ = Registry(registry_root).champion()
+    task = TaskSpec(env="gym/pusher5", profile="quick", budget=4, pool_seed=3)
+    cache = ("--eval-cache", str(tmp_path / "cache"))
+    outcomes, histories = [], []
+    for how, extra in (("cold", ()), ("warm", ()), ("warm", cache), ("warm", cache)):
+        trace = runner.run_bundle(task, champ.ref, champ.bundle, RunCondition(host="builtin", seed=0),
+                                  runs_dir=tmp_path / how, serve_args=extra, host_start=how)
+        out = json.loads((Path(trace.run_dir) / "run.json").read_text())["outcome"]
+        out["auxiliary"].pop("mean_submit_wall_time")  # a wall-clock measurement
+        outcomes.append(json.dumps(out, sort_keys=True))
+        histories.append([(i.submit_id, i.mean_return, i.episodes_charged) for i in trace.history])
+        events = [json.loads(x) for x in (Path(trace.run_dir) / "events.jsonl").read_text().splitlines()]
+        sources = [e.get("cache") for e in events if e["event"] == "eval.run"]
+    assert outcomes[0] and all(o == outcomes[0] for o in outcomes) and all(h == histories[0] for h in histories)
+    assert json.loads(outcomes[0])["status"] == "completed"
+    assert sources and set(sources) == {"hit"}  # the last run read every hidden batch
