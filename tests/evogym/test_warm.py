@@ -51,9 +51,11 @@ def launcher():
     made.close()
 
 
-def _post(url: str, path: str, body: dict) -> dict:
-    req = urllib.request.Request(url + path, data=json.dumps(body).encode(), method="POST",
-                                 headers={"Content-Type": "application/json"})
+def _post(ready: dict, path: str, body: dict) -> dict:
+    """POST with the run's credential, read from the 0600 token file its ready line names."""
+    token = Path(ready["token_file"]).read_text().strip()
+    req = urllib.request.Request(ready["url"] + path, data=json.dumps(body).encode(), method="POST",
+                                 headers={"Content-Type": "application/json", "Authorization": f"Bearer {token}"})
     with urllib.request.urlopen(req, timeout=300) as resp:
         return json.loads(resp.read())
 
@@ -75,7 +77,7 @@ def _work(ready: dict, policies) -> None:
     system = Path(ready["workspace"]) / "system"
     for i, source in enumerate(policies):
         (system / "policy.py").write_text(source)
-        assert _post(ready["url"], "/submit", {"env_instances": [i]})["status"] == "ok"
+        assert _post(ready, "/submit", {"env_instances": [i]})["status"] == "ok"
 
 
 def _outcome(run_dir: Path) -> str:
