@@ -320,7 +320,7 @@ class Engine:
                     break
                 record[-1] = record[-1].model_copy(update={"extend": why})
                 self.progress(f"  gate look {k}: {why}; adding {len(batch)} pairs: "
-                              + ", ".join(instance_key(*i) for i in batch))
+                              + ", ".join(f"{instance_key(*i)}|budget{i[0].budget}" for i in batch))
             instances += list(batch)
             self.evaluate(champion, [candidate], instances, stage=f"{stage}-look{k}")
             alpha = look_alpha(self.gate, len(candidate.pairs), n_prev)
