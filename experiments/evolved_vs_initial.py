@@ -126,8 +126,12 @@ def routed(reg: Registry, channel: str, task: TaskSpec, cond: RunCondition):
 def compare(paired: PairedEvaluation, base, reg: Registry, channel: str, insts) -> list[dict]:
     """Routed bundle vs `base` on every instance; same-bundle tasks are r = 0 without a run."""
     routes = [routed(reg, channel, t, c) for t, c in insts]
-    bundles = {sel.ref: sel.bundle.bundle for sel in routes}
-    paired.run([(base.ref, base.bundle), *bundles.items()], insts)
+    by_bundle: dict[str, list] = defaultdict(list)  # each routed bundle runs only where it is routed
+    for inst, sel in zip(insts, routes):
+        if sel.bundle.bundle.content_hash != base.bundle.content_hash:
+            by_bundle[sel.ref].append((inst, sel.bundle.bundle))
+    for ref, items in by_bundle.items():
+        paired.run([(base.ref, base.bundle), (ref, items[0][1])], [inst for inst, _ in items])
     rows = []
     for (task, cond), sel in zip(insts, routes):
         fam = env_family(task.env)
