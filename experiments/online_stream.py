@@ -19,8 +19,9 @@ the seed fixed.
    own tasks vs on evaluation (gate runs and control reruns).
 4. **Injected harm** (`--harm`): a second fresh stream where, after `--inject-after` batches, a
    harmful child of the champion (`budget.wall_time_s` 0.001: the agent stops before its first
-   submit) is released by hand, staged on every task; reported: tasks until rollback, tasks
-   harmed.
+   submit) is released by hand, staged on every task, and the stream goes on for
+   `--harm-batches` batches in all (default: one batch after the injection); reported: tasks
+   until rollback, tasks harmed.
 
     nice -n 10 python experiments/online_stream.py --out experiments/results/online_stream.md
     python experiments/online_stream.py --smoke --workdir /tmp/os --out /tmp/os.md      # the test
@@ -68,6 +69,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--gate-config", default=None, help="gate YAML (default ole/gate.yaml, incl. its analysis)")
     p.add_argument("--harm", action="store_true", help="also run the injected-harm stream")
     p.add_argument("--inject-after", type=int, default=1, help="batches before the harmful release")
+    p.add_argument("--harm-batches", type=int, default=None,
+                   help="batches of the harm stream (default: --inject-after + 1, one batch under the harmful "
+                        "canary: what is measured is the tasks until its rollback)")
     p.add_argument("--check-identical", type=int, default=2, help="reused fixed-stream tasks rerun as a check")
     p.add_argument("--workers", type=int, default=2, help="parallel runs of the fixed stream")
     p.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"))
@@ -104,12 +108,13 @@ def batch(args, b: int) -> tuple[int, int]:
     return budgets[b % len(budgets)], args.pool_base + b
 
 
-def run_stream(args, base: Path, inject_after: int | None = None) -> tuple[Path, Path, str | None, float]:
+def run_stream(args, base: Path, inject_after: int | None = None,
+               batches: int | None = None) -> tuple[Path, Path, str | None, float]:
     """The online stream (resumable per batch); returns (registry root, stream workdir, injected ref, wall s)."""
     root, work = fresh_registry(base), base / "stream"
     done = base / "batches.json"
     state = json.loads(done.read_text()) if done.is_file() else {"batches": [], "injected": None, "wall": 0.0}
-    for b in range(args.batches):
+    for b in range(args.batches if batches is None else batches):
         if b in state["batches"]:
             continue
         if inject_after is not None and b == inject_after and state["injected"] is None:
@@ -267,7 +272,8 @@ def _q(v) -> str:
 
 
 def harm_lines(args, base: Path) -> list[str]:
-    root, work, bad, wall = run_stream(args, base / "harm", inject_after=args.inject_after)
+    n = args.inject_after + 1 if args.harm_batches is None else args.harm_batches
+    root, work, bad, wall = run_stream(args, base / "harm", inject_after=args.inject_after, batches=n)
     rows = stream_rows(work)
     worked = [(n, r) for n, r in enumerate(rows, 1) if r["bundle_ref"] == bad]
     with Registry(root) as reg:
@@ -275,7 +281,8 @@ def harm_lines(args, base: Path) -> list[str]:
         pairs = [e for e in reg.events(kind="evaluation") if e.ref == bad and e.payload.get("stage") == "monitor"]
     end = ends[0] if ends else None
     return ["## Injected harm", "",
-            f"A fresh stream with the same flags; after batch {args.inject_after - 1} `{bad}` (the champion with "
+            f"A fresh stream with the same flags over {n} batches; after batch {args.inject_after - 1} `{bad}` "
+            f"(the champion with "
             f"`budget.wall_time_s: {HARM_WALL_S}`) was released by hand, staged on every task (exposure 1). "
             f"Wall time {wall / 60:.0f} min.", "",
             f"- tasks the harmful canary worked (harmed): **{len(worked)}** "
