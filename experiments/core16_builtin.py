@@ -15,6 +15,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import shlex
+import sys
 import re
 import time
 from pathlib import Path
@@ -148,6 +150,21 @@ def rank_normalized(env: str, score: float) -> float:
     return below / len(row)
 
 
+def made_with(args: argparse.Namespace) -> list[str]:
+    """The command lines of the table: this invocation when it reuses the seed's rows (one command
+    makes the whole table), else the seed sweep's batches."""
+    if args.reuse and not args.render_only:
+        return ["    nice -n 5 " + shlex.join(["python", "experiments/core16_builtin.py", *sys.argv[1:]]), "",
+                f"Rows of envs routed to `{args.reuse_ref}` are reused from `{args.reuse}` (same bundle, task and "
+                f"agent seed: the same run); the envs named by `--no-reuse` were run again as a check that they are. `--root` is "
+                f"the registry a fresh evolution released into (`experiments/evolved_vs_initial.py`'s "
+                f"`<workdir>/seed/root`, evolved exactly as `make evolve` runs)."]
+    lines = ["    " + c for c in COMMANDS]
+    if args.bundle != "coder@1":
+        lines.insert(0, f"    the commands below with `--root ROOT --bundle {args.bundle}` (ROOT holding the bundle's YAML)")
+    return [*lines, "", "(The committed table was assembled from several batches with `--merge`/`--recover`; see the notes.)"]
+
+
 def render(results: dict[str, dict], args: argparse.Namespace) -> str:
     base = json.loads(Path(args.baseline).read_text()) if args.baseline else None
     head = ["env", "ours", *(["baseline"] if base is not None else []), *ROWS, "rank-norm",
@@ -187,10 +204,7 @@ def render(results: dict[str, dict], args: argparse.Namespace) -> str:
             f"Bundle `{args.bundle}`, agent seed {args.seed}, one run per env through `ole.runner.run_task` "
             "(a real `evogym serve` per env). Score = held-out mean return of the validation-selected "
             "checkpoint; the other columns are the paper's rows (reference §6.2). Made with:", "",
-            *(("    " + c for c in COMMANDS) if args.bundle == "coder@1" else
-              (f"    the commands below with `--root ROOT --bundle {args.bundle}` (ROOT holding the bundle's YAML)",
-               *("    " + c for c in COMMANDS))), "",
-            "(The committed table was assembled from several batches with `--merge`/`--recover`; see the notes.)", "",
+            *made_with(args), "",
             f"Best-so-far curves: `{Path(args.out).name}.png`; per-env details: `{Path(args.out).name}.json`.", "",
             *compared]
     notes = Path(args.notes).read_text() if args.notes else ""
