@@ -147,3 +147,23 @@ def test_online_rollback_experiment_smoke(tmp_path):
                     "--workdir", str(tmp_path / "work"), "--out", str(out)], check=True, cwd=ROOT, timeout=600)
     text = out.read_text()
     assert "| task | env | active bundle |" in text and "injected" in text.lower()
+
+
+def test_every_trace_a_decision_names_is_archived_and_fsck_checks_it(tmp_path):
+    """Monitor pairs, their controls and gate pairs name trace ids; each is in the archive (a
+    harmed canary's runs included), and `fsck` with the archive reports one that is gone."""
+    reg, evo = _online(tmp_path, OnlineConfig(tasks=20, every_k=3))
+    work = engine_worker(evo.e)
+    evo.tell(work(evo.ask()))
+    _staged(reg, ("observation", "worst_k_episodes", 0))
+    for _ in range(8):
+        evo.tell(work(evo.ask()))
+    from ole.fsck import named_trace_ids
+    named = {t for e in reg.events() for t in named_trace_ids(e)}
+    monitor = [e for e in reg.events(kind="evaluation") if e.payload.get("stage") == "monitor"]
+    assert monitor and named >= {e.payload["trace_id"] for e in monitor}
+    assert reg.fsck(repair=False, traces=[tmp_path / "traces"]).ok
+    victim = sorted(named)[0]
+    (tmp_path / "traces" / f"{victim}.json").unlink()
+    report = reg.fsck(repair=False, traces=[tmp_path / "traces"])
+    assert not report.ok and any(victim in p and "not in" in p for p in report.problems)
