@@ -304,15 +304,19 @@ def main() -> None:
         seed = reg.get("coder@1").bundle
     paired, notes = fixed_stream(args, base / "online", rows, seed)
     ev_lines, counts = events_lines(root)
-    harm = harm_lines(args, base) if args.harm else None
-    lines = render(args, paired, notes, ev_lines, counts, evaluation_episodes(work), wall, harm)
-    text = "\n".join(lines) + "\n"
-    print(text)
-    if args.out:
-        out = Path(args.out)
-        out.parent.mkdir(parents=True, exist_ok=True)
-        out.write_text(text)
-        out.with_suffix(".json").write_text(json.dumps({"pairs": paired, "counts": counts}, indent=1))
+
+    def write(harm) -> None:
+        text = "\n".join(render(args, paired, notes, ev_lines, counts, evaluation_episodes(work), wall, harm)) + "\n"
+        print(text)
+        if args.out:
+            out = Path(args.out)
+            out.parent.mkdir(parents=True, exist_ok=True)
+            out.write_text(text)
+            out.with_suffix(".json").write_text(json.dumps({"pairs": paired, "counts": counts}, indent=1))
+
+    write(None)  # the stream's report stands on its own; the harm stream (long) adds its section after
+    if args.harm:
+        write(harm_lines(args, base))
 
 
 if __name__ == "__main__":
