@@ -9,6 +9,7 @@ no finalization.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import shlex
 import subprocess
@@ -128,6 +129,16 @@ def _run_one(slug: str, args, out: Path) -> dict:
     return result
 
 
+class _EnvList(argparse.Action):
+    """List flags as `ole` takes them: space- or comma-separated, and repeatable (one list)."""
+
+    def __call__(self, parser, namespace, values, option_string=None) -> None:
+        items = [v.strip() for value in values for v in value.split(",") if v.strip()]
+        if not items:
+            parser.error(f"{option_string} needs at least one env id")
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), *items])
+
+
 def _last_json(stdout: str) -> dict:
     for line in reversed(stdout.strip().splitlines()):
         try:
@@ -189,7 +200,8 @@ def register(sub) -> None:
                                  ("smoke", cmd_smoke, "one short episode per env through the host")):
         q = ssub.add_parser(name, help=helptext)
         q.add_argument("--suite", default="core16", help="suite name (core16)")
-        q.add_argument("--envs", nargs="*", help="restrict to these env ids")
+        q.add_argument("--envs", "--env", nargs="+", action=_EnvList, metavar="ENV",
+                       help="restrict to these env ids: `--envs a b`, `--envs a,b` or `--envs a --envs b`")
         q.add_argument("--jobs", type=int, default=2, help="runs in parallel")
         q.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"])
         q.set_defaults(func=func)

@@ -73,3 +73,10 @@ def test_suite_run_writes_leaderboard_and_curves(tmp_path):
     assert entry["id"] == "ours" and entry["harness"] == "command" and entry["kind"] == "agent"
     assert entry["scores"] == {r["env"]: {"quick-2": r["final_score"]} for r in data["runs"].values()}
     assert (tmp_path / "suite" / "curves.png").stat().st_size > 1000
+
+
+@pytest.mark.parametrize("spelling", [["--envs", "gym/acrobot", "gym/pusher5"], ["--envs", "gym/acrobot,gym/pusher5"],
+                                      ["--env", "gym/acrobot", "--envs", "gym/pusher5"]])
+def test_suite_envs_take_the_one_list_convention(spelling):
+    from evogym.cli import build_parser
+    assert build_parser().parse_args(["suite", "run", *spelling, "--agent", "x"]).envs == ["gym/acrobot", "gym/pusher5"]
