@@ -281,7 +281,9 @@ def harm_lines(args, base: Path) -> list[str]:
         pairs = [e for e in reg.events(kind="evaluation") if e.ref == bad and e.payload.get("stage") == "monitor"]
     end = ends[0] if ends else None
     return ["## Injected harm", "",
-            f"A fresh stream with the same flags over {n} batches; after batch {args.inject_after - 1} `{bad}` "
+            f"A fresh stream with the same flags over {n} batches; "
+            + (f"after batch {args.inject_after - 1}" if args.inject_after else "before the first batch")
+            + f" `{bad}` "
             f"(the champion with "
             f"`budget.wall_time_s: {HARM_WALL_S}`) was released by hand, staged on every task (exposure 1). "
             f"Wall time {wall / 60:.0f} min.", "",
