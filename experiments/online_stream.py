@@ -280,6 +280,7 @@ def harm_lines(args, base: Path) -> list[str]:
         ends = [e for e in reg.events(kind="stage") if e.ref == bad and e.payload["stage"] != "canary"]
         pairs = [e for e in reg.events(kind="evaluation") if e.ref == bad and e.payload.get("stage") == "monitor"]
     end = ends[0] if ends else None
+    before = [e for e in pairs if end is None or e.seq < end.seq]
     return ["## Injected harm", "",
             f"A fresh stream with the same flags over {n} batches; "
             + (f"after batch {args.inject_after - 1}" if args.inject_after else "before the first batch")
@@ -289,8 +290,10 @@ def harm_lines(args, base: Path) -> list[str]:
             f"Wall time {wall / 60:.0f} min.", "",
             f"- tasks the harmful canary worked (harmed): **{len(worked)}** "
             f"({', '.join(str(n) for n, _ in worked) or '-'})",
-            f"- monitored pairs until the decision: **{len(pairs)}** (r: "
-            + ", ".join(f"{e.payload['r']:+.2f}" for e in pairs) + ")",
+            f"- monitored pairs until the decision: **{len(before)}** (r: "
+            + ", ".join(f"{e.payload['r']:+.2f}" for e in before) + ")"
+            + (f"; {len(pairs) - len(before)} more canary task(s) already running then finished after it"
+               if len(pairs) > len(before) else ""),
             f"- decision: {end.payload['stage'] if end else 'none yet'}"
             + (f" — {end.payload.get('reason')}" if end else ""), ""]
 
