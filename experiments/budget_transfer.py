@@ -36,6 +36,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from intervals import ci90  # noqa: E402  (experiments/, the script's own folder)
+
 from ole.bundle import bundle_from_data, load_bundle_yaml  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
@@ -92,17 +94,6 @@ def variants(seed_data: dict, reference: int) -> list[tuple[str, str, dict]]:
             relative["loop_policy"]["budget"]["reference_episodes"] = reference
             out.append((label, "relative", relative))
     return out
-
-
-def ci90(values) -> tuple[float, float, float]:
-    """Mean and a 90 % percentile-bootstrap interval (two-sided) of the mean."""
-    from scipy.stats import bootstrap
-    r = np.asarray(values, dtype=float)
-    if r.size < 2 or np.all(r == r[0]):
-        return float(r.mean()), float(r.mean()), float(r.mean())
-    res = bootstrap((r,), np.mean, confidence_level=0.9, n_resamples=10000, method="percentile",
-                    random_state=np.random.default_rng(0))
-    return float(r.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def main() -> None:

@@ -38,6 +38,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from intervals import ci90  # noqa: E402  (experiments/, the script's own folder)
+
 from ole.bundle import TaskContext  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
@@ -148,17 +150,6 @@ def compare(paired: PairedEvaluation, base, reg: Registry, channel: str, insts) 
                      "bundle": sel.ref, "scope": sel.scope, "r": pair.r, "q_base": pair.champion.q,
                      "q_evolved": pair.challenger.q, "same_bundle": False})
     return rows
-
-
-def ci90(values) -> tuple[float, float, float]:
-    """Mean and a 90 % percentile-bootstrap interval (two-sided) of the mean."""
-    from scipy.stats import bootstrap
-    r = np.asarray(values, dtype=float)
-    if r.size < 2 or np.all(r == r[0]):
-        return float(r.mean()), float(r.mean()), float(r.mean())
-    res = bootstrap((r,), np.mean, confidence_level=0.9, n_resamples=10000, method="percentile",
-                    random_state=np.random.default_rng(0))
-    return float(r.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def table(rows: list[dict], key: str) -> list[str]:

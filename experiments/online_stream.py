@@ -43,6 +43,8 @@ import numpy as np
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from intervals import ci90  # noqa: E402  (experiments/, the script's own folder)
+
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
@@ -187,17 +189,6 @@ def fixed_stream(args, base: Path, rows: list[dict], seed_bundle) -> tuple[list[
                     "bundle": r["bundle_ref"], "canary": r.get("canary") is not None, "control": r.get("control"),
                     "q_fixed": fixed.q, "q_online": online.q, "r": pair.r, "episodes": online.episodes})
     return out, notes
-
-
-def ci90(values) -> tuple[float, float, float]:
-    """Mean and a 90 % percentile-bootstrap interval (two-sided) of the mean."""
-    from scipy.stats import bootstrap
-    r = np.asarray(values, dtype=float)
-    if r.size < 2 or np.all(r == r[0]):
-        return float(r.mean()), float(r.mean()), float(r.mean())
-    res = bootstrap((r,), np.mean, confidence_level=0.9, n_resamples=10000, method="percentile",
-                    random_state=np.random.default_rng(0))
-    return float(r.mean()), float(res.confidence_interval.low), float(res.confidence_interval.high)
 
 
 def events_lines(root: Path) -> tuple[list[str], dict]:
