@@ -307,8 +307,10 @@ def tuning_rounds(traces: Sequence[Trace]) -> list[EvidenceItem]:
     """Budget structure: how many tuning generations the runs completed, and what would fit.
 
     The hint's targets come from each run's own arithmetic: T episodes went to tuning and E
-    to each candidate, so about T/E candidates fit; a population of that over TARGET_ROUNDS
-    (and half-size submits, and retests no larger than a submit) gives the search its rounds.
+    to each candidate, so about T/E candidates fit. The hint picks the largest submit size S
+    (at most E/2) at which a population of 2 runs TARGET_ROUNDS + 1 rounds within T, the largest
+    population that fits at S, and retests no larger than a submit: together they give the
+    search its rounds (population x S x rounds <= T).
     """
     hit, done, targets = [], [], []
     for t in traces:
@@ -327,15 +329,18 @@ def tuning_rounds(traces: Sequence[Trace]) -> list[EvidenceItem]:
     if not done or len(hit) / len(done) < FEW_ROUNDS_SHARE:
         return []
     tuning, per = min(targets)  # the tightest run decides: the change must fit every hit run
-    half = max(1, per // 2)
-    population = max(2, min(8, tuning // (half * (TARGET_ROUNDS + 1))))
+    rounds = TARGET_ROUNDS + 1  # TARGET_ROUNDS completed rounds take one more round of candidates
+    # the largest submit (at most half today's) with which the smallest population (2) fits the rounds,
+    # then the largest population that fits at that size: the hint must fit its own arithmetic
+    size = max(1, min(per // 2, tuning // (2 * rounds)))
+    population = max(2, min(8, tuning // (size * rounds)))
     mean_done = sum(done) / len(done)
     return [_item("tuning_rounds", "-", "mean completed tuning rounds", mean_done - TARGET_ROUNDS, "action", hit,
                   f"{len(hit)} of {len(done)} runs completed fewer than {TARGET_ROUNDS} tuning rounds "
                   f"(mean {mean_done:.1f}); {tuning} tuning episodes at {per} per candidate fit about "
                   f"{tuning // per} candidates.",
-                  (f"action.population={population}", f"action.episodes_per_submit={half}",
-                   f"verification.retest_episodes={min(half, 2)}", "budget.confirmation_fraction:x0.5"))]
+                  (f"action.population={population}", f"action.episodes_per_submit={size}",
+                   f"verification.retest_episodes={min(size, 2)}", "budget.confirmation_fraction:x0.5"))]
 
 
 def _retest_outcomes(t: Trace) -> tuple[int, int]:

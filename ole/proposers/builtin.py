@@ -1,9 +1,10 @@
 """The built-in proposer: evidence-aimed multi-field mutation, section-wise recombination, seeded exploration.
 
-A mutation picks one to `MAX_ITEMS` evidence items and applies a non-empty subset of each
-item's hints (an item's hints are one coherent change, so a single proposal can move several
-fields together); hints carry target values computed by the detectors, so a move goes as far
-as the evidence says. With probability `EXPLORE_PROB` — always when no hint applies — it
+A mutation picks one to `MAX_ITEMS` evidence items and applies each item's hints — all of them
+with probability `WHOLE_ITEM_PROB` (an item's hints are one coherent change, computed together by
+its detector), otherwise a non-empty subset — so a single proposal can move several fields
+together; a field moved by one item is not moved again by a later item of the same proposal.
+Hints carry target values computed by the detectors, so a move goes as far as the evidence says. With probability `EXPLORE_PROB` — always when no hint applies — it
 also makes one or two exploratory moves drawn from the schema's own search space
 (`ole.proposers.space`: log-scale steps on scale-like numbers, any other choice on a
 categorical), with larger steps in later generations. Moves read the schema itself (types,
@@ -30,6 +31,9 @@ EXPLORE_PROB = 0.35
 """Chance that an evidence-aimed mutation also makes exploratory moves."""
 MAX_ITEMS = 3
 """Most evidence items one mutation acts on."""
+WHOLE_ITEM_PROB = 0.5
+"""Chance that an item's hints are applied all together (its detector computed them as one change;
+ablation later cuts the ones that carry no gain); otherwise a random non-empty subset."""
 MAX_TRIES = 8
 """Attempts to find a move that changes the policy and passes validation."""
 NAME = "builtin"
@@ -146,9 +150,14 @@ def explore(policy: dict, rng: random.Random, host: str | None = None, scale: fl
     return f"{d.path}: {old!r} -> {new!r} (exploration)"
 
 
+def _hint_field(hint: str) -> str:
+    """The `component.field` a hint moves (`a.b=3`, `a.b:up`, `a.b:x0.5` -> `a.b`)."""
+    return hint.split("=")[0].split(":")[0]
+
+
 def _usable(evidence: Sequence[EvidenceItem], host: str | None) -> list[EvidenceItem]:
     reads = space.READ_BY[host] if host else (lambda path: True)
-    return [e for e in evidence if any(reads(h.split("=")[0].split(":")[0]) for h in e.hints)]
+    return [e for e in evidence if any(reads(_hint_field(h)) for h in e.hints)]
 
 
 def _attempt(parent: Parent, evidence: Sequence[EvidenceItem], rng: random.Random, host: str | None,
@@ -158,15 +167,21 @@ def _attempt(parent: Parent, evidence: Sequence[EvidenceItem], rng: random.Rando
     notes, cited = [], []
     if usable:
         k = min(len(usable), 1 + (rng.random() < 0.5) + (rng.random() < 0.25), MAX_ITEMS)
+        taken: set[str] = set()  # fields an earlier item of this proposal already moved
         for item in rng.sample(usable, k):
             hints = list(item.hints)
-            chosen = rng.sample(hints, rng.randint(1, len(hints)))
+            whole = rng.random() < WHOLE_ITEM_PROB
+            chosen = hints if whole else rng.sample(hints, rng.randint(1, len(hints)))
             moved = []
             for hint in chosen:
+                field = _hint_field(hint)
+                if field in taken:
+                    continue  # one field, one item: a second item would overwrite the first's arithmetic
                 before = repr(policy)
                 note = apply_hint(policy, hint)
                 if repr(policy) != before:
                     moved.append(note)
+            taken.update(_hint_field(h) for h in chosen)
             if moved:
                 notes.append("; ".join(moved) + f" [{item.evidence_id}: {item.sentence}]")
                 cited.append(item.evidence_id)

@@ -103,6 +103,23 @@ def test_tuning_rounds_reports_the_budget_structure_with_targets():
     assert "tuning_rounds" not in _detectors([make_trace("c", STEADY)])  # no roles recorded: not guessed
 
 
+def test_tuning_rounds_hint_fits_its_own_arithmetic():
+    """population x submit size x (TARGET_ROUNDS + 1) rounds fits the tuning episodes the run had."""
+    for tuning_submits in (2, 3, 4, 6, 9):  # 8..36 tuning episodes at 4 per submit
+        rows = [("synthesis", "candidate", 1.0, 4, None, None)] + [
+            ("tuning", "candidate", 1.0 + i, 4, 0, 0) for i in range(tuning_submits)]
+        items = [e for e in evidence.extract([_with_roles("t", rows)]) if e.detector == "tuning_rounds"]
+        hints = dict(h.split("=") for h in items[0].hints if "=" in h)
+        size, population = int(hints["action.episodes_per_submit"]), int(hints["action.population"])
+        tuning = 4 * tuning_submits
+        assert 1 <= size <= 2 and int(hints["verification.retest_episodes"]) <= size
+        assert population * size * (evidence.TARGET_ROUNDS + 1) <= max(tuning, 2 * (evidence.TARGET_ROUNDS + 1))
+    # 12 tuning episodes (the seed at 32 on the default workload): only 1-episode submits fit the rounds
+    rows = [("tuning", "candidate", 1.0 + i, 4, 0, 0) for i in range(3)]
+    hints = [e for e in evidence.extract([_with_roles("u", rows)]) if e.detector == "tuning_rounds"][0].hints
+    assert "action.episodes_per_submit=1" in hints and "action.population=3" in hints
+
+
 def test_verification_overhead_weighs_cost_against_overturned_retests():
     items = [e for e in evidence.extract([_with_roles("a", SEED_LIKE)]) if e.detector == "verification_overhead"]
     assert len(items) == 1 and items[0].direction == "-"  # 16 of 32 episodes; the one retest confirmed

@@ -172,6 +172,21 @@ def test_mutations_move_several_fields_together_where_evidence_says_so():
     assert max(moved) == 3 and 1 in moved  # whole packages and parts of them
 
 
+def test_a_later_item_never_overwrites_a_field_an_earlier_item_moved():
+    first = _evidence()[0].model_copy(update={"evidence_id": "ev-a", "hints": ("action.episodes_per_submit=1",
+                                                                              "action.population=3")})
+    second = _evidence()[0].model_copy(update={"evidence_id": "ev-b", "hints": ("action.episodes_per_submit=8",)})
+    whole = 0
+    for seed in range(60):
+        p = BuiltinProposer(host="builtin").mutate(CHAMP, [first, second], edge="offline_mutation", generation=1,
+                                                   seed=seed)
+        notes = p.bundle.provenance.note
+        assert notes.count("action.episodes_per_submit") <= 1 + notes.count("(exploration)")
+        a = p.bundle.loop_policy.action
+        whole += a.episodes_per_submit == 1 and a.population == 3
+    assert whole > 0  # an item's hints also travel together
+
+
 def test_the_builtin_host_never_moves_fields_it_does_not_read():
     for seed in range(200):
         p = BuiltinProposer(host="builtin").mutate(CHAMP, [], edge="offline_mutation", generation=2, seed=seed)
