@@ -66,6 +66,9 @@ def register(subparsers) -> None:
                    help="envs of the gate instances, `a b` or `a,b` (default: the evolve default suite)")
     o.add_argument("--gate-pools", action=ListArg, item=int, metavar="SEED",
                    help="pool seeds of the gate instances (default 201 202 203 204)")
+    o.add_argument("--scope-pools", action=ListArg, item=int, metavar="SEED",
+                   help="pool seeds of a round's scoped gate (a challenger that gains on some envs only is gated "
+                        "again for those env ids on these pools; default 209-214; `--scope-pools ''`: none)")
     o.add_argument("--gate-budget", type=int,
                    help="episode budget of the gate's suite (default 32)")
     o.add_argument("--gate-budgets", action=ListArg, item=int, metavar="N",
@@ -167,7 +170,8 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
         cfg = EvolveConfig(**given(gate_pools=args.gate_pools), suite=suite, agent_seeds=(condition.seed,),
                            seed=args.evolve_seed, channel=args.channel, workers=args.workers,
                            gate_budgets=tuple(args.gate_budgets or (gate_budget,)))
-        online = OnlineConfig(every_k=args.every_k, recent=args.recent)
+        online = OnlineConfig(**given(scope_pools=None if args.scope_pools is None else tuple(args.scope_pools)),
+                              every_k=args.every_k, recent=args.recent)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"

@@ -77,13 +77,14 @@ def _variant(engine: Engine, champion: tuple[str, Bundle], cand: Candidate, poli
     Without its last unit a candidate is the champion: mean r 0 by definition, nothing run.
     """
     prov = cand.bundle.provenance
+    edge = "online" if prov.edge == "online" else "offline_mutation"  # a variant is made where its source was
     try:
-        bundle = child_bundle([Parent(*champion)], policy, edge="offline_mutation", evidence_ids=prov.evidence_ids,
+        bundle = child_bundle([Parent(*champion)], policy, edge=edge, evidence_ids=prov.evidence_ids,
                               generation=prov.generation, proposer=engine.proposer.name,
                               note=f"ablation of {cand.ref}: without {', '.join(unit)}")
     except ValidationError as exc:
         return None, None, f"no valid policy without it ({exc.message})"
-    variant = engine.register(accepted(engine.proposer.name, "offline_mutation", [Parent(*champion)], bundle),
+    variant = engine.register(accepted(engine.proposer.name, edge, [Parent(*champion)], bundle),
                               champion[1])
     if variant is None:  # the same content as the champion
         return None, 0.0, ""

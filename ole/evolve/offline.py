@@ -36,7 +36,7 @@ from ole.evolve import scoping
 from ole.evolve.ablate import ablate
 from ole.gate import GateConfig, GateDecision, decide
 from ole.paired import Instance, env_family, eval_key, instance_key
-from ole.proposers import Parent, accepted, child_bundle
+from ole.proposers import Parent
 
 
 @dataclass
@@ -282,31 +282,7 @@ class OfflineEvolution:
     # ----- scopes, ablation, gates -------------------------------------------------------------
     def feasible(self, cand: Candidate, envs) -> bool:
         """Would the candidate's search pairs on these envs pass the gate's tail and cost criteria?"""
-        pairs = [p for p in cand.pairs if p.task.env in envs]
-        d = decide(pairs, self.e.gate, champion="search", challenger=cand.ref)
-        return bool(pairs) and all(k.passed for k in d.criteria if k.name in ("cost", "tail"))
-
-    def scoped(self, minimal: Candidate, plan: scoping.ScopePlan, ablation: Ablation | None) -> Candidate | None:
-        """The gated version: `minimal`'s policy as a `specialization` of the champion on the plan's env ids."""
-        champ_ref, champ = self.champ
-        data = champ.applicability.model_dump(mode="json")
-        data.update(env_families=[], env_ids=list(plan.envs))
-        source = plan.candidate
-        note = (f"{source.ref}'s change scoped to {', '.join(plan.envs)} (search mean r "
-                + ", ".join(f"{e} {m:+.3f}" for e, m in plan.gains.items()) + ")"
-                + (f"; {ablation.describe()}" if ablation is not None and ablation.dropped else ""))
-        prov = source.bundle.provenance
-        try:
-            bundle = child_bundle([Parent(*self.champ)], minimal.bundle.loop_policy.model_dump(mode="json"),
-                                  edge="specialization", evidence_ids=prov.evidence_ids, generation=prov.generation,
-                                  proposer=self.e.proposer.name, note=note, applicability=data)
-        except Exception as exc:  # a champion whose scope is already these envs: nothing narrower to register
-            self.e.progress(f"  cannot scope {minimal.ref} to {', '.join(plan.envs)} under {champ_ref}: {exc}")
-            return None
-        cand = self.e.register(accepted(self.e.proposer.name, "specialization", [Parent(*self.champ)], bundle), champ)
-        if cand is not None:
-            cand.pairs = [p for p in minimal.pairs if p.task.env in plan.envs]
-        return cand
+        return scoping.holds_tail_and_cost(self.e, cand, envs)
 
     def final_gates(self, seen: set[str]) -> None:
         """Plan the scopes from the finished candidates, then ablate, scope and gate each."""
@@ -356,7 +332,7 @@ class OfflineEvolution:
         minimal, ablation = plan.candidate, None
         if self.cfg.ablate:
             minimal, ablation = ablate(self.e, self.champ, plan.candidate, inside, stage=f"scope-{plan.candidate.ref}")
-        gated = self.scoped(minimal, plan, ablation)
+        gated = scoping.specialize(self.e, self.champ, minimal, plan, ablation)
         if gated is None:
             return
         looks = [[i for i in look if i[0].env in plan.envs] for look in self.gate_looks]

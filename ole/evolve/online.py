@@ -7,7 +7,9 @@ finished task as a row of the workspace's store, which every process working the
 so "every k tasks" counts the stream, not one process. The task that completes the k-th, 2k-th,
 ... finish runs a proposal round: a challenger from the recent traces, paired with the champion
 on the gate instances (which the proposer never saw), gated, and on `release` released — bounded
-by what its gate sampled, and **staged**. Rounds are serialized across processes by a lease in
+by what its gate sampled, and **staged**. A challenger that does not pass as a whole but gains
+on some envs of its gate pairs is gated once more as a specialization for those env ids, on
+pools of its own (`OnlineConfig.scope_pools`), after an ablation on the pairs that chose it. Rounds are serialized across processes by a lease in
 the registry's database (`ole.evolve.lease`); a round is skipped while a release is pending or a
 canary runs.
 
@@ -34,17 +36,27 @@ import os
 import socket
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ole.bundle import GENERAL_SCOPE, TaskContext
+from ole.bundle import GENERAL_SCOPE, Bundle, TaskContext
 from ole.errors import ValidationError
-from ole.evolve import Engine, EvolveConfig
+from ole.evolve import Engine, EvolveConfig, scoping
+from ole.evolve.ablate import ablate
 from ole.evolve.lease import Lease
 from ole.gate import GateDecision
-from ole.paired import Instance, Pair, RunResult, instance_key, make_pair, run_result, value_score
+from ole.paired import (
+    Instance,
+    Pair,
+    RunResult,
+    env_family,
+    instance_key,
+    make_pair,
+    run_result,
+    value_score,
+)
 from ole.proposers import Parent
 from ole.registry import DB_FILE
 from ole.trace import RunCondition, TaskSpec, Trace
@@ -66,6 +78,11 @@ class OnlineConfig(BaseModel):
     """How many recent stream traces the proposer reads."""
     stream_pool_base: int = 1000
     """Synthetic stream task i uses pool seed stream_pool_base + i (fresh instances)."""
+    scope_pools: tuple[int, ...] = (209, 210, 211, 212, 213, 214)
+    """Pool seeds of a round's **scoped gate**: when a challenger does not pass as a whole but its
+    gate pairs gain on some envs (`ole.evolve.scoping.plan`), its change (ablated on those pairs)
+    is gated again as a specialization for those env ids, on these pools only — never on the
+    pairs that chose the scope. Disjoint from the gate pools and the stream. Empty: no scoped gates."""
 
 
 @dataclass(frozen=True)
@@ -120,11 +137,15 @@ class OnlineEvolution:
         self._active: str | None = None
         self.selection = None
         """The `Selection` of the last task boundary (which bundle, which scope, why)."""
-        gate_pools = {*cfg.gate_pools, *cfg.gate_extra_pools}
+        gate_pools = {*cfg.gate_pools, *cfg.gate_extra_pools, *online.scope_pools}
         stream = set(range(online.stream_pool_base, online.stream_pool_base + online.tasks))
         if not external and gate_pools & stream:
             raise ValidationError(f"gate pools {sorted(gate_pools & stream)} overlap the stream's pool seeds",
                                   hint="move --gate-pools or the stream base so the gate judges unseen instances")
+        reused = set(online.scope_pools) & {*cfg.gate_pools, *cfg.gate_extra_pools}
+        if reused:
+            raise ValidationError(f"scope pools {sorted(reused)} are also gate pools",
+                                  hint="a scoped gate must judge pools its scope was not chosen on")
 
     @property
     def gate_set(self) -> list[Instance]:
@@ -338,12 +359,58 @@ class OnlineEvolution:
         decision = self.e.decide_gate((champ.ref, champ.bundle), cand, self.gate_looks, seen, stage=f"online-r{r}")
         self.events.decisions.append(decision)
         self.e.progress(f"round {r}: gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
+        out = {"champion": champ.ref, "candidate": cand.ref, "verdict": decision.verdict}
         if decision.verdict == "release":
-            analysis = self.e.gate.analysis
-            self.e.release(cand.ref, f"online gate round {r}: mean r {decision.stats.mean_r:+.3f}",
-                           stage=f"online-r{r}", exposure=analysis.exposure, analysis=analysis.digest)
-            self.events.releases.append(cand.ref)
-        return {"champion": champ.ref, "candidate": cand.ref, "verdict": decision.verdict}
+            self._release(cand.ref, f"online gate round {r}: mean r {decision.stats.mean_r:+.3f}", r)
+        else:
+            out.update(self._scoped_round(r, (champ.ref, champ.bundle), cand, seen))
+        return out
+
+    def _release(self, ref: str, reason: str, r: int) -> None:
+        analysis = self.e.gate.analysis
+        self.e.release(ref, reason, stage=f"online-r{r}", exposure=analysis.exposure, analysis=analysis.digest)
+        self.events.releases.append(ref)
+
+    def scope_looks(self, envs: Sequence[str]) -> list[list[Instance]]:
+        """The scoped gate's instances look by look: the first look takes enough scope pools for
+        the gate's `min_pairs`, each later look one more pool; every look at every gate budget."""
+        pools = list(self.online.scope_pools)
+        per_pool = len(envs) * len(self.cfg.agent_seeds) * len(self.cfg.gate_budgets)
+        first = max(1, math.ceil(self.e.gate.min_pairs / per_pool))
+        chunks = [pools[:first]] + [[p] for p in pools[first:]]
+        looks = [[i for i in self.cfg.gate_instances(c) if i[0].env in envs] for c in chunks if c]
+        return [look for look in looks if look]
+
+    def _scoped_round(self, r: int, champion: tuple[str, Bundle], cand, seen: set[str]) -> dict:
+        """The round's challenger did not pass as a whole: where its gate pairs gained (a scope
+        plan over those pairs), ablate it on them, register it as a specialization for those env
+        ids and gate that on the scope pools only (the pairs that chose the scope never judge it)."""
+        if not self.online.scope_pools:
+            return {}
+        plans = scoping.plan([cand], max_scopes=1, feasible=lambda c, envs: scoping.holds_tail_and_cost(self.e, c, envs))
+        if not plans:
+            return {}
+        scope = plans[0]
+        inside = [(p.task, p.condition) for p in cand.pairs if p.task.env in scope.envs]
+        minimal, ablation = cand, None
+        if self.cfg.ablate:
+            minimal, ablation = ablate(self.e, champion, cand, inside, stage=f"online-r{r}-scope")
+        gated = scoping.specialize(self.e, champion, minimal, scope, ablation, keep_pairs=False,
+                                   basis=f"round {r} gate")
+        if gated is None:
+            return {}
+        looks = self.scope_looks(scope.envs)
+        families = sorted({env_family(e) for e in scope.envs})
+        self.e.progress(f"round {r}: scoped challenger {gated.ref} ({', '.join(scope.envs)}) vs {champion[0]} on "
+                        f"{len(looks[0])} scope-pool instances (up to {sum(len(x) for x in looks)})")
+        decision = self.e.decide_gate(champion, gated, looks, seen, stage=f"online-r{r}-scope",
+                                      scope_families=families, ablation=ablation)
+        self.events.decisions.append(decision)
+        self.e.progress(f"round {r}: scoped gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
+        if decision.verdict == "release":
+            self._release(gated.ref, f"online scoped gate round {r} ({', '.join(scope.envs)}): "
+                                     f"mean r {decision.stats.mean_r:+.3f}", r)
+        return {"scoped": gated.ref, "scope_envs": list(scope.envs), "scoped_verdict": decision.verdict}
 
 
 def run_stream(evo: OnlineEvolution, work: Callable[[Assignment], Trace]) -> OnlineEvents:

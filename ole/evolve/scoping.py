@@ -101,3 +101,42 @@ def plan(cands: Sequence, *, max_scopes: int,
         plans.append(ScopePlan(candidate=entry.candidate, envs=[top], gains={top: entry.gains[top]}))
     plans.sort(key=lambda p: (-p.total, p.candidate.ref))
     return plans[:max_scopes]
+
+
+def holds_tail_and_cost(engine, cand, envs: Sequence[str]) -> bool:
+    """Would the candidate's pairs on these envs pass the gate's tail and cost criteria?"""
+    from ole.gate import decide
+    pairs = [p for p in cand.pairs if p.task.env in envs]
+    d = decide(pairs, engine.gate, champion="search", challenger=cand.ref)
+    return bool(pairs) and all(k.passed for k in d.criteria if k.name in ("cost", "tail"))
+
+
+def specialize(engine, champion, minimal, scope: ScopePlan, ablation=None, *, keep_pairs: bool = True,
+               basis: str = "search"):
+    """`minimal`'s policy registered as a `specialization` of `champion` (ref, bundle) on the scope's
+    env ids, or None when nothing narrower can be registered (the champion is already that scope).
+
+    `keep_pairs`: carry `minimal`'s pairs on those envs over (they are search pairs, not gate
+    pairs; an online round's scope comes from its gate pairs, which the scoped gate must not reuse).
+    `basis` names the pairs the scope's gains come from (in the version's note).
+    """
+    from ole.proposers import Parent, accepted, child_bundle
+    champ_ref, champ = champion
+    data = champ.applicability.model_dump(mode="json")
+    data.update(env_families=[], env_ids=list(scope.envs))
+    source = scope.candidate
+    note = (f"{source.ref}'s change scoped to {', '.join(scope.envs)} ({basis} mean r "
+            + ", ".join(f"{e} {m:+.3f}" for e, m in scope.gains.items()) + ")"
+            + (f"; {ablation.describe()}" if ablation is not None and ablation.dropped else ""))
+    prov = source.bundle.provenance
+    try:
+        bundle = child_bundle([Parent(*champion)], minimal.bundle.loop_policy.model_dump(mode="json"),
+                              edge="specialization", evidence_ids=prov.evidence_ids, generation=prov.generation,
+                              proposer=engine.proposer.name, note=note, applicability=data)
+    except Exception as exc:  # a champion whose scope is already these envs: nothing narrower to register
+        engine.progress(f"  cannot scope {minimal.ref} to {', '.join(scope.envs)} under {champ_ref}: {exc}")
+        return None
+    cand = engine.register(accepted(engine.proposer.name, "specialization", [Parent(*champion)], bundle), champ)
+    if cand is not None and keep_pairs:
+        cand.pairs = [p for p in minimal.pairs if p.task.env in scope.envs]
+    return cand

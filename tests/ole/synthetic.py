@@ -135,3 +135,17 @@ class RetestProposer:
 
     def observe(self, ref, bundle, summary, *, rung, final):
         pass
+
+
+def one_env_gain_evaluate(job) -> Trace:
+    """fake_evaluate where more retests help on MiniGrid envs only (+15 %) and cost 10 % elsewhere."""
+    from evogym.anchors import anchors
+    trace = fake_evaluate(job)
+    o = trace.outcome
+    if o.normalized_score is None or job.bundle.loop_policy.verification.retest_episodes <= 4:
+        return trace
+    q = o.normalized_score * (1.15 if job.task.env.startswith("gymnasium/MiniGrid") else 0.9) / 1.15
+    found = anchors(job.task.env)
+    raw = q if found is None else found.random_baseline + q / 100.0 * (found.expert_baseline - found.random_baseline)
+    return trace.model_copy(update={"outcome": o.model_copy(
+        update={"normalized_score": q, "best_val_score": q, "final_score": raw})})

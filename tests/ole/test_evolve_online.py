@@ -167,3 +167,47 @@ def test_every_trace_a_decision_names_is_archived_and_fsck_checks_it(tmp_path):
     (tmp_path / "traces" / f"{victim}.json").unlink()
     report = reg.fsck(repair=False, traces=[tmp_path / "traces"])
     assert not report.ok and any(victim in p and "not in" in p for p in report.problems)
+
+
+class _Retest8(BuiltinProposer):
+    """A scripted challenger: retest 8 (gains on FourRooms only in the fake) plus a field that does nothing."""
+
+    def mutate(self, parent, evidence, *, edge, generation, seed, host=None):
+        from ole.proposers import accepted, child_bundle
+        lp = parent.bundle.loop_policy.model_dump(mode="json")
+        lp["verification"]["retest_episodes"] = 8
+        lp["memory"]["top_k_programs"] = 2
+        bundle = child_bundle([parent], lp, edge=edge, evidence_ids=(), generation=generation, proposer=self.name,
+                              note="scripted")
+        return accepted(self.name, edge, [parent], bundle)
+
+
+def test_a_one_env_gain_is_gated_again_as_a_specialization_on_its_own_pools(tmp_path):
+    from synthetic import one_env_gain_evaluate
+    root = tmp_path / "bundles"
+    root.mkdir()
+    shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
+    reg = Registry(root)
+    engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=CFG,
+                         evaluate=one_env_gain_evaluate, proposer=_Retest8(), gate=GATE, executor=LocalExecutor(1),
+                         progress=lambda line: None)
+    online = OnlineConfig(tasks=3, every_k=3)
+    evo = OnlineEvolution(engine, CFG, online)
+    events = run_stream(evo, engine_worker(evo.e))
+    general, scoped = events.decisions
+    assert general.verdict != "release"  # -10 % on acrobot: it does not hold on every env
+    assert scoped.verdict == "release" and events.releases == [scoped.challenger]
+    assert {p.task.pool_seed for p in scoped.pairs} == set(online.scope_pools)  # never the pairs that chose it
+    assert {p.task.env for p in scoped.pairs} == {"gymnasium/MiniGrid-FourRooms-v0"}
+    assert {p.task.pool_seed for p in general.pairs} <= {*CFG.gate_pools, *CFG.gate_extra_pools}
+    released = reg.get(scoped.challenger).bundle
+    assert released.applicability.env_ids == ("gymnasium/MiniGrid-FourRooms-v0",)
+    assert released.provenance.edge == "specialization" and released.loop_policy.verification.retest_episodes == 8
+    # the ablation on the round's gate pairs cut the field that did nothing
+    assert released.loop_policy.memory.top_k_programs == reg.get("coder@1").bundle.loop_policy.memory.top_k_programs
+    assert scoped.ablation is not None and scoped.ablation.dropped == ("memory.top_k_programs",)
+
+
+def test_scope_pools_must_be_fresh(tmp_path):
+    with pytest.raises(Exception, match="scope pools"):
+        _online(tmp_path, OnlineConfig(tasks=3, every_k=3, scope_pools=(201, 300)))
