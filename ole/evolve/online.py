@@ -349,6 +349,12 @@ class OnlineEvolution:
         rows = [p for _, p in self.e.store.tasks(r * self.online.every_k)][-self.online.recent:]
         recent = [self.e.archive.get(p["trace_id"]) for p in rows if p["verified"]]
         ev = self.e.evidence(recent)
+        tried = self.tried_detectors(champ)
+        fresh = [item for item in ev if item.detector not in tried]
+        if tried and fresh:
+            self.e.progress(f"round {r}: evidence of detectors earlier rounds already tried on {champ.ref} "
+                            f"({', '.join(sorted(tried))}) waits until the others were tried")
+        ev = fresh or ev
         prop = self.e.proposer.mutate(Parent(champ.ref, champ.bundle), ev, edge="online",
                                       generation=r, seed=self.cfg.seed * 100_000 + r)
         cand = self.e.register(prop, champ.bundle)
@@ -364,6 +370,21 @@ class OnlineEvolution:
             self._release(cand.ref, f"online gate round {r}: mean r {decision.stats.mean_r:+.3f}", r)
         else:
             out.update(self._scoped_round(r, (champ.ref, champ.bundle), cand, seen))
+        return out
+
+    def tried_detectors(self, champ) -> set[str]:
+        """Detectors whose evidence an earlier online challenger of this champion already acted on.
+
+        A round has one challenger; re-drawing from evidence a gate already judged (the same
+        finding about the same champion) would spend rounds on it while other findings wait.
+        So a round reads first the evidence of detectors no earlier challenger of the champion
+        cited; when every finding was tried, all of them again. A new champion starts afresh.
+        """
+        out: set[str] = set()
+        for rb in self.e.registry.versions(champ.name, skip_damaged=True):
+            prov = rb.bundle.provenance
+            if prov.edge == "online" and prov.parents == (champ.version,):
+                out.update(e.split("-")[1] for e in prov.evidence_ids if e.count("-") >= 2)
         return out
 
     def _release(self, ref: str, reason: str, r: int) -> None:

@@ -211,3 +211,21 @@ def test_a_one_env_gain_is_gated_again_as_a_specialization_on_its_own_pools(tmp_
 def test_scope_pools_must_be_fresh(tmp_path):
     with pytest.raises(Exception, match="scope pools"):
         _online(tmp_path, OnlineConfig(tasks=3, every_k=3, scope_pools=(201, 300)))
+
+
+def test_a_round_reads_first_the_evidence_no_earlier_challenger_of_the_champion_tried(tmp_path):
+    from ole.proposers import Parent, accepted, child_bundle
+    reg, evo = _online(tmp_path)
+    champ = reg.champion()
+    lp = champ.bundle.loop_policy.model_dump(mode="json")
+    lp["verification"]["retest_episodes"] = 6
+    tried = child_bundle([Parent(champ.ref, champ.bundle)], lp, edge="online", generation=1, proposer="builtin",
+                         evidence_ids=("ev-tuning_rounds-0123456789", "ev-verification_miss-abcdef0123"), note="r1")
+    evo.e.register(accepted("builtin", "online", [Parent(champ.ref, champ.bundle)], tried), champ.bundle)
+    assert evo.tried_detectors(champ) == {"tuning_rounds", "verification_miss"}
+    events = run_stream(evo, engine_worker(evo.e))  # rounds after tasks 3 and 6
+    for rb in reg.versions("coder"):
+        prov = rb.bundle.provenance
+        if prov.edge == "online" and prov.parents == (champ.version,) and rb.version > 2:
+            assert not {e.split("-")[1] for e in prov.evidence_ids} & {"tuning_rounds", "verification_miss"}
+    assert events.decisions
