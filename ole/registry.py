@@ -175,6 +175,21 @@ class RegisteredBundle(BaseModel):
         return format_ref(self.name, self.version)
 
 
+def _retry_locked(statement, timeout_s: float = BUSY_TIMEOUT_S):
+    """Run a statement SQLite may refuse with "database is locked" without calling the busy handler
+    (switching a fresh file to WAL while other processes open it for the first time), retrying
+    until `timeout_s` has passed."""
+    import time
+    deadline = time.monotonic() + timeout_s
+    while True:
+        try:
+            return statement()
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
 class Registry:
     """Versioned bundles, their events, and champion pointers per channel and scope.
 
@@ -212,7 +227,7 @@ class Registry:
         try:
             self.blobs.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.home / DB_FILE, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
+            _retry_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._db.execute("PRAGMA synchronous=FULL")
             with self._write("schema"):
                 for statement in _SCHEMA.split(";\n"):
