@@ -22,14 +22,14 @@ CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRoom
 GATE = GateConfig(min_pairs=6, min_families=2)
 
 
-def _online(tmp_path, online=OnlineConfig(tasks=6, every_k=3)):
+def _online(tmp_path, online=OnlineConfig(tasks=6, every_k=3), *, evaluate=archive_fake, proposer=None):
     root = tmp_path / "bundles"
     root.mkdir()
     shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
     reg = Registry(root)
     engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=CFG,
-                         evaluate=archive_fake, proposer=BuiltinProposer(), gate=GATE, executor=LocalExecutor(1),
-                         progress=lambda line: None)
+                         evaluate=evaluate, proposer=proposer or BuiltinProposer(), gate=GATE,
+                         executor=LocalExecutor(1), progress=lambda line: None)
     return reg, OnlineEvolution(engine, CFG, online)
 
 
@@ -184,15 +184,8 @@ class _Retest8(BuiltinProposer):
 
 def test_a_one_env_gain_is_gated_again_as_a_specialization_on_its_own_pools(tmp_path):
     from synthetic import one_env_gain_evaluate
-    root = tmp_path / "bundles"
-    root.mkdir()
-    shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
-    reg = Registry(root)
-    engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=CFG,
-                         evaluate=one_env_gain_evaluate, proposer=_Retest8(), gate=GATE, executor=LocalExecutor(1),
-                         progress=lambda line: None)
     online = OnlineConfig(tasks=3, every_k=3)
-    evo = OnlineEvolution(engine, CFG, online)
+    reg, evo = _online(tmp_path, online, evaluate=one_env_gain_evaluate, proposer=_Retest8())
     events = run_stream(evo, engine_worker(evo.e))
     general, scoped = events.decisions
     assert general.verdict != "release"  # -10 % on acrobot: it does not hold on every env
