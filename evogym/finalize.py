@@ -32,7 +32,8 @@ from evogym import PROTOCOL_VERSION, anchors, evalcache, warm
 from evogym.feedback import atomic_write_json, flush_syncs
 from evogym.code_metrics import edit_kind
 from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
-from evogym.sandbox import CallResult
+from evogym.sandbox import CallResult, PolicyProcess
+from evogym.sandbox.spare import shadowed
 
 PACKAGES = ("gymnasium", "mujoco", "box2d", "minigrid", "highway-env", "gymnasium-robotics", "numpy",
             "pygame-ce")
@@ -77,11 +78,36 @@ def _evaluate(jobs: list[EpisodeJob], workers: int) -> list[BatchResult]:
         return results
 
 
-def _contained(job: EpisodeJob) -> BatchResult:
+def _contained(job: EpisodeJob, launched: PolicyProcess | None = None,
+               release: Callable[[PolicyProcess], None] = PolicyProcess.close) -> BatchResult:
     try:
-        return run_episodes(job)
+        return run_episodes(job, launched=launched, release=release)
     except Exception as exc:  # noqa: BLE001 - see _evaluate
         return _failed(exc)
+
+
+def heldout_sandbox(host, ckpt: Path) -> PolicyProcess | None:
+    """The held-out evaluation's sandbox, started ahead: the spare the host kept when no submit
+    could come (`Judge.keep_spares`), with a copy of the selected checkpoint in its
+    staging directory (bound read-only at `/policy`: the tree the policy reads is the
+    checkpoint's, byte for byte). None (the job starts cold, as before) when the host keeps
+    no spare, the spare failed, or a file of the checkpoint could shadow a module the spare
+    preloaded. Everything a cold start guarantees holds (`evogym.sandbox.spare`): one fresh
+    process, nothing of the policy read before start(), no seed; a restart after a fatal
+    episode launches cold on the checkpoint itself (`job.code_dir`)."""
+    spare = getattr(host.judge, "spare", None)
+    proc = spare.take() if spare is not None else None
+    if proc is None:
+        return None
+    try:
+        if proc.report.get("prestarted") and shadowed(ckpt, proc.report["preload_modules"]):
+            spare.retire(proc)
+            return None
+        shutil.copytree(ckpt, proc.code_dir, symlinks=True, dirs_exist_ok=True)
+    except BaseException:
+        spare.retire(proc)
+        raise
+    return proc
 
 
 def _failed(exc: BaseException) -> BatchResult:
@@ -160,13 +186,23 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     best = select(scores, named)
     best_cand = next(c for c in cands if c.index == best)
     progress(f"held-out: submit {best} on {len(host.pools.heldout)} episodes")
-    (held,), (source,) = evalcache.evaluate([host.hidden_job(groups[best_cand.tree_hash][0], host.pools.heldout)],
-                                            lambda todo: _evaluate(todo, 1), cache)
+    first = groups[best_cand.tree_hash][0]
+    job = host.hidden_job(first, host.pools.heldout)
+    spare = getattr(host.judge, "spare", None)
+    launched = heldout_sandbox(host, Path(job.code_dir))
+    release = spare.retire if launched is not None else PolicyProcess.close
+    try:
+        (held,), (source,) = evalcache.evaluate([job], lambda todo: [_contained(j, launched, release) for j in todo],
+                                                cache)
+    finally:
+        if launched is not None:
+            spare.retire(launched)  # idempotent; the sandbox a cache hit left unused
     if cache is not None:
         run.event("eval.run", kind="final", snap=best, cache=source)
     returns = held.returns if held.start_failure is None else []
     mean = float(np.mean(returns)) if returns else None
-    run.event("eval.record", kind="final", snap=best, mean_return=mean)
+    run.event("eval.record", kind="final", snap=best, mean_return=mean,
+              sandbox="prestarted" if launched is not None and source != "hit" else "cold")
     _mirror(run, best)
     doc["final_submission_id"] = run.submit_name(best)
     final = mean if mean is not None else 0.0

@@ -105,7 +105,7 @@ class Host:
         if self.auto_finalize:
             self.start_finalize("budget")
         else:
-            self.judge.close_spare()  # no submit can come: free the spares now
+            self.judge.keep_spares(0)  # no submit can come: free the spares now (the keeper stays for finalize)
 
     def elapsed(self) -> float:
         return time.monotonic() - self._t0
@@ -188,7 +188,7 @@ class Host:
         self.judge.close_spare()
 
     def _finalize(self) -> None:
-        self.judge.close_spare()  # no submit will come: free the spares before validation starts
+        self.judge.keep_spares(1)  # no submit will come: one spare for the held-out, the rest freed
         try:
             doc = finalize(self, progress=lambda line: self.run.event("finalize.progress", message=line))
             self.finalization = {"status": "done", "reason": self.finalization.get("reason")}
@@ -198,6 +198,7 @@ class Host:
             self.run.event("run.close.error", error=f"{type(exc).__name__}: {exc}")
             error_doc(self, f"finalization failed: {type(exc).__name__}: {exc}")
         finally:
+            self.judge.close_spare()
             self.done.set()
 
     def hidden_job(self, cand: Candidate, seeds: list[int]) -> EpisodeJob:

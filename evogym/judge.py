@@ -125,6 +125,14 @@ class Judge:
             latest = sorted(run.checkpoints.glob("submit_*"))
             self.spare.refill(latest[-1] if latest else None, self.state.remaining)
 
+    def keep_spares(self, n: int) -> None:
+        """No submit can come: keep `n` spares, discard the rest. 0 when the budget is spent
+        (none idles while the agent may still think); 1 when the run closes, for its held-out
+        evaluation (`evogym.finalize.heldout_sandbox`; it starts while validation runs)."""
+        if self.spare is not None:
+            latest = sorted(self.run.checkpoints.glob("submit_*"))
+            self.spare.keep(n, latest[-1] if latest else None)
+
     def close_spare(self) -> None:
         """Kill the waiting spares (the run closed: no submit will take them)."""
         if self.spare is not None:

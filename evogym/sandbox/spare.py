@@ -130,6 +130,16 @@ class Spare:
                 self._slots.append(future)
                 self._jobs.put(("prepare", future, source))
 
+    def keep(self, n: int, source: Path | None = None) -> None:
+        """Keep `n` spares waiting or starting: the newest beyond `n` are discarded, and more
+        start (in the background) up to `n`. The run's last use: when no submit can come, a
+        host keeps one for its held-out evaluation (`evogym.finalize`)."""
+        with self._lock:
+            extra = [self._slots.pop() for _ in range(max(0, len(self._slots) - n))]
+            for future in extra:
+                self._jobs.put(("discard", future))
+        self.refill(source, n)
+
     def take(self) -> PolicyProcess | None:
         """The waiting spare (after its start-up, if that is still running), or None.
 

@@ -42,9 +42,9 @@ class Policy:
 
 
 def open_host(tmp_path: Path, name: str = "run", budget: int = 8, **kw) -> Host:
-    prestart = kw.pop("prestart", True)
+    prestart, auto = kw.pop("prestart", True), kw.pop("auto_finalize", True)
     return Host(tmp_path / name, make_config("gym/acrobot", "quick", budget=budget, max_steps=5, **kw),
-                prestart=prestart)
+                prestart=prestart, auto_finalize=auto)
 
 
 def submit(host: Host, source: str, ids=(0,), **files) -> dict:
@@ -340,7 +340,7 @@ def test_no_prestart_starts_every_sandbox_with_its_submit(tmp_path):
 
 
 def test_no_more_spares_than_the_budget_has_submits_left(tmp_path):
-    host = open_host(tmp_path, budget=3)
+    host = open_host(tmp_path, budget=3, auto_finalize=False)  # (a closing run starts one for its held-out)
     try:
         spare = host.judge.spare
         assert len(spare._slots) == 2
@@ -349,5 +349,106 @@ def test_no_more_spares_than_the_budget_has_submits_left(tmp_path):
         assert len(spare._slots) == 1 and spare.counts["prepared"] == 2
         submit(host, PLAIN, ids=(2,))  # budget spent: nothing started for a submit that cannot come
         assert spare.counts["prepared"] == 2 and sandbox_kinds(host) == ["prestarted", "prestarted"]
+    finally:
+        host.close()
+
+
+VIEW = """
+import hashlib, os
+
+def _view(root="/policy"):
+    h = hashlib.sha256()
+    for dirpath, dirs, files in os.walk(root):
+        dirs.sort()
+        for name in sorted(files):
+            path = os.path.join(dirpath, name)
+            h.update(os.path.relpath(path, root).encode())
+            with open(path, "rb") as f:
+                h.update(f.read())
+    return h.digest()
+
+class Policy:
+    def __init__(self, obs_space, action_space, env_meta):
+        self.digest = _view()  # the whole tree the policy reads, host files included
+
+    def reset(self, episode_index):
+        self.k = 0
+
+    def act(self, obs):
+        self.k += 1
+        return self.digest[self.k % len(self.digest)] % 3
+"""
+
+
+def final_sandbox(host: Host) -> str:
+    rows = [json.loads(line) for line in host.run.events_path.read_text().splitlines()]
+    return next(r["sandbox"] for r in rows if r["event"] == "eval.record" and r["kind"] == "final")
+
+
+def test_the_held_out_runs_in_a_spare_and_scores_what_a_cold_start_does(tmp_path):
+    """The spare kept at /finish takes the held-out episodes: its /policy is the selected
+    checkpoint byte for byte (the policy's actions depend on a digest of every file it can read),
+    so the run's outcome equals that of a host that starts every sandbox cold."""
+    outcomes = []
+    for name, prestart in (("warm", True), ("cold", False)):
+        host = open_host(tmp_path, name, prestart=prestart)
+        try:
+            submit(host, VIEW, ids=(0, 1))
+            submit(host, VIEW.replace("% 3", "% 2"), ids=(2,))
+            markers = [f.result(timeout=120).sandbox_id for f in list(host.judge.spare._slots)] if prestart else []
+            assert host.finish()[0] == 200 and host.done.wait(300)
+            out = json.loads(host.run.run_json.read_text())["outcome"]
+            assert out["status"] == "completed" and len(out["heldout_returns"]) == 16
+            assert final_sandbox(host) == ("prestarted" if prestart else "cold")
+            assert not any(marked(m) for m in markers), "the spares die with the run"
+            assert not [p for p in host.run.checkpoints.iterdir() if p.name.startswith(STAGE_PREFIX)]
+            outcomes.append({k: out[k] for k in ("best_submit_index", "val_scores", "heldout_returns",
+                                                 "heldout_failures", "final_score")})
+        finally:
+            host.close()
+    assert outcomes[0] == outcomes[1]
+
+
+def test_a_held_out_checkpoint_that_could_shadow_a_preloaded_module_starts_cold(tmp_path):
+    host = open_host(tmp_path)
+    source = """
+    import numpy
+
+    class Policy:
+        def __init__(self, obs_space, action_space, env_meta):
+            assert numpy.WHO == "the helper"
+        def reset(self, episode_index):
+            pass
+        def act(self, obs):
+            return 0
+    """
+    try:
+        submit(host, source, **{"numpy.py": "WHO = 'the helper'\n"})
+        assert host.finish()[0] == 200 and host.done.wait(300)
+        out = json.loads(host.run.run_json.read_text())["outcome"]
+        assert final_sandbox(host) == "cold" and out["heldout_failures"] == 0 and len(out["heldout_returns"]) == 16
+    finally:
+        host.close()
+
+
+@pytest.mark.parametrize("auto", [False, True])
+def test_the_budget_spent_frees_the_spares_and_the_close_starts_one_for_the_held_out(tmp_path, auto):
+    host = open_host(tmp_path, budget=2, auto_finalize=auto)
+    try:
+        spare = host.judge.spare
+        markers = [f.result(timeout=120).sandbox_id for f in list(spare._slots)]
+        submit(host, PLAIN, ids=(0, 1))  # budget spent: the waiting spare is discarded
+        if not auto:
+            spare.settle(120)
+            assert len(spare._slots) == 0 and spare.counts["prepared"] == 2
+            deadline = time.monotonic() + 60  # the keeper kills the discarded spare off the request's path
+            while marked(markers[1]) and time.monotonic() < deadline:
+                time.sleep(0.05)
+            assert not marked(markers[1])
+            assert host.finish()[0] == 200
+        assert host.done.wait(300)
+        # closing at once (auto) hands the waiting spare to the held-out; a later /finish starts one
+        assert spare.counts["prepared"] == (2 if auto else 3) and spare.counts["taken"] == 2
+        assert final_sandbox(host) == "prestarted" and not any(marked(m) for m in markers)
     finally:
         host.close()
