@@ -86,6 +86,13 @@ def _contained(job: EpisodeJob, launched: PolicyProcess | None = None,
         return _failed(exc)
 
 
+def _evaluate_here(jobs: list[EpisodeJob], launched: PolicyProcess | None,
+                   release: Callable[[PolicyProcess], None]) -> list[BatchResult]:
+    """The held-out job(s), in this process; the first starts in `launched` when given."""
+    return [_contained(j, launched if i == 0 else None, release if i == 0 else PolicyProcess.close)
+            for i, j in enumerate(jobs)]
+
+
 def heldout_sandbox(host, ckpt: Path) -> PolicyProcess | None:
     """The held-out evaluation's sandbox, started ahead: the spare the host kept when no submit
     could come (`Judge.keep_spares`), with a copy of the selected checkpoint in its
@@ -192,8 +199,7 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     launched = heldout_sandbox(host, Path(job.code_dir))
     release = spare.retire if launched is not None else PolicyProcess.close
     try:
-        (held,), (source,) = evalcache.evaluate([job], lambda todo: [_contained(j, launched, release) for j in todo],
-                                                cache)
+        (held,), (source,) = evalcache.evaluate([job], lambda todo: _evaluate_here(todo, launched, release), cache)
     finally:
         if launched is not None:
             spare.retire(launched)  # idempotent; the sandbox a cache hit left unused

@@ -260,13 +260,27 @@ def store_rows(path: Path) -> dict[str, tuple]:
 
 
 def decision(summary: dict | None) -> dict:
+    """The evolve's decision from its `--json` summary: one gate (trees before scope releases:
+    top-level `gain`, `scope`, `changes`) or one per scope (`gates`: verdicts, gated refs, mean r and
+    pairs joined with `;` in gate order, so two evolves with the same gates compare equal)."""
     if not summary:
         return {}
-    gain = summary.get("gain") or {}
-    return {"candidates": summary["candidates"], "retained": summary["retained"], "final": summary["final"],
-            "verdict": summary["verdict"], "scope": summary["scope"], "mean_r": gain.get("mean_r"),
-            "n_pairs": gain.get("n_pairs"), "p_value": gain.get("p_value"), "changes": summary["changes"],
-            "episodes": summary["spent"]["episodes"]}
+    out = {"candidates": summary["candidates"], "retained": summary["retained"],
+           "episodes": summary["spent"]["episodes"]}
+    gates = summary.get("gates")
+    if gates is None:
+        gain = summary.get("gain") or {}
+        return {**out, "final": summary["final"], "verdict": summary["verdict"], "scope": summary.get("scope"),
+                "mean_r": gain.get("mean_r"), "n_pairs": gain.get("n_pairs"), "p_value": gain.get("p_value"),
+                "changes": summary.get("changes")}
+    if not gates:
+        return {**out, "final": None, "verdict": summary.get("verdict") or "no gate", "mean_r": None, "n_pairs": None}
+    gains = [g.get("gain") or {} for g in gates]
+    return {**out, "final": ";".join(g["final"] for g in gates), "verdict": ";".join(g["verdict"] for g in gates),
+            "scope": ";".join(str(g.get("released_scope") or g.get("bound") or "-") for g in gates),
+            "mean_r": ";".join(f"{x.get('mean_r', float('nan')):+.3f}" for x in gains),
+            "n_pairs": ";".join(str(x.get("n_pairs", "-")) for x in gains),
+            "changes": [c for g in gates for c in g.get("changes", [])]}
 
 
 # ----- the report ---------------------------------------------------------------------------------
@@ -295,8 +309,9 @@ def repr_code(spec: str) -> str:
     return f"--code '{spec}'" if "|" in spec or " " in spec else f"--code {spec}"
 
 
-def fmt(x: float | None, nd: int = 1) -> str:
-    return "-" if x is None else f"{x:.{nd}f}"
+def fmt(x: float | str | None, nd: int = 1) -> str:
+    """A number to `nd` decimals; a string (one value per scope gate) as it is."""
+    return "-" if x is None else x if isinstance(x, str) else f"{x:.{nd}f}"
 
 
 def render(args, records: list[dict], analysed: list[dict]) -> str:

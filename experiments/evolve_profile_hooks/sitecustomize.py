@@ -197,6 +197,7 @@ def _patch(module) -> None:
     elif name == "evogym.finalize":
         _patch_attr(module, "finalize", timed("finalize", lambda a, k, out: {"run_dir": str(a[0].run.root)}))
         _patch_attr(module, "_evaluate", _evaluate_hook)
+        _patch_attr(module, "_evaluate_here", _evaluate_hook)  # the held-out job, in the host's process
     elif name == "evogym.rollout":
         _patch_attr(module, "run_episodes", _episodes_call)
     elif name == "evogym.sandbox.process":
