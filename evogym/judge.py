@@ -9,6 +9,7 @@ running again.
 from __future__ import annotations
 
 import ast
+import collections
 import hashlib
 import json
 import os
@@ -45,19 +46,26 @@ class SnapshotError(Exception):
     pass
 
 
-def snapshot(src: Path, dst: Path) -> None:
+COPY_CHUNK = 1 << 20
+
+
+def snapshot(src: Path, dst: Path) -> str:
     """Copy regular files of `src` into the empty directory `dst`: no symlinks, FIFOs or
     devices, no caches, capped (over the caps `dst` is left empty and SnapshotError raised).
+    Returns the sha256 of what was copied (every directory's and file's relative path, and each
+    file's bytes as written): two snapshots with the same digest are the same tree.
 
     `dst` exists before the copy so a sandbox can be launched on it meanwhile; a host that
     dies mid-copy leaves a checkpoint without feedback, which the next start records as
     `host_interrupted` and refunds."""
     files = size = 0
+    digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
         dirnames[:] = sorted(d for d in dirnames if d not in SNAPSHOT_SKIP_DIRS
                              and not os.path.islink(os.path.join(dirpath, d)))
         rel = Path(dirpath).relative_to(src)
         (dst / rel).mkdir(parents=True, exist_ok=True)
+        _framed(digest, b"D", rel.as_posix().encode("utf-8", "surrogateescape"))
         for name in sorted(filenames):
             path = Path(dirpath) / name
             st = path.lstat()
@@ -78,8 +86,18 @@ def snapshot(src: Path, dst: Path) -> None:
             if not stat.S_ISREG(os.fstat(fd).st_mode):
                 os.close(fd)
                 continue
+            _framed(digest, b"F", (rel / name).as_posix().encode("utf-8", "surrogateescape"))
+            content = hashlib.sha256()
             with os.fdopen(fd, "rb") as f_in, open(dst / rel / name, "wb") as f_out:
-                shutil.copyfileobj(f_in, f_out)
+                while chunk := f_in.read(COPY_CHUNK):
+                    content.update(chunk)
+                    f_out.write(chunk)
+            digest.update(content.digest())
+    return digest.hexdigest()
+
+
+def _framed(h, tag: bytes, data: bytes) -> None:
+    h.update(tag + len(data).to_bytes(8, "little") + data)
 
 
 def denied_imports(code_dir: Path, denied=DENIED_IMPORTS) -> list[str]:
@@ -102,6 +120,24 @@ def denied_imports(code_dir: Path, denied=DENIED_IMPORTS) -> list[str]:
     return sorted(found)
 
 
+STATIC_CACHE = 64
+"""Snapshots whose static results (code metrics, snapshot checks, denied imports) a judge keeps."""
+
+
+class _StaticChecks:
+    """What the host computes from a snapshot's files alone, before its policy starts; a function
+    of the tree (`snapshot`'s digest), so an identical resubmit (a retest of the same program)
+    reuses it instead of parsing and walking every file again."""
+
+    __slots__ = ("checked", "denied", "measured", "static")
+
+    def __init__(self, measured: dict) -> None:
+        self.measured = measured
+        self.checked = False
+        self.static = None
+        self.denied: list[str] = []
+
+
 class Judge:
     """Owns the budget and turns submit requests into verdicts and feedback."""
 
@@ -117,6 +153,8 @@ class Judge:
         """Idempotency key -> (digest of the body it came with, the answer)."""
         self.ep_width = max(3, len(str(config.budget)))
         self._recover_interrupted()
+        self._static: collections.OrderedDict[str, _StaticChecks] = collections.OrderedDict()
+        """Static results by snapshot digest, oldest first (`STATIC_CACHE`)."""
         self.spare: Spare | None = None
         """Sandboxes started ahead for the next submits (`prestart`; docs/sandbox.md)."""
         if prestart:
@@ -373,7 +411,7 @@ class Judge:
                       proc: PolicyProcess) -> tuple[str, BatchResult | None, list[str]]:
         release = self.spare.retire if self.spare is not None else PolicyProcess.close
         try:
-            snapshot(self.run.system, ckpt)
+            digest = snapshot(self.run.system, ckpt)
         except SnapshotError as exc:
             release(proc)
             self.write_metrics(ckpt)
@@ -386,11 +424,21 @@ class Judge:
             release(proc)  # a file could shadow a preloaded module: start cold, as before spares
             proc, prestarted = PolicyProcess(ckpt, isolation=self.config.isolation, limits=self.config.limits), False
             proc.launch()
-        self.write_metrics(ckpt)
+        known = self._static.get(digest)
+        if known is None:
+            known = self._static[digest] = _StaticChecks(code_metrics.code_metrics(ckpt))
+            while len(self._static) > STATIC_CACHE:
+                self._static.popitem(last=False)
+        else:
+            self._static.move_to_end(digest)
+        self._write_metrics(ckpt, known.measured)
         self.run.event("submit.snapshot", durable=False, submit=index, checkpoint=f"checkpoints/{ckpt.name}",
-                       sandbox="prestarted" if prestarted else "cold")
-        static = validate_snapshot(ckpt)
-        denied = denied_imports(ckpt) if static is None else []
+                       sandbox="prestarted" if prestarted else "cold", **({"static": "cached"} if known.checked else {}))
+        if not known.checked:
+            known.static = validate_snapshot(ckpt)
+            known.denied = denied_imports(ckpt) if known.static is None else []
+            known.checked = True
+        static, denied = known.static, known.denied
         if static is not None or denied:
             release(proc)
         if static is not None:
@@ -415,7 +463,10 @@ class Judge:
     def write_metrics(self, ckpt: Path) -> None:
         """`metrics.json` (the reference's fields, what its checker recomputes) in the
         checkpoint, our structural metrics beside the checkpoints (`code_metrics/`)."""
-        measured = code_metrics.code_metrics(ckpt)  # fsynced off the request; finalize waits for it
+        self._write_metrics(ckpt, code_metrics.code_metrics(ckpt))
+
+    def _write_metrics(self, ckpt: Path, measured: dict) -> None:
+        # fsynced off the request; finalize waits for it
         atomic_write_json(ckpt / "metrics.json", code_metrics.reference_view(measured), durable_now=False)
         atomic_write_json(self.run.code_metrics / f"{ckpt.name}.json", code_metrics.structure_view(measured),
                           durable_now=False)

@@ -201,3 +201,57 @@ def test_snapshot_skips_symlinks_fifos_and_caches(live_host, tmp_path):
     assert status == 200 and body["status"] == "ok"
     ckpt = live.run_dir / "checkpoints" / "submit_000"
     assert sorted(p.name for p in ckpt.iterdir()) == ["metrics.json", "policy.py"]
+
+
+def test_snapshot_digest_is_a_function_of_the_copied_tree(tmp_path):
+    from evogym.judge import snapshot
+
+    def tree(name, files, dirs=()):
+        root = tmp_path / name
+        for rel, text in files.items():
+            (root / rel).parent.mkdir(parents=True, exist_ok=True)
+            (root / rel).write_text(text)
+        for d in dirs:
+            (root / d).mkdir(parents=True, exist_ok=True)
+        return root
+
+    def digest(src):
+        dst = tmp_path / f"dst-{src.name}-{len(list(tmp_path.iterdir()))}"
+        dst.mkdir()
+        return snapshot(src, dst)
+
+    base = {"policy.py": "class Policy: pass\n", "lib/a.py": "X = 1\n"}
+    a = digest(tree("a", base))
+    assert a == digest(tree("b", base)) == digest(tree("a2", {**base, "__pycache__/x.pyc": "junk"}))
+    assert a != digest(tree("c", {**base, "lib/a.py": "X = 2\n"}))                 # one byte
+    assert a != digest(tree("d", {"policy.py": base["policy.py"], "lib/b.py": "X = 1\n"}))  # a rename
+    assert a != digest(tree("e", base, dirs=("empty",)))                           # an empty directory
+    assert a != digest(tree("f", {"policy.py": "class Policy: pass\nX = 1\n"}))     # bytes moved between files
+
+
+def _snapshot_events(live):
+    rows = [json.loads(x) for x in (live.run_dir / "events.jsonl").read_text().splitlines()]
+    return [r for r in rows if r["event"] == "submit.snapshot"]
+
+
+def test_a_resubmitted_tree_reuses_its_static_results_and_gets_the_same_verdict_and_metrics(live_host):
+    """A retest of the same program skips parsing it again; what it writes and decides is what a
+    fresh computation gives (metrics.json, code_metrics/, the verdict), and any change recomputes."""
+    live = live_host(budget=12)
+    live.write_policy(ZERO_POLICY)
+    first = live.submit([0])[1]
+    again = live.submit([1])[1]
+    live.write_policy(ZERO_POLICY + "\n# changed\n")
+    changed = live.submit([2])[1]
+    live.write_policy(BROKEN["denied"])
+    denied = [live.submit([3])[1], live.submit([4])[1]]
+    assert [e.get("static") for e in _snapshot_events(live)] == [None, "cached", None, None, "cached"]
+    assert first["status"] == again["status"] == changed["status"] == "ok"
+    assert [b["status"] for b in denied] == ["denied_import", "denied_import"]
+    ckpts = live.run_dir / "checkpoints"  # submits 0 and 3 were measured afresh, 1 and 4 reused them
+    assert json.loads((ckpts / "submit_002" / "metrics.json").read_text())["tree_hash"] != \
+        json.loads((ckpts / "submit_001" / "metrics.json").read_text())["tree_hash"]
+    assert (ckpts / "submit_000" / "metrics.json").read_bytes() == (ckpts / "submit_001" / "metrics.json").read_bytes()
+    assert (live.run_dir / "code_metrics" / "submit_000.json").read_bytes() == \
+        (live.run_dir / "code_metrics" / "submit_001.json").read_bytes()
+    assert (ckpts / "submit_003" / "metrics.json").read_bytes() == (ckpts / "submit_004" / "metrics.json").read_bytes()
