@@ -18,6 +18,7 @@ import stat
 import threading
 import time
 import weakref
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
@@ -27,7 +28,7 @@ from evogym.feedback import (PartialTree, atomic_write_json, error_line, minimal
 from evogym.recording import Formatter, PendingFiles
 from evogym.rollout import BatchResult, EpisodeJob, run_episodes, utc_stamp
 from evogym.rundir import BudgetState, RunConfig, RunDir
-from evogym.sandbox import PolicyProcess, validate_snapshot
+from evogym.sandbox import CallResult, PolicyProcess, validate_snapshot
 from evogym.sandbox.spare import Spare, shadowed
 from evogym.verdicts import rollout_verdict, start_failure
 from evogym.instances import ParseError, parse as parse_instances
@@ -124,18 +125,18 @@ STATIC_CACHE = 64
 """Snapshots whose static results (code metrics, snapshot checks, denied imports) a judge keeps."""
 
 
+@dataclass(frozen=True)
 class _StaticChecks:
     """What the host computes from a snapshot's files alone, before its policy starts; a function
     of the tree (`snapshot`'s digest), so an identical resubmit (a retest of the same program)
     reuses it instead of parsing and walking every file again."""
 
-    __slots__ = ("checked", "denied", "measured", "static")
-
-    def __init__(self, measured: dict) -> None:
-        self.measured = measured
-        self.checked = False
-        self.static = None
-        self.denied: list[str] = []
+    measured: dict
+    """`code_metrics.code_metrics` of the tree (before metrics.json is written into it)."""
+    static: CallResult | None
+    """`validate_snapshot`'s verdict (None: the tree may start)."""
+    denied: tuple[str, ...]
+    """Denied imports (checked only for a tree that passed `validate_snapshot`)."""
 
 
 class Judge:
@@ -424,20 +425,10 @@ class Judge:
             release(proc)  # a file could shadow a preloaded module: start cold, as before spares
             proc, prestarted = PolicyProcess(ckpt, isolation=self.config.isolation, limits=self.config.limits), False
             proc.launch()
-        known = self._static.get(digest)
-        if known is None:
-            known = self._static[digest] = _StaticChecks(code_metrics.code_metrics(ckpt))
-            while len(self._static) > STATIC_CACHE:
-                self._static.popitem(last=False)
-        else:
-            self._static.move_to_end(digest)
+        known, cached = self._static_checks(ckpt, digest)
         self._write_metrics(ckpt, known.measured)
         self.run.event("submit.snapshot", durable=False, submit=index, checkpoint=f"checkpoints/{ckpt.name}",
-                       sandbox="prestarted" if prestarted else "cold", **({"static": "cached"} if known.checked else {}))
-        if not known.checked:
-            known.static = validate_snapshot(ckpt)
-            known.denied = denied_imports(ckpt) if known.static is None else []
-            known.checked = True
+                       sandbox="prestarted" if prestarted else "cold", **({"static": "cached"} if cached else {}))
         static, denied = known.static, known.denied
         if static is not None or denied:
             release(proc)
@@ -459,6 +450,20 @@ class Judge:
             return verdict, batch, [error_line(category, f"{category}: {fail.message}",
                                                utc_stamp(), fail.traceback)]
         return rollout_verdict(e.error_category for e in batch.episodes), batch, []
+
+    def _static_checks(self, ckpt: Path, digest: str) -> tuple[_StaticChecks, bool]:
+        """The snapshot's static results, and whether they were kept from an identical tree."""
+        known = self._static.get(digest)
+        if known is not None:
+            self._static.move_to_end(digest)
+            return known, True
+        measured = code_metrics.code_metrics(ckpt)  # first: metrics.json is not in the tree yet
+        static = validate_snapshot(ckpt)
+        known = _StaticChecks(measured, static, tuple(denied_imports(ckpt)) if static is None else ())
+        self._static[digest] = known
+        while len(self._static) > STATIC_CACHE:
+            self._static.popitem(last=False)
+        return known, False
 
     def write_metrics(self, ckpt: Path) -> None:
         """`metrics.json` (the reference's fields, what its checker recomputes) in the
