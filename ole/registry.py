@@ -47,6 +47,7 @@ from ole.coverage import evidence_line
 from ole.fsck import FsckReport, check
 from ole.registry_state import State, derive_state, is_staged
 from ole.scopes import ScopeChampion, Selection
+from ole.sqlite_open import BUSY_TIMEOUT_S, retry_locked
 
 REGISTRY_DIR = ".registry"
 DB_FILE = "registry.sqlite3"
@@ -58,7 +59,6 @@ ROOT_ENV = "OLE_ROOT"
 DEFAULT_CHANNEL = "default"
 DEFAULT_BUNDLE = "coder"
 """Seed registered first, hence the champion of every channel until a release activates."""
-BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for the lock; 8 concurrent writers on 2 cores need well under 1 s."""
 MAX_PAYLOAD_BYTES = 1 << 20
 """Largest JSON payload of one event (evaluations carry per-pair values)."""
@@ -175,21 +175,6 @@ class RegisteredBundle(BaseModel):
         return format_ref(self.name, self.version)
 
 
-def _retry_locked(statement, timeout_s: float = BUSY_TIMEOUT_S):
-    """Run a statement SQLite may refuse with "database is locked" without calling the busy handler
-    (switching a fresh file to WAL while other processes open it for the first time), retrying
-    until `timeout_s` has passed."""
-    import time
-    deadline = time.monotonic() + timeout_s
-    while True:
-        try:
-            return statement()
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.02)
-
-
 class Registry:
     """Versioned bundles, their events, and champion pointers per channel and scope.
 
@@ -227,7 +212,7 @@ class Registry:
         try:
             self.blobs.mkdir(parents=True, exist_ok=True)
             self._db = sqlite3.connect(self.home / DB_FILE, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            _retry_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
+            retry_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
             self._db.execute("PRAGMA synchronous=FULL")
             with self._write("schema"):
                 for statement in _SCHEMA.split(";\n"):

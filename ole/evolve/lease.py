@@ -16,6 +16,7 @@ import time
 from pathlib import Path
 
 from ole.errors import Conflict, StorageError
+from ole.sqlite_open import BUSY_TIMEOUT_S, retry_locked
 
 LEASE_TTL_S = 120.0
 """A lease not renewed for this long is free (the holder died); renewals come every TTL/4."""
@@ -23,7 +24,6 @@ LEASE_WAIT_S = 7200.0
 """Longest wait for a lease held by a live holder (a gate round of real runs takes minutes)."""
 POLL_S = 0.5
 """How often a waiting process retries."""
-BUSY_TIMEOUT_S = 30.0
 
 _SCHEMA = "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL)"
 
@@ -63,7 +63,7 @@ class Lease:
     def _connect(self) -> sqlite3.Connection:
         try:
             db = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            db.execute(_SCHEMA)
+            retry_locked(lambda: db.execute(_SCHEMA))
             return db
         except sqlite3.Error as exc:
             raise StorageError(f"cannot open the lease table in {self.db_path}: {exc}",

@@ -31,11 +31,11 @@ from pathlib import Path
 
 from pydantic import BaseModel, ConfigDict
 
+from ole import sqlite_open
 from ole.errors import Conflict, StorageError
 from ole.paired import RunResult
 from ole.trace import utc_now
 
-BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for the database lock."""
 UNBOUND = "unbound"
 """Fingerprint recorded with steps of a store opened without one (tests, one-off tools)."""
@@ -144,10 +144,7 @@ class EvaluationStore:
         self.fingerprint = fingerprint
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            self._db.execute("PRAGMA journal_mode=WAL")
-            self._db.execute("PRAGMA synchronous=FULL")
-            self._db.executescript(_SCHEMA)
+            self._db = sqlite_open.connect(self.path, _SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open evaluation store {self.path}: {exc}",
                                hint="check the --workdir path, its permissions and free space") from None

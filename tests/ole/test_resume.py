@@ -237,3 +237,45 @@ def test_an_online_crash_after_a_monitor_or_stage_commit_leaves_no_duplicate(tmp
     assert resumed.returncode == 0 and resumed.stdout.strip() == "coder@1", resumed.stderr[-2000:]
     got = Counter(e.kind for e in Registry(crashed / "bundles").events())
     assert got["stage"] == 2 and got["evaluation"] == expected["evaluation"]
+
+
+_OPEN_AT = textwrap.dedent("""
+    import sys, time
+    from ole.evolve.store import EvaluationStore, fingerprint
+    go = float(sys.argv[2])
+    while time.time() < go:
+        time.sleep(0.001)
+    store = EvaluationStore(sys.argv[1], fingerprint=fingerprint({"a": 1}))
+    store.mark("open|" + sys.argv[3], {"ok": True})
+    store.close()
+""")
+
+
+def test_processes_opening_one_fresh_store_at_once_all_open_it(tmp_path):
+    """Several processes create the same store file in the same instant (parallel tasks of one
+    stream): none is refused as "database is locked", and every one's write lands."""
+    import time
+    path = tmp_path / "work" / "evaluations.sqlite3"
+    go = time.time() + 3.0
+    procs = [subprocess.Popen([sys.executable, "-c", _OPEN_AT, str(path), str(go), str(i)], cwd=ROOT,
+                              stderr=subprocess.PIPE, text=True) for i in range(6)]
+    errors = [p.communicate(timeout=120)[1] for p in procs]
+    assert [p.returncode for p in procs] == [0] * 6, errors
+    store = EvaluationStore(path, fingerprint=fingerprint({"a": 1}))
+    assert all(store.step(f"open|{i}") == {"ok": True} for i in range(6))
+
+
+def test_a_lock_refusal_is_retried_and_other_errors_are_not():
+    from ole.sqlite_open import retry_locked
+    answers = iter([sqlite3.OperationalError("database is locked")] * 2 + ["ok"])
+
+    def statement():
+        a = next(answers)
+        if isinstance(a, Exception):
+            raise a
+        return a
+    assert retry_locked(statement) == "ok"
+    with pytest.raises(sqlite3.OperationalError, match="no such table"):
+        retry_locked(lambda: (_ for _ in ()).throw(sqlite3.OperationalError("no such table: x")))
+    with pytest.raises(sqlite3.OperationalError, match="locked"):
+        retry_locked(lambda: (_ for _ in ()).throw(sqlite3.OperationalError("database is locked")), timeout_s=0.05)
