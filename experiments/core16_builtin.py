@@ -154,7 +154,7 @@ def made_with(args: argparse.Namespace) -> list[str]:
     """The command lines of the table: this invocation when it reuses the seed's rows (one command
     makes the whole table), else the seed sweep's batches."""
     if args.reuse and not args.render_only:
-        return ["    nice -n 5 " + shlex.join(["python", "experiments/core16_builtin.py", *sys.argv[1:]]), "",
+        return ["    " + shlex.join(["python", "experiments/core16_builtin.py", *sys.argv[1:]]), "",
                 f"Rows of envs routed to `{args.reuse_ref}` are reused from `{args.reuse}` (same bundle, task and "
                 f"agent seed: the same run); the envs named by `--no-reuse` were run again as a check that they are. `--root` is "
                 f"the registry a fresh evolution released into (`experiments/evolved_vs_initial.py`'s "
