@@ -359,6 +359,7 @@ class Judge:
         if batch is not None and batch.episodes:
             eps = batch.episodes
             t0 = time.monotonic()
+            Formatter.share([made for _, made in pending])
             unwritten = set()
             for i, (rel, made) in enumerate(pending):
                 names, ok = _episode_written(made, tree.tmp / rel)

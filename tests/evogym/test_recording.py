@@ -66,18 +66,54 @@ def test_empty_episode_files():
     assert externalize([]) is None and externalize({}) is None
 
 
-def test_formatter_writes_what_inline_formatting_makes(tmp_path):
+@pytest.fixture
+def helper_allowed(monkeypatch):
+    """The helper process formats on any machine (CI has two cores, below `min_cores`)."""
+    monkeypatch.setattr(Formatter, "min_cores", 1)
+
+
+@pytest.mark.parametrize("cores", ["helper", "in_process"])
+def test_formatter_writes_what_inline_formatting_makes(tmp_path, monkeypatch, cores):
+    """With a spare core the helper makes the files while the caller goes on; without one they are
+    made when asked for; both write exactly what `episode_files` makes."""
+    monkeypatch.setattr(Formatter, "min_cores", 1 if cores == "helper" else 10_000)
     rec = EpisodeRecorder(600)
     for t in range(600):
         rec.add(np.full(3, t * 0.1, np.float32), t % 3, -1.0, False, t == 599, {"x": np.float64(t)}, t == 5)
     data = EpisodeData(rec.obs.values(), rec.steps, "o", "e", [])
-    names = Formatter.submit(data, tmp_path / "ep").result()
+    pending = Formatter.submit(data, tmp_path / "ep")
+    assert (pending.future is not None) == (cores == "helper")
+    if cores == "in_process":
+        assert not (tmp_path / "ep").exists()  # nothing runs beside the caller's stepping
+    names = pending.result()
     want = episode_files(data)
     assert sorted(names) == sorted(want) and {n: (tmp_path / "ep" / n).read_bytes() for n in names} == want
 
 
-def test_formatter_does_not_recreate_an_aborted_tree(tmp_path):
+def test_formatter_does_not_recreate_an_aborted_tree(tmp_path, helper_allowed):
     data = EpisodeData(np.zeros((1, 2)), [(0, 0.0, True, False, {}, False)])
     with pytest.raises(OSError):
         Formatter.submit(data, tmp_path / "gone" / "ep").result()
     assert not (tmp_path / "gone").exists()
+
+
+def test_files_made_after_the_episodes_are_shared_with_the_helper(tmp_path, monkeypatch):
+    """Below `min_cores` nothing is made beside the stepping; `share` then hands every second
+    episode to the helper and the caller makes the rest: the same files either way."""
+    monkeypatch.setattr(Formatter, "min_cores", 10_000)
+    monkeypatch.setattr("os.sched_getaffinity", lambda pid: {0, 1})
+    datas = []
+    for k in range(5):
+        rec = EpisodeRecorder(50)
+        for t in range(20 + k):
+            rec.add(np.full(2, t + k, np.float64), [t * 0.5], 1.0, False, False, {}, False)
+        datas.append(EpisodeData(rec.obs.values(), rec.steps, f"out{k}", "", []))
+    pending = [Formatter.submit(d, tmp_path / f"ep{k}") for k, d in enumerate(datas)]
+    assert all(p.future is None for p in pending)
+    Formatter.share(pending)
+    assert [p.future is not None for p in pending] == [False, True, False, True, False]
+    for k, p in enumerate(pending):
+        want = episode_files(datas[k])
+        names = p.result()
+        assert sorted(names) == sorted(want)
+        assert {n: (tmp_path / f"ep{k}" / n).read_bytes() for n in names} == want
