@@ -304,7 +304,7 @@ class Formatter:
         return PendingFiles(data, directory, None)
 
     @classmethod
-    def share(cls, pending: list["PendingFiles"]) -> None:
+    def share(cls, pending: list[PendingFiles]) -> None:
         """Once the episodes are over: hand every second file set still to be made to the helper,
         so it and the caller (asking for the rest in order) make them side by side. Where the
         stepping left no core for the helper (below `min_cores`) the files wait for this; with
