@@ -269,7 +269,8 @@ class Formatter:
 
     @classmethod
     def parallel(cls) -> bool:
-        return len(os.sched_getaffinity(0)) >= cls.min_cores
+        """Whether files are made beside the stepping (see `min_cores`)."""
+        return _cores() >= cls.min_cores
 
     _warming: Future | None = None
 
@@ -277,7 +278,7 @@ class Formatter:
     def prewarm(cls) -> None:
         """Start the helper now (in the background) so the first submit does not wait for it
         (with two cores it is there for `share`)."""
-        if len(os.sched_getaffinity(0)) > 1:
+        if _cores() > 1:
             cls._warming = cls._executor().submit(cls._warm)
 
     @classmethod
@@ -309,7 +310,7 @@ class Formatter:
         so it and the caller (asking for the rest in order) make them side by side. Where the
         stepping left no core for the helper (below `min_cores`) the files wait for this; with
         one core there is nobody to share with."""
-        if len(os.sched_getaffinity(0)) < 2:
+        if _cores() < 2:
             return
         deferred = [p for p in pending if p.future is None and p.data.steps]
         for p in deferred[1::2]:
@@ -374,6 +375,11 @@ class PendingFiles:
             except CancelledError:  # the formatter thread was shut down (interpreter exit)
                 pass
         return _write_episode(self.data, self.directory)
+
+
+def _cores() -> int:
+    """Cores this process may run on."""
+    return len(os.sched_getaffinity(0))
 
 
 def _write_episode(data: EpisodeData, directory: Path) -> list[str]:

@@ -38,7 +38,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ole import scopes
+from ole import scopes, sqlite_open
 from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bundle, Provenance, TaskContext,
                         bundle_from_data, check_hash,
                         dump_bundle_yaml, format_ref, load_bundle_yaml, parse_ref, parse_scope, validate_data)
@@ -47,7 +47,6 @@ from ole.coverage import evidence_line
 from ole.fsck import FsckReport, check
 from ole.registry_state import State, derive_state, is_staged
 from ole.scopes import ScopeChampion, Selection
-from ole.sqlite_open import BUSY_TIMEOUT_S, retry_locked
 
 REGISTRY_DIR = ".registry"
 DB_FILE = "registry.sqlite3"
@@ -59,7 +58,6 @@ ROOT_ENV = "OLE_ROOT"
 DEFAULT_CHANNEL = "default"
 DEFAULT_BUNDLE = "coder"
 """Seed registered first, hence the champion of every channel until a release activates."""
-"""How long a writer waits for the lock; 8 concurrent writers on 2 cores need well under 1 s."""
 MAX_PAYLOAD_BYTES = 1 << 20
 """Largest JSON payload of one event (evaluations carry per-pair values)."""
 CRASH_ENV = "OLE_CRASH_AT"
@@ -211,9 +209,7 @@ class Registry:
     def _open_read_write(self) -> None:
         try:
             self.blobs.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite3.connect(self.home / DB_FILE, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            retry_locked(lambda: self._db.execute("PRAGMA journal_mode=WAL"))
-            self._db.execute("PRAGMA synchronous=FULL")
+            self._db = sqlite_open.connect(self.home / DB_FILE)
             with self._write("schema"):
                 for statement in _SCHEMA.split(";\n"):
                     if statement.strip():

@@ -36,7 +36,6 @@ from ole.errors import Conflict, StorageError
 from ole.paired import RunResult
 from ole.trace import utc_now
 
-"""How long a writer waits for the database lock."""
 UNBOUND = "unbound"
 """Fingerprint recorded with steps of a store opened without one (tests, one-off tools)."""
 SHOWN_DIFFERENCES = 4
