@@ -21,6 +21,12 @@ from pathlib import Path
 
 from evogym.sandbox.cgroup import cgroup_support
 
+ISOLATIONS = ("bwrap", "none")
+"""The sandbox modes a host can run policies under: bubblewrap, or a plain subprocess."""
+
+DEFAULT_ISOLATION = "bwrap"
+"""The mode every entry point uses unless told otherwise."""
+
 POLICY_PACKAGES = ("numpy", "numpy.libs", "scipy", "scipy.libs")
 """Directories of the venv's site-packages a policy may import (plus the stdlib)."""
 
