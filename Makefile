@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
 
-.PHONY: install chromium test test-browser test-all evolve bench smoke clean
+.PHONY: install chromium lint typecheck test test-browser test-all evolve bench smoke clean
 
 install: $(STAMP)
 
@@ -18,6 +18,13 @@ $(STAMP): pyproject.toml constraints.txt
 	$(BIN)/python -m pip install -q --upgrade pip
 	$(BIN)/python -m pip install -q -c constraints.txt -e ".[llm,dev]"
 	@touch $(STAMP)
+
+# The rule set and the mypy settings live in pyproject.toml ([tool.ruff], [tool.mypy]).
+lint: install
+	$(BIN)/python -m ruff check ole evogym tests experiments
+
+typecheck: install
+	$(BIN)/python -m mypy
 
 test: install
 	$(BIN)/python -m pytest -q
