@@ -157,7 +157,7 @@ def _mean(batch: BatchResult) -> float | None:
 
 def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     """Score the run; returns the run.json document (also written to disk)."""
-    run, config, judge = host.run, host.config, host.judge
+    run, config = host.run, host.config
     flush_syncs()  # every feedback file is on disk before the run is scored
     named = host.named_candidates
     cands = shortlist(candidates(run), named, config.max_candidates)

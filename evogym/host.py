@@ -193,7 +193,7 @@ class Host:
             doc = finalize(self, progress=lambda line: self.run.event("finalize.progress", message=line))
             self.finalization = {"status": "done", "reason": self.finalization.get("reason")}
             self.run.event("run.close", status=doc["outcome"]["status"])
-        except Exception as exc:  # a host fault: record it, never leave the run unscored silently
+        except Exception as exc:  # noqa: BLE001 - a host fault: recorded, never unscored
             self.finalization = {"status": "error", "message": f"{type(exc).__name__}: {exc}"}
             self.run.event("run.close.error", error=f"{type(exc).__name__}: {exc}")
             error_doc(self, f"finalization failed: {type(exc).__name__}: {exc}")

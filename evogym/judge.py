@@ -314,7 +314,7 @@ class Judge:
         try:
             summary, status, timing = self._fill_tree(tree, index, ckpt, instances, cost, first, started,
                                                       started_at)
-        except Exception as exc:  # a host fault (disk, sandbox start-up): recorded and refunded, never lost
+        except Exception as exc:  # noqa: BLE001 - a host fault (disk, sandbox start-up): refunded
             tree.abort()
             return self._refund(index, cost, instances, started, started_at, exc)
         except BaseException:

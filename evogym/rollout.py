@@ -168,7 +168,7 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
         proc.begin_episode(sess.job.limits.episode_wall_s)
         try:
             obs, _ = envs.reset_episode(env, seed)
-        except Exception as exc:  # env fault on reset: recorded like the reference's reset_error
+        except Exception as exc:  # noqa: BLE001 - env fault on reset: reset_error
             _fail(ep, "reset_error", f"environment reset failed: {type(exc).__name__}: {exc}")
             return ep
         res = proc.reset(index)
@@ -225,7 +225,7 @@ def _run_steps(sess: _Session, env, obs, ep: EpisodeResult, steps: int) -> None:
                 action, invalid = raw, False
             try:
                 nxt, reward, term, trunc, info = step(action)
-            except Exception as exc:
+            except Exception as exc:  # noqa: BLE001 - env fault on step: env_error
                 _fail(ep, "env_error", f"environment step failed: {type(exc).__name__}: {exc}")
                 return
             reward = float(reward)

@@ -75,7 +75,7 @@ def _smoke_one(slug: str, workdir: Path, isolation: str) -> dict:
         ok = status == 200 and body["status"] == "ok" and (s.get("episode_lengths") or [0])[0] > 0
         return {"env": slug, "ok": ok, "status": body.get("status"), "steps": (s.get("episode_lengths") or [0])[0],
                 "seconds": round(time.monotonic() - t0, 2)}
-    except Exception as exc:  # report every env, never stop at the first failure
+    except Exception as exc:  # noqa: BLE001 - report every env, never stop at the first failure
         return {"env": slug, "ok": False, "status": f"{type(exc).__name__}: {exc}", "steps": 0,
                 "seconds": round(time.monotonic() - t0, 2)}
     finally:

@@ -236,7 +236,7 @@ class Spare:
                 closed = self._closed
             result = None if closed else proc.prepare(predict_preload(source) if self.preload else ())
             failure = None if result is None or result.ok else f"{result.category}: {result.message}"
-        except Exception as exc:  # a host fault (no bwrap, cgroup, fork): the cold start reports it
+        except Exception as exc:  # noqa: BLE001 - a host fault: the cold start reports it
             failure = f"{type(exc).__name__}: {exc}"
         finally:
             with self._lock:

@@ -88,7 +88,7 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(args, str(exc), exc.exit_code, type(exc).__name__)
     except KeyboardInterrupt:
         return _fail(args, "interrupted", 130, "KeyboardInterrupt")
-    except Exception as exc:  # a bug or host fault: still one line unless --debug
+    except Exception as exc:  # noqa: BLE001 - a bug or host fault: still one line unless --debug
         return _fail(args, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)", 1,
                      type(exc).__name__)
     emit(args, output)

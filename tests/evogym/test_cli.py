@@ -9,7 +9,6 @@ import time
 import urllib.request
 from pathlib import Path
 
-import pytest
 
 EVOGYM = [sys.executable, "-m", "evogym.cli"]
 AGENT = r'''

@@ -6,7 +6,6 @@ import re
 import socket
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 

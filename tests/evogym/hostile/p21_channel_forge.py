@@ -5,7 +5,6 @@ the wake pipe, and try to shrink the memory under the host (a SIGBUS there would
 the trusted process)."""
 import mmap
 import os
-import struct
 import threading
 import time
 
