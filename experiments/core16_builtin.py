@@ -85,7 +85,7 @@ def curve(trace) -> list[list[float]]:
 def routed_to(args: argparse.Namespace, env: str, budget: int | None):
     """The selection a task boundary would make for this env's task (nothing activated)."""
     from ole.registry import Registry
-    from ole.scopes import context_for
+    from ole.registry.scopes import context_for
     cond = RunCondition(host="builtin", seed=args.seed)
     with Registry(args.root) as reg:
         return reg.select("default", context_for(TaskSpec(env=env, profile=args.profile, budget=budget), cond),

@@ -44,7 +44,7 @@ from ole.bundle import TaskContext  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
-from ole.lineage import Lineage  # noqa: E402
+from ole.registry.lineage import Lineage  # noqa: E402
 from ole.paired import PairedEvaluation, env_family, make_pair  # noqa: E402
 from ole.registry import Registry  # noqa: E402
 from ole.trace import RunCondition, TaskSpec  # noqa: E402

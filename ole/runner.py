@@ -32,7 +32,8 @@ from ole.agents.client import Credential, HostClient, HostError, forget_credenti
 from ole.bundle import Bundle, TaskContext, parse_ref
 from ole.errors import OleError
 from ole.registry import DEFAULT_CHANNEL, Registry
-from ole.scopes import Selection, context_for, explicit
+from ole.registry.records import Selection
+from ole.registry.scopes import context_for, explicit
 from ole.trace import (Iteration, Outcome, RunCondition, SelectionRecord, TaskContract, TaskSpec, Trace,
                        TraceArchive, run_json_digest, utc_now)
 

@@ -120,7 +120,7 @@ def work(args: argparse.Namespace) -> Output:
     from ole.agents.base import AgentContext
     from ole.agents.client import SESSION_SCHEME, HostClient
     from ole.runner import options_for, resolve_bundle, work_agent
-    from ole.scopes import task_context
+    from ole.registry.scopes import task_context
     if args.force and not args.bundle:
         raise ValidationError("--force only applies to an explicit --bundle",
                               hint="without --bundle the registry picks a bundle whose scope matches the task")

@@ -163,7 +163,7 @@ def list_bundles(args: argparse.Namespace) -> Output:
     with open_registry(args) as registry:
         names = [args.name] if args.name else registry.names()
         entries = [e for name in names for e in registry.versions(name, skip_damaged=True)]
-        damaged = {ref: why for ref, why in registry.damaged().items() if ref.rsplit("@", 1)[0] in names}
+        damaged = {ref: why for ref, why in registry.damaged().items() if parse_ref(ref)[0] in names}
     data = [{"ref": e.ref, "status": e.status, "parents": list(e.bundle.provenance.parents),
              "external_parents": list(e.bundle.provenance.external_parents),
              "edge": e.bundle.provenance.edge, "scope": e.bundle.applicability.scope_key,

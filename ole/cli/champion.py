@@ -16,7 +16,7 @@ import argparse
 from ole.bundle import GENERAL_SCOPE, parse_scope
 from ole.cli.common import Output, leaf, noun, open_registry, parse_time, table
 from ole.errors import NotFound, OleError, ValidationError
-from ole.lineage import Lineage
+from ole.registry.lineage import Lineage
 from ole.registry import DEFAULT_CHANNEL
 
 
@@ -82,7 +82,7 @@ def show(args: argparse.Namespace) -> Output:
                 raise ValidationError(f"--{flag} describes a task and needs --env",
                                       hint="e.g. ole champion show --env gym/acrobot --budget 32")
         return _show_channel(args)
-    from ole.scopes import context_for
+    from ole.registry.scopes import context_for
     from ole.trace import RunCondition, TaskSpec
     ctx = context_for(TaskSpec(env=args.env, profile=args.profile, budget=args.budget),
                       RunCondition(host=args.host, model=args.model))
@@ -132,11 +132,10 @@ def _show_channel(args: argparse.Namespace) -> Output:
 
 def history(args: argparse.Namespace) -> Output:
     """Champion tenures of a channel, plus every release/rollback/activation recorded on it."""
-    from ole.registry_state import event_scope
     with open_registry(args) as registry:
         registry.require_channel(args.channel)
         lineage = Lineage.from_registry(registry)
-        events = [e for e in registry.events(channel=args.channel) if event_scope(e) == args.scope]
+        events = [e for e in registry.events(channel=args.channel) if e.scope == args.scope]
     where = args.channel + ("" if args.scope == GENERAL_SCOPE else f" scope {args.scope}")
     if args.at:
         tenure = lineage.champion_at(parse_time(args.at), args.channel, args.scope)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 from ole.cli.common import Output, leaf, noun, open_registry
 from ole.errors import ValidationError
-from ole.lineage import FORMATS, Lineage
+from ole.registry.lineage import FORMATS, Lineage
 
 
 def register(subparsers) -> None:

@@ -31,7 +31,7 @@ def register(subparsers) -> None:
 
 def fsck(args: argparse.Namespace) -> Output:
     """Exit 0 when clean, 1 when problems remain."""
-    from ole.fsck import with_traces
+    from ole.registry.fsck import with_traces
     from ole.trace import TraceArchive
     dirs = [Path(d) for d in args.traces_dir] if args.traces_dir else [Path(DEFAULT_TRACES)]
     for d in dirs if args.traces_dir else ():

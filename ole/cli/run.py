@@ -74,7 +74,7 @@ def _check_scopes(args: argparse.Namespace, envs: list[str], condition: RunCondi
     """Before any run starts: an explicit --bundle must apply to every task (unless --force),
     and the channel must exist; --force without --bundle would do nothing."""
     from ole.cli.common import open_registry
-    from ole.scopes import context_for, explicit
+    from ole.registry.scopes import context_for, explicit
     if args.force and not args.bundle:
         raise ValidationError("--force only applies to an explicit --bundle",
                               hint="without --bundle the registry picks a bundle whose scope matches the task")

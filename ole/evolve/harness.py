@@ -87,7 +87,7 @@ def finalized_run_json(client: HostClient, workspace: Path) -> tuple[Path, dict,
 def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: RunCondition, log_dir: Path,
               progress: Callable[[str], None] = lambda line: None) -> Trace:
     """Work the harness's task as one stream task: boundary, agent, verified trace, tell. Returns the trace."""
-    from ole.scopes import task_context
+    from ole.registry.scopes import task_context
     client = HostClient(url)
     info = client.info()
     ctx = task_context(info["env_meta"]["env"], condition.host, int(info["episode_budget"]), condition.model)

@@ -304,7 +304,7 @@ class OfflineEvolution:
         derived from (and searched against) the general champion says nothing about beating it,
         so such envs are left out of this run's scopes (evolve that scope's champion instead).
         """
-        from ole.scopes import context_for
+        from ole.registry.scopes import context_for
         out = {}
         for env in envs:
             for budget in self.cfg.gate_budgets:

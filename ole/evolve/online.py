@@ -45,7 +45,7 @@ from ole.bundle import GENERAL_SCOPE, Bundle, TaskContext
 from ole.errors import ValidationError
 from ole.evolve import Engine, EvolveConfig, scoping
 from ole.evolve.ablate import ablate
-from ole.evolve.lease import Lease
+from ole.registry.lease import Lease
 from ole.gate import GateDecision
 from ole.paired import (
     Instance,
@@ -187,7 +187,7 @@ class OnlineEvolution:
         harness task, whose `ctx` says what the task is) only the bundle is fixed and the
         harness's own task is worked.
         """
-        from ole.scopes import context_for
+        from ole.registry.scopes import context_for
         if self.in_flight is not None:
             raise RuntimeError(f"task {self.in_flight.index} is still in flight; tell() its trace first")
         index = self.index
@@ -218,7 +218,7 @@ class OnlineEvolution:
     def _canary_for(self, ctx: TaskContext):
         """The `stage` event of the most specific canary on the channel whose scope admits the task."""
         from ole.bundle import parse_scope
-        from ole.scopes import rank
+        from ole.registry.scopes import rank
         running = self.e.registry.canaries(self.e.channel)
         matching = [s for s in running if parse_scope(s).matches_task(ctx)]
         return running[rank(matching)[0]] if matching else None

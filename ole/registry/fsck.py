@@ -1,9 +1,10 @@
 """Registry check and repair (`ole fsck`): hashes, lineage DAG, pointers, scopes, orphans.
 
-Runs inside the registry's write lock, so every temp file or unreferenced blob it sees
-belongs to a writer that died before its commit (reliability.md C1) and is swept. A
-blob whose bytes no longer hash to its name is moved to `quarantine/` and reported,
-never served again (C6); only that version is degraded, and `Registry.restore_blob`
+Runs inside the journal's write lock, so every temp file or unreferenced blob it sees
+belongs to a writer that died before its commit (a live writer holds that lock from its
+first blob byte to its commit) and is swept. A blob whose bytes no longer hash to its name
+is moved to `quarantine/` and reported, never served again (a damaged file is kept for
+inspection, not deleted); only that version is degraded, and `Registry.restore_blob`
 (`ole fsck --restore FILE`) puts back a byte-exact copy. Root `*.yaml` files that were
 skipped or edited after registration are problems too. The trace archive is checked beside
 the registry (`check_traces`): a trace file that does not load is a problem, and is moved
@@ -13,91 +14,75 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Callable, Sequence
+from pathlib import Path
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict
 
-from ole.bundle import GENERAL_SCOPE, format_ref, load_bundle_yaml, parse_scope
+from ole.bundle import GENERAL_SCOPE, Bundle, format_ref, load_bundle_yaml, parse_scope
 from ole.errors import OleError
+from ole.registry.journal import Journal
+from ole.registry.records import DEFAULT_CHANNEL, EVENT_KINDS, POINTER_KINDS, Event, FsckReport, IndexRow, Key
+from ole.registry.scopes import check_specialization, family_of
+from ole.registry.state import State, derive_state
+from ole.trace import TraceArchive
 
 RECOVERY = ("only this version is affected; restore its blob from a backup with `ole fsck --restore FILE`, "
             "or release/roll back to another version (docs/registry.md, A damaged blob)")
-EVENT_KINDS = ("registration", "evaluation", "gate_decision", "release", "activation", "rollback", "stage")
 
 
-class FsckReport(BaseModel):
-    """Outcome of one registry check."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    ok: bool
-    """True when no problem was found (swept orphans are repairs, not problems)."""
-    problems: tuple[str, ...]
-    """One line per inconsistency that needs attention."""
-    swept: tuple[str, ...]
-    """Orphan temp files and unreferenced blobs removed (relative paths)."""
-    quarantined: tuple[str, ...]
-    """Corrupt blobs moved to quarantine (relative paths)."""
-    bundles: int
-    """Registered versions checked."""
-    events: int
-    """Events checked."""
-    channels: dict[str, str]
-    """Champion `NAME@VERSION` per channel after the check."""
-    scopes: dict[str, dict[str, str]] = {}
-    """Scope champions (scope key -> `NAME@VERSION`) per channel that has any, `general` left out."""
-    traces: int = 0
-    """Trace files checked in the trace archive (0 when no archive was checked)."""
-
-
-def check(registry, *, repair: bool, traces=()) -> FsckReport:
-    """Check `registry` (called with its write lock held); with `traces`, the trace ids events name."""
+def check(journal: Journal, *, repair: bool, traces: Sequence[str | Path] = (),
+          seed_problems: Sequence[str] = ()) -> FsckReport:
+    """Check `journal` (called with its write lock held, or read-only without `repair`); with
+    `traces`, the trace ids events name. `seed_problems` (the root's skipped or edited seed files,
+    which only the registry knows) are reported with the rest."""
     problems: list[str] = []
     quarantined: list[str] = []
-    db = registry._db
-    verdict = db.execute("PRAGMA integrity_check").fetchone()[0]
+    verdict = journal.integrity_check()
     if verdict != "ok":
         problems.append(f"sqlite integrity_check: {verdict}")
-    rows = db.execute("SELECT name, version, content_hash, blob_hash, registered_seq FROM bundles").fetchall()
+    rows = journal.rows()
     for row in rows:
-        problems.extend(_check_blob(registry, row, quarantined, repair))
-    events = registry.events()
+        problems.extend(_check_blob(journal, row, quarantined, repair))
+    events = journal.events()
     problems.extend(_check_events(events, rows))
     problems.extend(_check_lineage(events))
-    state = registry.state()
+    state = derive_state(events, DEFAULT_CHANNEL)
     channels = {}
-    known = {(r[0], r[1]) for r in rows}
+    known = {(r.name, r.version) for r in rows}
     for channel in state.channels():
         key = state.champion(channel)
         if key is not None:
             channels[channel] = format_ref(*key)
             if key not in known:
                 problems.append(f"channel `{channel}` points at unregistered {format_ref(*key)}")
-    scoped, scope_problems = _check_scopes(registry, events, state, known)
+    scoped, scope_problems = _check_scopes(journal, events, state, known)
     problems.extend(scope_problems)
-    problems.extend(registry.seed_problems())
+    problems.extend(seed_problems)
     if traces:
         problems.extend(_check_trace_ids(events, traces))
-    referenced = {r[3] for r in rows}
-    swept = _sweep(registry, referenced, repair)
+    swept = _sweep(journal, {r.blob_hash for r in rows}, repair)
     return FsckReport(ok=not problems, problems=tuple(problems), swept=tuple(swept),
                       quarantined=tuple(quarantined), bundles=len(rows), events=len(events), channels=channels,
                       scopes=scoped)
 
 
-def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, dict[str, str]], list[str]]:
+def _check_scopes(journal: Journal, events: list[Event], state: State,
+                  known: set[Key]) -> tuple[dict[str, dict[str, str]], list[str]]:
     """Scope keys of events are canonical; every specialisation is strictly narrower than its parent;
     every scope pointer and pending target names a registered version whose applicability admits
     that scope (a release bounded by its evidence is narrower than the bundle's own applicability).
     Returns the scope champions per channel and the problems."""
-    scope_of: dict[tuple[str, int], str | None] = {}
+    scope_of: dict[Key, str | None] = {}
 
-    def bundle(key: tuple[str, int]):
+    def bundle(key: Key) -> Bundle | None:
+        row = journal.row(key)
         try:
-            return registry.get(format_ref(*key), state=state).bundle
+            return load_bundle_yaml(journal.read_blob(row).decode()) if row else None
         except OleError:  # a missing or corrupt blob is reported by the blob check
             return None
 
-    def version_scope(key: tuple[str, int]) -> str | None:
+    def version_scope(key: Key) -> str | None:
         if key not in scope_of:
             found = bundle(key)
             scope_of[key] = found.applicability.scope_key if found else None
@@ -105,8 +90,7 @@ def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, 
 
     problems = [p for e in events for p in _check_scope_event(e, known, bundle, version_scope)]
     # a release bounded by its evidence puts a version in a scope narrower than its own applicability
-    placed = {((e.name, e.version), e.payload.get("scope") or GENERAL_SCOPE) for e in events
-              if e.kind in ("release", "rollback") and not e.payload.get("clear")}
+    placed = {(e.key, e.scope) for e in events if e.kind in ("release", "rollback") and not e.payload.get("clear")}
     scoped: dict[str, dict[str, str]] = {}
     for channel, scope in sorted({*state.pointers, *state.pending}):
         if scope == GENERAL_SCOPE:
@@ -131,23 +115,22 @@ def _check_scopes(registry, events: list, state, known: set) -> tuple[dict[str, 
 def _admits(own: str, scope: str) -> bool:
     """Whether a version whose applicability is `own` may serve `scope` (a malformed key is reported
     by the event check, not here)."""
-    from ole.scopes import family_of
     try:
         return parse_scope(scope).within(parse_scope(own), family_of=family_of)
     except OleError:
         return True
 
 
-def _check_scope_event(event, known: set, bundle, version_scope) -> list[str]:
-    from ole.scopes import check_specialization
-    if event.kind in ("release", "rollback", "activation", "stage") and "scope" in event.payload:
+def _check_scope_event(event: Event, known: set[Key], bundle: Callable[[Key], Bundle | None],
+                       version_scope: Callable[[Key], str | None]) -> list[str]:
+    if event.kind in POINTER_KINDS and "scope" in event.payload:
         scope = event.payload["scope"]
         try:
             canonical = parse_scope(scope).scope_key if isinstance(scope, str) else None
         except OleError:
             canonical = None
         return [] if canonical == scope else [f"event {event.seq} ({event.kind}) names a malformed scope {scope!r}"]
-    key = (event.name, event.version)
+    key = event.key
     if event.kind != "registration" or key not in known:
         return []
     recorded, problems = event.payload.get("scope"), []
@@ -164,11 +147,11 @@ def _check_scope_event(event, known: set, bundle, version_scope) -> list[str]:
     return problems
 
 
-def named_trace_ids(event) -> list[str]:
+def named_trace_ids(event: Event) -> list[str]:
     """Trace ids an event names as its evidence: both runs of every gate pair, an evaluation's
     challenger runs, a monitor pair's run and control run."""
     p = event.payload
-    out: list[str] = []
+    out: list[object] = []
     if event.kind == "gate_decision":
         for pair in p.get("pairs") or ():
             out += [(pair.get(side) or {}).get("trace_id") for side in ("champion", "challenger")]
@@ -178,9 +161,8 @@ def named_trace_ids(event) -> list[str]:
     return [t for t in out if isinstance(t, str) and t]
 
 
-def _check_trace_ids(events: list, roots) -> list[str]:
+def _check_trace_ids(events: list[Event], roots: Sequence[str | Path]) -> list[str]:
     """Every trace id an event names exists in one of the trace archives `roots`."""
-    from pathlib import Path
     present = {f.stem for root in roots if Path(root).is_dir() for f in Path(root).glob("*.json")}
     problems = []
     for e in events:
@@ -192,17 +174,17 @@ def _check_trace_ids(events: list, roots) -> list[str]:
     return problems
 
 
-def _check_blob(registry, row: tuple, quarantined: list[str], repair: bool) -> list[str]:
+def _check_blob(journal: Journal, row: IndexRow, quarantined: list[str], repair: bool) -> list[str]:
     name, version, content_hash, blob_hash, _ = row
     ref = format_ref(name, version)
-    path = registry.blob_path(blob_hash)
+    path = journal.blob_path(blob_hash)
     if not path.is_file():
         return [f"{ref}: blob {blob_hash[:12]}… is missing; {RECOVERY}"]
     data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != blob_hash:
         if repair:
-            moved = registry._quarantine(path)
-            quarantined.append(str(moved.relative_to(registry.home)))
+            moved = journal.quarantine(path)
+            quarantined.append(str(moved.relative_to(journal.home)))
         return [f"{ref}: blob {blob_hash[:12]}… fails its hash check" + (" (quarantined)" if repair else "")
                 + f"; {RECOVERY}"]
     try:
@@ -214,10 +196,10 @@ def _check_blob(registry, row: tuple, quarantined: list[str], repair: bool) -> l
     return []
 
 
-def _check_events(events: list, rows: list) -> list[str]:
+def _check_events(events: list[Event], rows: list[IndexRow]) -> list[str]:
     problems = []
     registrations = {e.seq: e for e in events if e.kind == "registration"}
-    known = {(r[0], r[1]) for r in rows}
+    known = {(r.name, r.version) for r in rows}
     if len(registrations) != len(rows):
         problems.append(f"{len(registrations)} registration events for {len(rows)} registered versions")
     for name, version, content_hash, _, seq in rows:
@@ -234,13 +216,13 @@ def _check_events(events: list, rows: list) -> list[str]:
             problems.append(f"event {event.seq}: unknown kind {event.kind!r}")
         if (event.name, event.version) not in known:
             problems.append(f"event {event.seq} ({event.kind}) names unregistered {event.ref}")
-        if event.kind in ("release", "rollback", "activation", "stage") and not event.channel:
+        if event.kind in POINTER_KINDS and not event.channel:
             problems.append(f"event {event.seq} ({event.kind}) has no channel")
         json.dumps(event.payload)
     return problems
 
 
-def _check_lineage(events: list) -> list[str]:
+def _check_lineage(events: list[Event]) -> list[str]:
     graph = nx.DiGraph()
     problems = []
     for event in events:
@@ -258,20 +240,20 @@ def _check_lineage(events: list) -> list[str]:
     return problems
 
 
-def _sweep(registry, referenced: set[str], repair: bool) -> list[str]:
+def _sweep(journal: Journal, referenced: set[str], repair: bool) -> list[str]:
     swept = []
-    for path in sorted(registry.blobs.rglob("*")):
+    for path in sorted(journal.blobs.rglob("*")):
         if path.is_dir():
             continue
         orphan = path.name.startswith(".tmp-") or (path.suffix == ".yaml" and path.stem not in referenced)
         if orphan:
-            swept.append(str(path.relative_to(registry.home)))
+            swept.append(str(path.relative_to(journal.home)))
             if repair:
                 path.unlink()
     return swept
 
 
-def check_traces(archive, *, repair: bool) -> tuple[list[str], list[str], int]:
+def check_traces(archive: TraceArchive, *, repair: bool) -> tuple[list[str], list[str], int]:
     """Trace files of `archive` (`ole.trace.TraceArchive`) that do not load: the problems, the files
     moved to quarantine (on repair), and how many files were checked."""
     problems, quarantined = [], []
@@ -283,7 +265,7 @@ def check_traces(archive, *, repair: bool) -> tuple[list[str], list[str], int]:
     return problems, quarantined, len(archive.ids()) + len(quarantined)
 
 
-def with_traces(report: FsckReport, archive, *, repair: bool) -> FsckReport:
+def with_traces(report: FsckReport, archive: TraceArchive, *, repair: bool) -> FsckReport:
     """`report` with the trace archive's problems and quarantined files added."""
     problems, quarantined, count = check_traces(archive, repair=repair)
     return report.model_copy(update={"ok": report.ok and not problems, "problems": report.problems + tuple(problems),

@@ -5,18 +5,22 @@ together would both propose, evaluate and gate). The round holder takes the leas
 `BEGIN IMMEDIATE` transaction on the registry's SQLite file, so acquisition is serialized by
 SQLite's write lock; a heartbeat thread renews it while the round runs. A holder that dies
 (kill -9, a harness timeout) stops renewing and its lease expires after `LEASE_TTL_S` (at once
-when the holder was a process of this host that no longer exists), so the next process takes over; the work it finished is in the evaluation store and is not repeated.
-The `leases` table holds only this mutable state — the registry's events stay append-only.
+when the holder was a process of this host that no longer exists), so the next process takes
+over; the work it finished is in the evaluation store and is not repeated. The `leases` table
+(part of the journal's schema, `ole.registry.journal`) holds only this mutable state — the
+registry's events stay append-only.
 """
 from __future__ import annotations
 
-import sqlite3
+import os
+import socket
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
 
-from ole.errors import Conflict, StorageError
-from ole.sqlite_open import BUSY_TIMEOUT_S, retry_locked
+from ole.errors import Conflict
+from ole.registry.journal import connect_leases
 
 LEASE_TTL_S = 120.0
 """A lease not renewed for this long is free (the holder died); renewals come every TTL/4."""
@@ -25,14 +29,10 @@ LEASE_WAIT_S = 7200.0
 POLL_S = 0.5
 """How often a waiting process retries."""
 
-_SCHEMA = "CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, expires_at REAL NOT NULL)"
-
 
 def _dead_here(holder: str) -> bool:
     """True when `holder` (`host:pid:tag`, see `ole.evolve.online.holder_id`) is a process of this
     host that no longer exists: its lease is stale now, not only after the TTL."""
-    import os
-    import socket
     host, _, rest = holder.partition(":")
     pid = rest.partition(":")[0]
     if host != socket.gethostname() or not pid.isdigit():
@@ -54,24 +54,15 @@ class Lease:
     """`with Lease(db, name, holder): ...` holds `name` for the block (waiting for it first)."""
 
     def __init__(self, db_path: Path | str, name: str, holder: str, *, ttl_s: float = LEASE_TTL_S,
-                 wait_s: float = LEASE_WAIT_S, on_wait=lambda holder: None) -> None:
+                 wait_s: float = LEASE_WAIT_S, on_wait: Callable[[str], object] = lambda holder: None) -> None:
         self.db_path, self.name, self.holder = Path(db_path), name, holder
         self.ttl_s, self.wait_s, self.on_wait = ttl_s, wait_s, on_wait
         self._stop = threading.Event()
         self._beat: threading.Thread | None = None
 
-    def _connect(self) -> sqlite3.Connection:
-        try:
-            db = sqlite3.connect(self.db_path, timeout=BUSY_TIMEOUT_S, isolation_level=None)
-            retry_locked(lambda: db.execute(_SCHEMA))
-            return db
-        except sqlite3.Error as exc:
-            raise StorageError(f"cannot open the lease table in {self.db_path}: {exc}",
-                               hint="check the registry's permissions and free space") from None
-
     def try_acquire(self) -> str | None:
         """Take the lease if it is free, expired or ours; returns None on success, else the holder."""
-        db = self._connect()
+        db = connect_leases(self.db_path)
         try:
             db.execute("BEGIN IMMEDIATE")
             row = db.execute("SELECT holder, expires_at FROM leases WHERE name = ?", (self.name,)).fetchone()
@@ -112,7 +103,7 @@ class Lease:
         self._beat.start()
 
     def _renew(self) -> None:
-        db = self._connect()
+        db = connect_leases(self.db_path)
         try:
             while not self._stop.wait(self.ttl_s / 4):
                 db.execute("UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ?",
@@ -126,7 +117,7 @@ class Lease:
         if self._beat is not None:
             self._beat.join(timeout=10)
             self._beat = None
-        db = self._connect()
+        db = connect_leases(self.db_path)
         try:
             db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (self.name, self.holder))
         finally:

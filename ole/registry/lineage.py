@@ -16,40 +16,17 @@ import json
 from collections.abc import Callable, Sequence
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
 
 import networkx as nx
-from pydantic import BaseModel, ConfigDict
 
 from ole.bundle import GENERAL_SCOPE, Bundle, Change, diff_bundles, format_ref, parse_ref, parse_scope
+from ole.coverage import evidence_line
 from ole.errors import NotFound, OleError, ValidationError
-from ole.registry_state import derive_state, event_scope
+from ole.registry.api import Registry
+from ole.registry.records import DEFAULT_CHANNEL, Event, Tenure
+from ole.registry.state import derive_state
 
-DEFAULT_CHANNEL = "default"
 FORMATS = ("tree", "json", "dot", "mermaid")
-Cause = Literal["default", "inherited", "release", "rollback"]
-
-
-class Tenure(BaseModel):
-    """One period during which a version was the active champion of a channel's scope."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    channel: str
-    """Channel the champion served."""
-    scope: str = GENERAL_SCOPE
-    """Scope key it was champion of (`general`: the channel's fallback for every task)."""
-    ref: str
-    """`NAME@VERSION` of the champion."""
-    since: datetime
-    """Start (UTC): the activation, or the seed's registration for the default champion."""
-    until: datetime | None
-    """End (UTC); null while still active."""
-    cause: Cause
-    """Why it became active: default (first seed), inherited (from `default`), release, rollback."""
-    reason: str
-    """The reason recorded with the release or rollback (empty for default/inherited)."""
-    cause_seq: int | None
-    """Seq of the release/rollback event that caused it."""
 
 
 def _version_key(ref: str) -> tuple[str, int]:
@@ -60,7 +37,7 @@ def _version_key(ref: str) -> tuple[str, int]:
 class Lineage:
     """Graph and history queries over a registry's events."""
 
-    def __init__(self, events: Sequence, *, bundle_of: Callable[[str], Bundle] | None = None,
+    def __init__(self, events: Sequence[Event], *, bundle_of: Callable[[str], Bundle] | None = None,
                  default_channel: str = DEFAULT_CHANNEL) -> None:
         self.events = list(events)
         self.default_channel = default_channel
@@ -79,14 +56,13 @@ class Lineage:
                                     kind=event.payload.get("edge"), position=position)
         for event in self.events:  # where each version was released, and what bounds that scope
             if event.kind == "release" and event.ref in self.graph:
-                from ole.coverage import evidence_line
                 self.graph.nodes[event.ref].update(released_scope=event.payload.get("scope") or "general",
                                                    evidence=evidence_line(event))
 
-    def _scope(self, event) -> str | None:
+    def _scope(self, event: Event) -> str | None:
         """Scope key of a registered version: recorded since scopes exist, else read from its bundle."""
         if event.payload.get("scope"):
-            return event.payload["scope"]
+            return str(event.payload["scope"])
         if self._bundle_of is None:
             return None
         try:
@@ -95,7 +71,7 @@ class Lineage:
             return None
 
     @classmethod
-    def from_registry(cls, registry) -> "Lineage":
+    def from_registry(cls, registry: Registry) -> Lineage:
         """Lineage of everything recorded in `registry` (diffs load bundles from it)."""
         return cls(registry.events(), bundle_of=lambda ref: registry.get(ref).bundle,
                    default_channel=registry.state().default_channel)
@@ -144,7 +120,7 @@ class Lineage:
         """Tenures of (`channel`, `scope`), oldest first (the last one has `until=None` unless the
         scope's pointer was removed, which ends the last tenure with no successor)."""
         scope = parse_scope(scope).scope_key
-        own = [e for e in self.events if e.kind == "activation" and e.channel == channel and event_scope(e) == scope]
+        own = [e for e in self.events if e.kind == "activation" and e.channel == channel and e.scope == scope]
         if channel == self.default_channel:
             first = next((e for e in self.events if e.kind == "registration"), None)
             prefix = [Tenure(channel=channel, scope=scope, ref=first.ref, since=first.ts, until=None, cause="default",
@@ -180,7 +156,7 @@ class Lineage:
     def scopes(self, channel: str = DEFAULT_CHANNEL) -> list[str]:
         """Every scope key that ever had a champion on `channel` (or on `default`, which it inherits)."""
         owners = {channel, self.default_channel}
-        found = {event_scope(e) for e in self.events if e.kind == "activation" and e.channel in owners}
+        found = {e.scope for e in self.events if e.kind == "activation" and e.channel in owners}
         return [GENERAL_SCOPE] + sorted(found - {GENERAL_SCOPE})
 
     # ----- rendering -------------------------------------------------------------------------

@@ -2,7 +2,7 @@
 
 A bundle's applicability is its scope (`ole.bundle.Applicability`, named by its
 `scope_key`). One channel holds a general champion plus any number of scope champions
-(`ole.registry_state`). At a task boundary the runner asks `Registry.select(channel,
+(`ole.registry.state`). At a task boundary the runner asks `Registry.select(channel,
 ctx)`: the **most specific** scope champion whose scope matches the task wins
 (`Applicability.specificity`), else the channel's general champion. This module is the
 pure part of that decision (ranking, the reason sentence, the out-of-scope refusal of
@@ -12,83 +12,26 @@ from a task; it never reads or writes the registry itself.
 from __future__ import annotations
 
 import functools
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from pydantic import BaseModel, ConfigDict
-
 from ole.bundle import GENERAL_SCOPE, Bundle, TaskContext, format_ref, parse_scope
+from ole.coverage import evidence_line
 from ole.errors import NotFound, OutOfScope, ValidationError
-from ole.trace import SelectionRecord
+from ole.registry.records import Event, Key, RegisteredBundle, ScopeChampion, Selection
+from ole.registry.state import State
 
 if TYPE_CHECKING:
-    from ole.registry import RegisteredBundle
     from ole.trace import RunCondition, TaskSpec
 
-Key = tuple[str, int]
 MAX_LISTED = 3
 """Scopes named one by one in a reason sentence before the rest are counted."""
 
 
-@dataclass(frozen=True)
-class Selection:
-    """The bundle a task gets and why (what `Registry.select` returns)."""
-
-    channel: str
-    """Channel the choice was made on."""
-    ref: str
-    """`NAME@VERSION` of the chosen bundle."""
-    scope: str
-    """Scope key it was chosen for (`general` for the channel's general champion)."""
-    reason: str
-    """One sentence: why this bundle, which other champions matched, which did not."""
-    bundle: "RegisteredBundle"
-    """The chosen registered bundle (hash-checked)."""
-    matched: tuple[str, ...] = ()
-    """Scope keys whose champion matched the task, most specific first (`general` last)."""
-    in_scope: bool = True
-    """False only when the bundle's own applicability does not admit the task (a forced explicit
-    bundle, or a general champion released before scopes existed with a narrow applicability)."""
-    forced: bool = False
-    """True when an explicit out-of-scope bundle was run anyway (`--force`)."""
-    explicit: bool = False
-    """True when the caller named the bundle instead of asking the registry."""
-
-    def record(self) -> SelectionRecord:
-        """The small frozen record kept with the trace."""
-        return SelectionRecord(ref=self.ref, scope=self.scope, reason=self.reason, forced=self.forced,
-                               channel=None if self.explicit else self.channel)
-
-
-class ScopeChampion(BaseModel):
-    """One scope of a channel: its active champion and any change waiting for the next task boundary."""
-
-    model_config = ConfigDict(frozen=True, extra="forbid")
-    channel: str
-    """Channel asked about."""
-    scope: str
-    """Scope key (`general` included)."""
-    active: str | None
-    """`NAME@VERSION` active in this scope now; null when the scope is empty (e.g. after a removal)."""
-    inherited: bool
-    """True when the channel has no pointer of its own in this scope and follows `default`'s."""
-    pending: str | None
-    """Version a recorded release/rollback makes active at the next task boundary; null if none."""
-    pending_removal: bool
-    """True when the next task boundary removes this scope's pointer (a rollback out of the scope)."""
-    evidence: str | None = None
-    """What bounds the scope's current release: the gate decision and what its pairs covered, or
-    that it was released without gate evidence; null when nothing was released there (the seed)."""
-    canary: str | None = None
-    """`NAME@VERSION` of a staged release running as this scope's canary (null: none)."""
-    stage: str | None = None
-    """The canary's stage in words: its share of the scope's task boundaries, its control and the
-    monitor's last look; or how the scope's last stage ended (promoted, rolled back)."""
-
-
 # ----- ranking and routing ---------------------------------------------------------------
 
-def rank(scopes) -> list[str]:
+def rank(scopes: Iterable[str]) -> list[str]:
     """Scope keys, most specific first (the total order of `Applicability.specificity`)."""
     return sorted(scopes, key=lambda s: parse_scope(s).specificity())
 
@@ -138,8 +81,8 @@ def route(channel: str, ctx: TaskContext, champions: dict[str, Key]) -> Route:
     return Route(scope=GENERAL_SCOPE, key=general, matched=(GENERAL_SCOPE,), reason=reason)
 
 
-def selection(channel: str, ctx: TaskContext, found: Route, bundle: "RegisteredBundle", *,
-              pending_event=None) -> Selection:
+def selection(channel: str, ctx: TaskContext, found: Route, bundle: RegisteredBundle, *,
+              pending_event: Event | None = None) -> Selection:
     """A `Selection` for a routed choice; notes a not-yet-activated choice (`pending_event`, the
     release or rollback that the next task boundary applies) and a bundle whose own
     applicability disagrees with its scope pointer (a pre-scope general release)."""
@@ -153,7 +96,7 @@ def selection(channel: str, ctx: TaskContext, found: Route, bundle: "RegisteredB
                      matched=found.matched, in_scope=why_not is None)
 
 
-def explicit(bundle: "RegisteredBundle", ctx: TaskContext, *, force: bool = False) -> Selection:
+def explicit(bundle: RegisteredBundle, ctx: TaskContext, *, force: bool = False) -> Selection:
     """Selection of a bundle the caller named; refuses one whose scope does not admit the task.
 
     Raises `OutOfScope` (exit 2) unless `force`; with `force` the run goes ahead and the
@@ -171,6 +114,48 @@ def explicit(bundle: "RegisteredBundle", ctx: TaskContext, *, force: bool = Fals
     reason = f"{bundle.ref} was named explicitly and forced although its scope `{scope}` excludes the task: {why_not}"
     return Selection(channel="", ref=bundle.ref, scope=scope, reason=reason, bundle=bundle, in_scope=False,
                      forced=True, explicit=True)
+
+
+# ----- the champions of a channel's scopes ------------------------------------------------
+
+def scope_champion(state: State, channel: str, scope: str, stages: Sequence[Event],
+                   evaluations: Sequence[Event]) -> ScopeChampion | None:
+    """One scope of `channel` as `ole champion show` lists it, or None when it has no champion, no
+    pending change and no canary. `stages` are the channel's `stage` events; `evaluations` those of
+    the scope's running canary (their monitor looks), empty when none runs."""
+    active = state.champion(channel, scope)
+    pending = state.is_pending(channel, scope)
+    target = state.target(channel, scope) if pending else None
+    if active is None and not pending and state.canary(channel, scope) is None:
+        return None
+    return ScopeChampion(channel=channel, scope=scope, active=format_ref(*active) if active else None,
+                         inherited=channel != state.default_channel and (channel, scope) not in state.pointers,
+                         pending=format_ref(*target) if target else None,
+                         pending_removal=pending and target is None,
+                         evidence=evidence_line(state.target_event(channel, scope)),
+                         **_stage_of(state.canary(channel, scope), [e for e in stages if e.payload.get("scope") == scope],
+                                     evaluations))
+
+
+def _stage_of(canary: Event | None, steps: list[Event], evaluations: Sequence[Event]) -> dict[str, str | None]:
+    """`canary` and `stage` of a ScopeChampion: the running canary and the monitor's last look,
+    else how the scope's last stage ended."""
+    if canary is not None:
+        looks = [e for e in evaluations
+                 if e.payload.get("stage") == "monitor-look" and e.payload.get("canary") == canary.seq]
+        last = looks[-1].payload if looks else None
+        control = canary.payload.get("control") or "the task's champion without it"
+        text = (f"canary since #{canary.seq}: takes {canary.payload.get('exposure', 1):.0%} of this scope's task "
+                f"boundaries, each rerun by {control}; "
+                + (f"{last['n']} monitored pair(s), last look: {last['decision']} ({last['reason']})" if last
+                   else "no monitored pair yet"))
+        return {"canary": canary.ref, "stage": text}
+    ended = [e for e in steps if e.payload.get("stage") in ("promoted", "rolled_back")]
+    if ended:
+        e = ended[-1]
+        return {"canary": None, "stage": f"{e.ref} {e.payload['stage'].replace('_', ' ')} (#{e.seq}): "
+                                          f"{e.payload.get('reason', '')}"}
+    return {}
 
 
 # ----- specialisations -------------------------------------------------------------------

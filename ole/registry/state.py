@@ -23,29 +23,23 @@ a channel never activated in that scope inherits `default`'s pointer of the same
 """
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from ole.bundle import GENERAL_SCOPE
+from ole.bundle import GENERAL_SCOPE, parse_ref
+from ole.registry.records import Event, Key, Slot
 
-Key = tuple[str, int]
-Slot = tuple[str, str]
-"""(channel, scope key)."""
 _ABSENT = object()
 
 
-def event_scope(event) -> str:
-    """Scope key of a release, rollback or activation event (`general` for pre-scope events)."""
-    return event.payload.get("scope") or GENERAL_SCOPE
-
-
-def is_staged(event) -> bool:
+def is_staged(event: Event) -> bool:
     """True for a release that starts as a canary (`exposure` set), not on every task at once."""
     return event.kind == "release" and event.payload.get("exposure") is not None
 
 
-def event_outcome(event) -> Key | None:
+def event_outcome(event: Event) -> Key | None:
     """The pointer a release or rollback asks for: its version, or None for a scope removal."""
-    return None if event.payload.get("clear") else (event.name, event.version)
+    return None if event.payload.get("clear") else event.key
 
 
 @dataclass
@@ -57,9 +51,9 @@ class State:
     first: Key | None = None
     pointers: dict[Slot, Key | None] = field(default_factory=dict)
     """Own pointer of a (channel, scope) after its last activation; None = removed."""
-    pending: dict[Slot, object] = field(default_factory=dict)
+    pending: dict[Slot, Event] = field(default_factory=dict)
     """Last release or rollback event of a (channel, scope), whether activated yet or not."""
-    canaries: dict[Slot, object] = field(default_factory=dict)
+    canaries: dict[Slot, Event] = field(default_factory=dict)
     """The `stage` event that started a staged release's canary in (channel, scope), while it runs."""
     staged: set[int] = field(default_factory=set)
     """Seqs of staged releases taken up at a task boundary (a canary started, or ended, for them)."""
@@ -72,15 +66,14 @@ class State:
         return {c: k for (c, s), k in self.pointers.items() if s == GENERAL_SCOPE and k is not None}
 
     @property
-    def targets(self) -> dict[str, object]:
+    def targets(self) -> dict[str, Event]:
         """Last general-scope release or rollback event per channel."""
         return {c: e for (c, s), e in self.pending.items() if s == GENERAL_SCOPE}
 
     def champion(self, channel: str, scope: str = GENERAL_SCOPE) -> Key | None:
         """Active version of (`channel`, `scope`), with the inheritance rules of the module docstring."""
-        own = self.pointers.get((channel, scope), _ABSENT)
-        if own is not _ABSENT:
-            return own  # type: ignore[return-value]
+        if (channel, scope) in self.pointers:
+            return self.pointers[(channel, scope)]
         if channel != self.default_channel:
             return self.champion(self.default_channel, scope)
         return self.first if scope == GENERAL_SCOPE else None
@@ -91,7 +84,7 @@ class State:
         event = self.pending.get((channel, scope))
         return event_outcome(event) if event is not None else None
 
-    def target_event(self, channel: str, scope: str = GENERAL_SCOPE):
+    def target_event(self, channel: str, scope: str = GENERAL_SCOPE) -> Event | None:
         """The last release or rollback event of (channel, scope), or None."""
         return self.pending.get((channel, scope))
 
@@ -113,7 +106,7 @@ class State:
             return True
         return self.pointers.get((channel, scope), _ABSENT) != event_outcome(event)
 
-    def canary(self, channel: str, scope: str = GENERAL_SCOPE):
+    def canary(self, channel: str, scope: str = GENERAL_SCOPE) -> Event | None:
         """The `stage` event of the canary running in (channel, scope), or None (own or `default`'s)."""
         own = self.canaries.get((channel, scope))
         if own is not None or channel == self.default_channel or (channel, scope) in self.pointers:
@@ -134,7 +127,7 @@ class State:
         With `pending`, as they would be right after this channel's next task boundary
         (its own pending releases and rollbacks applied; `default`'s stay `default`'s).
         """
-        out = {}
+        out: dict[str, Key] = {}
         for scope in self.scopes(channel):
             key = self.champion(channel, scope)
             if pending and self.is_pending(channel, scope):
@@ -157,7 +150,7 @@ class State:
         return self.base.get(key, "registered")
 
 
-def derive_state(events: list, default_channel: str) -> State:
+def derive_state(events: Iterable[Event], default_channel: str) -> State:
     """Fold the event log (seq order) into a `State`."""
     state = State(default_channel=default_channel)
     for event in events:
@@ -165,8 +158,8 @@ def derive_state(events: list, default_channel: str) -> State:
     return state
 
 
-def _apply(state: State, event) -> None:
-    key = (event.name, event.version)
+def _apply(state: State, event: Event) -> None:
+    key = event.key
     base = state.base
     if event.kind == "registration":
         base[key] = "registered"
@@ -177,19 +170,24 @@ def _apply(state: State, event) -> None:
         base[key] = "evaluated" if event.payload.get("accepted") else "rejected"
     elif event.kind == "release":
         base[key] = "released"
-        state.pending[(event.channel, event_scope(event))] = event
+        state.pending[_slot(event)] = event
     elif event.kind == "rollback":
         source = event.payload.get("from")
         if source and "@" in source:
-            name, version = source.rsplit("@", 1)
-            base[(name, int(version))] = "rolled_back"
+            name, version = parse_ref(source)
+            base[(name, version or 0)] = "rolled_back"
         if not event.payload.get("clear"):
             base[key] = "released"
-        state.pending[(event.channel, event_scope(event))] = event
+        state.pending[_slot(event)] = event
     elif event.kind == "activation":
-        _point(state, (event.channel, event_scope(event)), None if event.payload.get("clear") else key)
+        _point(state, _slot(event), None if event.payload.get("clear") else key)
     elif event.kind == "stage":
         _stage(state, event, key)
+
+
+def _slot(event: Event) -> Slot:
+    """(channel, scope) a release, rollback, activation or stage acts on."""
+    return event.channel or "", event.scope
 
 
 def _point(state: State, slot: Slot, new: Key | None) -> None:
@@ -200,11 +198,11 @@ def _point(state: State, slot: Slot, new: Key | None) -> None:
     state.pointers[slot] = new
 
 
-def _stage(state: State, event, key: Key) -> None:
+def _stage(state: State, event: Event, key: Key) -> None:
     """A staged release's steps: `canary` (taken up at a boundary; the pointer stays with the
     control), `promoted` (the pointer moves to it) or `rolled_back` (the canary ends, the pointer
     never moved). A `look` changes nothing (it records a monitor decision to hold)."""
-    slot = (event.channel, event_scope(event))
+    slot = _slot(event)
     what = event.payload.get("stage")
     if what == "canary":
         state.canaries[slot] = event

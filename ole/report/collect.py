@@ -22,7 +22,8 @@ from pathlib import Path
 
 from ole.bundle import Applicability, dump_bundle_yaml, diff_bundles, format_ref
 from ole.errors import OleError
-from ole.lineage import Lineage, Tenure
+from ole.registry.lineage import Lineage
+from ole.registry.records import Tenure
 
 STATUSES = ("seed", "registered", "evaluated", "rejected", "released", "active", "rolled_back", "retired",
             "damaged")

@@ -142,7 +142,7 @@ def test_ole_run_routes_to_the_scope_champion_and_records_forcing(root, tmp_path
 
 
 def test_a_forced_scored_run_keeps_its_selection_in_the_archive(root, tmp_path):
-    from ole.scopes import task_context  # noqa: F401  (the registry resolves families the same way)
+    from ole.registry.scopes import task_context  # noqa: F401  (the registry resolves families the same way)
     from ole.trace import RunCondition, TaskSpec
     trace = runner.run_task(TaskSpec(env="gym/acrobot", budget=4), "coder-llm@1", "builtin",
                             RunCondition(host="builtin"), root=root, runs_dir=tmp_path / "runs",

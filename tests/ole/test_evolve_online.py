@@ -158,7 +158,7 @@ def test_every_trace_a_decision_names_is_archived_and_fsck_checks_it(tmp_path):
     _staged(reg, ("observation", "worst_k_episodes", 0))
     for _ in range(8):
         evo.tell(work(evo.ask()))
-    from ole.fsck import named_trace_ids
+    from ole.registry.fsck import named_trace_ids
     named = {t for e in reg.events() for t in named_trace_ids(e)}
     monitor = [e for e in reg.events(kind="evaluation") if e.payload.get("stage") == "monitor"]
     assert monitor and named >= {e.payload["trace_id"] for e in monitor}

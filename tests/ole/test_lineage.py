@@ -12,7 +12,7 @@ import pytest
 
 from ole.bundle import bundle_from_data
 from ole.errors import NotFound, ValidationError
-from ole.lineage import Lineage
+from ole.registry.lineage import Lineage
 from ole.registry import Event, Registry
 
 T0 = datetime(2026, 1, 1, tzinfo=timezone.utc)

@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-from ole.evolve.lease import Lease, LeaseTimeout
+from ole.registry.lease import Lease, LeaseTimeout
 from ole.registry import DB_FILE, Registry
 from ole.trace import TraceArchive
 
@@ -56,7 +56,7 @@ TASK = """
         evo = OnlineEvolution(engine, cfg, online, external=True)
         cond = RunCondition(host="builtin", seed=0)
         env = cfg.suite.envs[i % 2]
-        from ole.scopes import task_context
+        from ole.registry.scopes import task_context
         a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
         bundle = reg.get(a.bundle_ref).bundle
         time.sleep(0.3)  # a task in flight: others may release and activate meanwhile
@@ -140,7 +140,7 @@ def test_a_dead_holders_lease_expires_and_a_live_one_is_waited_for(tmp_path):
     db = tmp_path / DB_FILE
     holder = subprocess.Popen([PY, "-c", textwrap.dedent(f"""
         import time
-        from ole.evolve.lease import Lease
+        from ole.registry.lease import Lease
         Lease({str(db)!r}, "round:default", "dead", ttl_s=2.0).acquire()
         print("held", flush=True)
         time.sleep(600)

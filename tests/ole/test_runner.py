@@ -21,7 +21,7 @@ from ole.agents.base import AgentResult, HostAgent
 from ole.cli import main as ole_main
 from ole.errors import NotFound
 from ole.registry import Registry
-from ole.scopes import task_context
+from ole.registry.scopes import task_context
 from ole.trace import RunCondition, TaskSpec, TraceArchive
 
 REPO = Path(__file__).resolve().parents[2]

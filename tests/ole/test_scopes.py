@@ -17,9 +17,9 @@ from hypothesis import strategies as st
 from ole.bundle import (GENERAL_SCOPE, HOSTS, Applicability, TaskContext, bundle_from_data, parse_scope,
                         validate_data)
 from ole.errors import Conflict, NotFound, ValidationError
-from ole.lineage import Lineage
+from ole.registry.lineage import Lineage
 from ole.registry import Registry
-from ole.scopes import rank, task_context
+from ole.registry.scopes import rank, task_context
 
 PROJECT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -374,7 +374,7 @@ def test_fsck_checks_scope_pointers(root):
 WORKER = """
     import sys
     from ole.registry import Registry
-    from ole.scopes import task_context
+    from ole.registry.scopes import task_context
     root, ref, env = sys.argv[1], sys.argv[2], sys.argv[3]
     reg = Registry(root)
     for i in range(3):
