@@ -28,12 +28,13 @@ from typing import Callable
 
 import numpy as np
 
-from evogym import PROTOCOL_VERSION, anchors, evalcache, warm
+from evogym import PROTOCOL_VERSION, anchors, evalcache
 from evogym.feedback import atomic_write_json, flush_syncs
 from evogym.code_metrics import edit_kind
 from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
 from evogym.sandbox import CallResult, PolicyProcess
 from evogym.sandbox.spare import shadowed
+from evogym.workers import evaluation_workers
 
 PACKAGES = ("gymnasium", "mujoco", "box2d", "minigrid", "highway-env", "gymnasium-robotics", "numpy",
             "pygame-ce")
@@ -55,14 +56,14 @@ def _evaluate(jobs: list[EpisodeJob], workers: int) -> list[BatchResult]:
     """One result per job, in order. A job that raises (whatever a policy made the trusted side
     do) is that candidate's failure, never the run's: the other candidates are still scored.
     Jobs run in this process when one worker (or one job) suffices; else on workers forked by the
-    warm template this host came from (`evogym.warm`), or a forkserver pool for a host started on
+    warm template this host came from (`evogym.workers`), or a forkserver pool for a host started on
     its own (its workers import the simulators afresh: seconds per run)."""
     if workers <= 1 or len(jobs) <= 1:
         return [_contained(j) for j in jobs]
-    pool = warm.evaluation_workers(min(workers, len(jobs)))
-    if pool is not None:
-        with pool:
-            return pool.run(jobs, local=_contained, failed=_failed)
+    warm = evaluation_workers(min(workers, len(jobs)))
+    if warm is not None:
+        with warm:
+            return warm.run(jobs, local=_contained, failed=_failed)
     ctx = multiprocessing.get_context("forkserver")
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
                              initializer=die_with_parent) as pool:

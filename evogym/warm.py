@@ -12,7 +12,7 @@ that it only forks:
 
 - `HostLauncher.spawn(argv)`: a fresh `evogym serve` process for each run, in its own
   session, with the caller's stdout pipe and stderr file;
-- on that host's request, fresh hidden-evaluation workers (`evaluation_workers`), each a
+- on that host's request, fresh hidden-evaluation workers (`evogym.workers`), each a
   process that runs the `rollout.run_episodes` jobs its host sends it, and nothing else.
 
 Isolation: the template never creates a host, never reads a pool and never runs a policy:
@@ -23,8 +23,9 @@ jobs travel from a host to its own workers over a socket pair the template only 
 Every host has its own channel to the template; a worker is bound to the host that asked for
 it and is SIGKILLed when that host's channel closes (the host exited or was killed). The
 template exits when the launcher's end of its control socket closes (the process that started
-it closed it or died); workers die with the template (PR_SET_PDEATHSIG). Every socket here is close-on-exec, so nothing started with `exec` (the sandboxed
-policy, the episode formatter) inherits one.
+it closed it or died); workers die with the template (PR_SET_PDEATHSIG). Every socket here is
+close-on-exec, so nothing started with `exec` (the sandboxed policy, the episode formatter)
+inherits one.
 """
 from __future__ import annotations
 
@@ -41,16 +42,14 @@ import sys
 import threading
 from pathlib import Path
 
+from evogym import workers
+
 PRELOAD = ("evogym.cli", "evogym.host", "evogym.server", "evogym.progress", "evogym.finalize",
            "evogym.rollout", "evogym.judge", "evogym.recording", "evogym.feedback", "evogym.code_metrics")
 """Modules `evogym serve` imports before it answers; the template imports them once."""
 MESSAGE_BYTES = 1 << 16
 """Largest spawn or worker request (a pickled command line; requests are never larger)."""
 _EXIT = struct.Struct("<q")
-_LENGTH = struct.Struct("<Q")
-
-_channel: socket.socket | None = None
-"""In a host forked by a template: its channel to that template (None in any other process)."""
 
 
 # ----- the caller's side ------------------------------------------------------------------------------
@@ -167,103 +166,6 @@ def _source_env() -> dict[str, str]:
     """The environment, with this evogym's source first on PYTHONPATH (as the episode formatter does)."""
     source = str(Path(__file__).resolve().parents[1])
     return {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [source, os.environ.get("PYTHONPATH")]))}
-
-
-# ----- a host's hidden-evaluation workers ---------------------------------------------------------------
-class EvaluationWorkers:
-    """Worker processes forked by the template for this host; `run(jobs)` runs `run_episodes` on each.
-
-    A worker that dies mid-job (its template was stopped) has its job run here, in this
-    process: `run_episodes` is a function of the job, so the result is the same.
-    """
-
-    def __init__(self, n: int) -> None:
-        self.socks: list[socket.socket] = []
-        for _ in range(n):
-            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
-            try:
-                socket.send_fds(_channel, [b"worker"], [theirs.fileno()])
-            finally:
-                theirs.close()
-            self.socks.append(ours)
-
-    def run(self, jobs: list, local, failed) -> list:
-        """One result per job, in order. `local(job)` runs a job in this process (a worker that
-        cannot take it or died on it); `failed(exc)` is the result of a job that raised."""
-        results: list = [None] * len(jobs)
-        queue = list(range(len(jobs)))[::-1]
-        busy: dict[socket.socket, int] = {}
-        idle = list(self.socks)
-        while queue or busy:
-            while queue and idle:
-                sock, i = idle.pop(), queue.pop()
-                if _send(sock, jobs[i]):
-                    busy[sock] = i
-                else:
-                    results[i] = local(jobs[i])
-            if not busy:
-                continue
-            for sock in select.select(list(busy), [], [])[0]:
-                i = busy.pop(sock)
-                reply = _recv(sock)
-                if reply is None:  # the worker is gone: run its job here, stop using it
-                    results[i] = local(jobs[i])
-                    continue
-                ok, value = reply
-                results[i] = value if ok else failed(value)
-                idle.append(sock)
-        return results
-
-    def close(self) -> None:
-        for sock in self.socks:
-            sock.close()
-
-    def __enter__(self) -> "EvaluationWorkers":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
-
-
-def evaluation_workers(n: int) -> EvaluationWorkers | None:
-    """`n` warm workers for this host, or None when this host was not forked by a template."""
-    if _channel is None:
-        return None
-    try:
-        return EvaluationWorkers(n)
-    except OSError:  # the template is gone: the caller evaluates another way
-        return None
-
-
-def _send(sock: socket.socket, obj) -> bool:
-    blob = pickle.dumps(obj, protocol=pickle.HIGHEST_PROTOCOL)
-    try:
-        sock.sendall(_LENGTH.pack(len(blob)) + blob)
-    except OSError:
-        return False
-    return True
-
-
-def _recv(sock: socket.socket):
-    """One message, or None at EOF (the peer is gone)."""
-    try:
-        head = _recv_exact(sock, _LENGTH.size)
-        return pickle.loads(_recv_exact(sock, _LENGTH.unpack(head)[0])) if head is not None else None
-    except (OSError, EOFError, TypeError):
-        return None
-
-
-def _recv_exact(sock: socket.socket, n: int) -> bytes | None:
-    chunks, got = [], 0
-    while got < n:
-        chunk = sock.recv(min(n - got, 1 << 20))
-        if not chunk:
-            if got:
-                raise EOFError("truncated message")
-            return None
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
 
 
 # ----- the template process ------------------------------------------------------------------------------
@@ -434,7 +336,6 @@ def _finish(code: int) -> int:
 
 def _host_child(request: dict, stdout_fd: int, stderr_fd: int, channel: socket.socket) -> int:
     """A forked host: its own session, the caller's stdout/stderr, then `evogym ARGV` as `main` runs it."""
-    global _channel
     code = 1
     try:
         os.setsid()
@@ -445,7 +346,7 @@ def _host_child(request: dict, stdout_fd: int, stderr_fd: int, channel: socket.s
         for fd in (devnull, stdout_fd, stderr_fd):
             os.close(fd)
         os.chdir(request["cwd"])
-        _channel = channel
+        workers.bind(channel)
         from evogym.cli import main
         sys.argv = ["evogym", *request["argv"]]
         code = _exit_code(main(request["argv"]))
@@ -460,17 +361,7 @@ def _host_child(request: dict, stdout_fd: int, stderr_fd: int, channel: socket.s
 def _worker_child(sock: socket.socket) -> int:
     """A hidden-evaluation worker: run each job its host sends until the host closes the socket."""
     _die_with_parent()
-    from evogym.rollout import run_episodes
-    while True:
-        job = _recv(sock)
-        if job is None:
-            return 0
-        try:
-            reply = (True, run_episodes(job))
-        except Exception as exc:  # noqa: BLE001 - the host records it as that candidate's failure
-            reply = (False, exc)
-        if not _send(sock, reply):
-            return 0
+    return workers.serve(sock)
 
 
 def _template_main(fd: int) -> None:
@@ -485,6 +376,6 @@ def _template_main(fd: int) -> None:
     _Template(ctrl).serve()
 
 
-if __name__ == "__main__":  # run the template from the imported module, whose globals its hosts use
+if __name__ == "__main__":  # run the template from the imported module: its hosts see one `evogym.warm`
     from evogym.warm import _template_main as main
     main(int(sys.argv[1]))
