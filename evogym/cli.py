@@ -15,6 +15,7 @@ import sys
 from pathlib import Path
 
 from evogym import PROTOCOL_VERSION, __version__
+from evogym.cliparser import Parser, noun
 from evogym.errors import EvogymError
 from evogym.sandbox import Limits
 
@@ -261,39 +262,8 @@ def _env_from_api() -> str:
         raise EvogymError(f"cannot read the env from {api}/info: {exc}", hint="pass --env ENV") from None
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors, a did-you-mean, and no option prefixes (`--profil` is a typo)."""
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> None:
-        import difflib
-        import re
-        match = re.search(r"argument ([^:]+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if match:
-            where, given = match.group(1), match.group(2)
-            choices = re.findall(r"'([^']*)'", match.group(3))
-            close = difflib.get_close_matches(given, choices, n=1)
-            what = "command" if where in ("COMMAND", "VERB") else where.split("/")[-1]
-            message = f"unknown {what} `{given}`" + (
-                f" (hint: did you mean `{close[0]}`?)" if close else f" (hint: one of {', '.join(choices)})")
-        elif "unrecognized arguments" in message or "required" in message:
-            message += f" (hint: see `{self.prog} --help`)"
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
-def _noun(sub, name: str, help: str) -> argparse._SubParsersAction:
-    """A command with verbs (`evogym data make`); the noun alone prints its help."""
-    p = sub.add_parser(name, help=help, description=help)
-    p.set_defaults(func=None, help_parser=p)
-    return p.add_subparsers(dest=f"{name}_verb", metavar="VERB")
-
-
 def build_parser() -> argparse.ArgumentParser:
-    parser = _Parser(prog="evogym", description="EvoPolicyGym benchmark host (sandboxed).")
+    parser = Parser(prog="evogym", description="EvoPolicyGym benchmark host (sandboxed).")
     parser.add_argument("--version", action="version", version=f"evogym {__version__}")
     parser.add_argument("--debug", action="store_true", help="show tracebacks on errors")
     parser.set_defaults(func=None, help_parser=parser)
@@ -317,7 +287,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("env", nargs="*", help="only these ids (default: Core16)")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_envs)
-    dsub = _noun(sub, "data", "case pools")
+    dsub = noun(sub, "data", "case pools", dest="data_verb", func=None)
     d = dsub.add_parser("make", help="write train/valid/heldout files for an env")
     d.add_argument("--env", required=True)
     d.add_argument("--out", required=True, type=Path)

@@ -9,6 +9,14 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 
+def did_you_mean(suggestions: Sequence[str]) -> str:
+    """The hint for a name that did not resolve: "did you mean `a`?" or "did you mean `a` or `b`?".
+
+    The one wording of both command lines (`evogym`, `ole`) and of their not-found errors.
+    """
+    return "did you mean " + " or ".join(f"`{s}`" for s in suggestions) + "?"
+
+
 class EvogymError(Exception):
     """Base of all evogym errors; `hint` says what to do next."""
 
@@ -33,7 +41,7 @@ class EnvNotFound(EvogymError):
     def __init__(self, message: str, *, suggestions: Sequence[str] = (), hint: str = "") -> None:
         self.suggestions = tuple(suggestions)
         if not hint and self.suggestions:
-            hint = "did you mean " + ", ".join(f"`{s}`" for s in self.suggestions) + "?"
+            hint = did_you_mean(self.suggestions)
         super().__init__(message, hint=hint)
 
 

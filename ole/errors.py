@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
+from evogym.errors import did_you_mean
+
 
 class OleError(Exception):
     """Base of all OLE errors; `hint` says what to do next."""
@@ -43,7 +45,7 @@ class NotFound(OleError):
     def __init__(self, message: str, *, suggestions: Sequence[str] = (), hint: str = "") -> None:
         self.suggestions = tuple(suggestions)
         if not hint and self.suggestions:
-            hint = "did you mean " + " or ".join(f"`{s}`" for s in self.suggestions) + "?"
+            hint = did_you_mean(self.suggestions)
         super().__init__(message, hint=hint)
 
 

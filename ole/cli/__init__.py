@@ -7,13 +7,12 @@ adding a noun is one line in `NOUNS`. Errors print one line without a traceback
 from __future__ import annotations
 
 import argparse
-import difflib
 import json
-import re
 import signal
 import sys
 import traceback
 
+from evogym.cliparser import Parser
 from ole.cli import agent, bundle, champion, evolve, lineage, registry, report, run, trace
 from ole.cli.common import add_global_options, emit
 from ole.errors import OleError
@@ -22,38 +21,10 @@ NOUNS = [bundle, lineage, champion, registry, run, trace, evolve, report, agent]
 """Modules whose `register(subparsers)` adds their commands, in help order."""
 
 
-class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors and a did-you-mean for a mistyped command or value.
-
-    Prefixes of long options are refused (`allow_abbrev=False`): `--profil` is a typo,
-    not `--profile`.
-    """
-
-    def __init__(self, *args, **kwargs) -> None:
-        kwargs.setdefault("allow_abbrev", False)
-        super().__init__(*args, **kwargs)
-
-    def error(self, message: str) -> None:
-        match = re.search(r"argument ([^:]+): invalid choice: '([^']*)' \(choose from (.*)\)", message)
-        if match:
-            where, given = match.group(1), match.group(2)
-            choices = re.findall(r"'([^']*)'", match.group(3))
-            close = difflib.get_close_matches(given, choices, n=1)
-            what = "command" if where in ("COMMAND", "VERB") else where.split("/")[-1]
-            message = f"unknown {what} `{given}`" + (
-                f" (hint: did you mean `{close[0]}`?)" if close else f" (hint: one of {', '.join(choices)})")
-        elif "unrecognized arguments" in message:
-            message += " (hint: check the spelling; `ole COMMAND --help` lists the options)"
-        elif "required" in message or "expected" in message:
-            message += f" (hint: see `{self.prog} --help`)"
-        print(f"{self.prog}: error: {message}", file=sys.stderr)
-        sys.exit(2)
-
-
 def build_parser() -> argparse.ArgumentParser:
     """The full `ole` parser."""
     from ole.distribution import version
-    parser = _Parser(prog="ole", description=__doc__.split("\n\n")[0])
+    parser = Parser(prog="ole", description=__doc__.split("\n\n")[0])
     parser.add_argument("--version", action="version", version=f"ole (openloopevolve) {version()}")
     add_global_options(parser)
     parser.set_defaults(handler=None, help_parser=parser)

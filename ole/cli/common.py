@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
 
+from evogym import cliparser
 from ole.errors import ValidationError
 
 
@@ -58,13 +59,9 @@ def leaf(subparsers, name: str, handler: Callable[[argparse.Namespace], Output],
 
 
 def noun(subparsers, name: str, help: str) -> argparse._SubParsersAction:
-    """Add a noun (`ole bundle ...`) and return the sub-parsers for its verbs.
-
-    The noun alone (`ole bundle`) prints its help: `help_parser` names the parser to show.
-    """
-    parser = subparsers.add_parser(name, help=help, description=help, allow_abbrev=False)
-    parser.set_defaults(handler=None, help_parser=parser)
-    return parser.add_subparsers(dest="verb", metavar="VERB")
+    """Add a noun (`ole bundle ...`) and return the sub-parsers for its verbs; the noun alone
+    (`ole bundle`) prints its help (`evogym.cliparser.noun`)."""
+    return cliparser.noun(subparsers, name, help, dest="verb", handler=None)
 
 
 class ListArg(argparse.Action):
@@ -143,6 +140,7 @@ def check_proposer(flag: str, spec: str) -> None:
     such as `ranom` must not be sent to litellm as a model, fail every proposal, and look like a
     run that found nothing."""
     import difflib
+    from evogym.errors import did_you_mean
     from ole.extras import check
     if spec in BUILTIN_PROPOSERS:
         if spec == "tpe":
@@ -153,7 +151,7 @@ def check_proposer(flag: str, spec: str) -> None:
         return
     close = difflib.get_close_matches(spec, BUILTIN_PROPOSERS, n=1, cutoff=0.6)
     raise ValidationError(f"unknown {flag} `{spec}`",
-                          hint=f"did you mean `{close[0]}`?" if close else
+                          hint=did_you_mean(close) if close else
                           f"one of {', '.join(BUILTIN_PROPOSERS)}, scripted:FILE, replay:FILE, or a live model "
                           "as PROVIDER/MODEL, e.g. openai/gpt-4o-mini")
 
