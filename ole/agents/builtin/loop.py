@@ -2,15 +2,14 @@
 
 It writes real policy programs into `workspace/system/policy.py`, submits them through
 the protocol, reads the feedback tree, and improves the program within the budget.
-What a Loop Policy field decides is decided by `ole.agents.decisions` (shared with the
-LLM agent); this module carries the decisions out with the built-in means: mechanisms
-from the library for synthesis, CMA-ES rounds for tuning. Every submit is recorded as
-an `Iteration` with its role, the submit it was derived from and its search round.
+The bookkeeping around each edit -- submit, judge, recover, confirm, finish, lessons --
+is the shared `ole.agents.session.Session` (the LLM agent's too), deciding through
+`ole.agents.decisions`; this module makes the edits with the built-in means: mechanisms
+from the library for synthesis, CMA-ES rounds for tuning, the same program again as a
+retry. Every submit is recorded with its role, the submit it was derived from and its
+search round.
 """
 from __future__ import annotations
-
-import difflib
-import time
 
 import numpy as np
 
@@ -18,13 +17,13 @@ from ole.agents import decisions
 from ole.agents.base import AgentContext, AgentResult
 from ole.agents.builtin import layout, library, reach
 from ole.agents.builtin.checks import static_problems, topology_hash
-from ole.agents.builtin.feedback import Digest, read_submit
+from ole.agents.builtin.feedback import Digest, Sample, read_submit
 from ole.agents.builtin.mechanism import Mechanism, Program, render
 from ole.agents.builtin.search import Search
-from ole.agents.client import HostError
+from ole.agents.client import SubmitAnswer
 from ole.agents.decisions import ProgramResults
-from ole.lessons import Lesson, LessonStore, signature
-from ole.trace import Iteration
+from ole.agents.session import Host, Observed, Session, Stop, StopReason
+from ole.trace import EditKind, SubmitRole
 
 SATURATION_SHRINK = 0.7
 """Step multiplier after the worst episodes show saturated actuators (smaller moves)."""
@@ -34,14 +33,6 @@ WIDEN = 2.0
 """Step multiplier of the `widen_search` plateau response."""
 LAYOUT_STEPS = 2000
 """Inspected trajectory steps kept for the layout inference (more add little, and cost time)."""
-
-
-class Stop(Exception):
-    """Internal: the run must end now (budget, wall time, finish decision, closed run)."""
-
-    def __init__(self, reason: str) -> None:
-        super().__init__(reason)
-        self.reason = reason
 
 
 class Round:
@@ -64,45 +55,24 @@ class Round:
         """Verification of one candidate, and the counters it moves."""
         if value is not None and value > self.best_value:
             self.best_value, self.best_submit = value, worker.first_submit(prog.source)
-        improved = worker.consider(prog, value, phase)
+        improved = worker.judge(prog.source, value, phase)
         self.improved = self.improved or improved
-        worker.note(improved)
+        worker.candidate(improved)
 
 
-class Worker:
-    """One task worked by the built-in agent (all state of one run)."""
+class Worker(Session):
+    """One task worked by the built-in agent: the shared session plus the search state."""
 
-    def __init__(self, ctx: AgentContext, host, extra: tuple[Mechanism, ...] = ()) -> None:
-        self.ctx, self.host = ctx, host
-        self.info = host.info()
-        self.lp = decisions.for_budget(ctx.bundle.loop_policy, int(self.info["episode_budget"]))
+    def __init__(self, ctx: AgentContext, host: Host, extra: tuple[Mechanism, ...] = ()) -> None:
+        super().__init__(ctx, host)
         self.brief = host.task()
-        meta = self.info["env_meta"]
-        self.obs_space, self.act_space = meta["obs_space"], meta["action_space"]
-        self.remaining = int(self.info["state"]["remaining_budget"])
-        self.lo = int(self.info.get("min_episodes_per_submit", 1))
-        self.hi = int(self.info.get("max_episodes_per_submit", self.remaining))
-        self.budget = decisions.phase_budget(self.lp, self.remaining)
-        self.indices = decisions.IndexPlan(self.lp, int(meta.get("n_env_instances", 1)), ctx.condition.seed)
-        self.sig = signature(self.obs_space, self.act_space)
-        self.store = LessonStore(ctx.lessons_path) if ctx.lessons_path and self.lp.memory.carry_lessons else None
-        preferred = self.store.ranking(self.sig) if self.store else []
-        found = library.candidates(self.obs_space, self.act_space, self.brief, preferred=preferred, extra=extra)
+        found = library.candidates(self.obs_space, self.act_space, self.brief,
+                                   preferred=self.preferred_mechanisms(), extra=extra)
         self.mechanisms = found[: self.lp.planning.max_mechanisms]
         self.by_name = {m.name: m for m in found}
-        self.results: dict[str, ProgramResults] = {}
         self.programs: dict[str, Program] = {}
-        self.incumbent: ProgramResults | None = None
-        self.best_value: float | None = None  # progress only; the incumbent also needs the verification test
-        self.progress = decisions.Progress()
-        self.spent = {"synthesis": 0, "tuning": 0, "confirmation": 0}
-        self.prev_source = ""
-        self.last_digest = "sha256:" + "0" * 64
-        self.last_submitted: str | None = None
-        self.n_iter = 0
-        self.t0 = time.monotonic()
+        """The program (mechanism and parameters) behind each scored source."""
         self.inline = self.lp.action.edit_granularity == "file"
-        self.unhealthy = False
         self.tried: dict[str, float] = {}
         self.tuned: set[str] = set()
         self.search: Search | None = None
@@ -112,130 +82,43 @@ class Worker:
         self.restarts = 0
         self.cycles = 0
         """Searches started so far (the next restart point is the next kept program)."""
-        self.samples: list = []
+        self.samples: list[Sample] = []
         """Trajectory windows read so far (for the layout inference), up to LAYOUT_STEPS steps."""
-        self.grow: tuple[list, list] | None = None
-        self.last_verdict: str | None = None
-        self.last_submit_id: int | None = None
+        self.digest: Digest | None = None
+        """The last submit's feedback as read (None when refused)."""
+        self.grow: tuple[list[Program], list[str]] | None = None
+
+    # -- the session's hooks ----------------------------------------------------------------
+    def observe(self, answer: SubmitAnswer) -> Observed:
+        """Digest the submit's feedback folder: trajectory diagnoses, samples, output health."""
+        if answer.submit_id is None:
+            return Observed(None)
+        folder = self.ctx.workspace / "feedback" / f"submit_{answer.submit_id:03d}"
+        self.digest = read_submit(self.lp, folder, answer.summary)
+        if sum(len(x.obs) for x in self.samples) < LAYOUT_STEPS:
+            self.samples.extend(self.digest.samples)
+        return Observed(self.digest.text_sha256, healthy=not self.digest.unhealthy_output)
+
+    def classify(self, source: str, role: SubmitRole) -> EditKind:
+        """By AST topology against the previous submit; back to the incumbent is a revert."""
+        if self.incumbent is not None and source == self.incumbent.source and source != self.prev_source:
+            return "revert"
+        topo_prev = topology_hash(self.prev_source) if self.prev_source else None
+        return "synthesis" if topo_prev != topology_hash(source) else "tuning"
+
+    def precheck(self, source: str) -> list[str]:
+        return static_problems(source, self.obs_space, self.act_space)
 
     # -- acting ---------------------------------------------------------------------------
-    def size(self, want: int | None = None) -> int:
-        k = decisions.submit_size(self.lp, self.remaining, self.lo, self.hi, want)
-        if k == 0:
-            raise Stop("budget_spent" if self.budget.reserve == 0 else "finished_early")
-        return k
-
-    def check_clock(self) -> None:
-        if time.monotonic() - self.t0 > self.lp.budget.wall_time_s:
-            raise Stop("wall_time")
-
-    def submit(self, prog: Program, indices: list[int], phase: str, note: str, *, role: str,
-               base: int | None = None, search_round: int | None = None) -> tuple[float | None, Digest | None]:
-        """Write the program, submit it, read the feedback, record the iteration."""
-        self.check_clock()
-        start = time.monotonic()
-        problems = static_problems(prog.source, self.obs_space, self.act_space) if self.lp.verification.static_checks else []
-        if problems:
-            self.record(phase, prog, None, None, None, start, f"static check refused: {problems[0]}",
-                        role=role, base=base, search_round=search_round)
-            self.last_verdict = None
-            return None, None
-        system = self.ctx.workspace / "system"
-        system.mkdir(parents=True, exist_ok=True)
-        (system / "policy.py").write_text(prog.source)
-        try:
-            answer = self.host.submit(indices)
-        except HostError as err:
-            raise Stop("budget_spent" if "closed" in str(err) else "error") from err
-        self.remaining = int(answer.summary.get("remaining_budget", self.remaining - answer.charged))
-        self.spent[phase if phase in self.spent else "tuning"] += answer.charged
-        digest = None
-        if answer.submit_id is not None:
-            folder = self.ctx.workspace / "feedback" / f"submit_{answer.submit_id:03d}"
-            digest = read_submit(self.lp, folder, answer.summary)
-        value = None
-        if answer.status == "ok":
-            rec = self.results.setdefault(prog.source, ProgramResults(prog.source, prog.mechanism))
+    def send(self, prog: Program, indices: list[int], phase: str, note: str, *, role: SubmitRole,
+             base: int | None = None, search_round: int | None = None) -> tuple[float | None, Digest | None]:
+        """Submit one program (`Session.submit`); its score and the feedback as read."""
+        self.digest = None
+        done = self.submit(prog.source, prog.mechanism, indices, phase=phase, note=note, role=role, base=base,
+                           search_round=search_round)
+        if done.answer is not None and done.answer.status == "ok":
             self.programs.setdefault(prog.source, prog)
-            value = rec.add(self.lp, answer.summary, indices, answer.submit_id)
-        self.unhealthy = digest is not None and digest.unhealthy_output
-        if digest is not None and sum(len(x.obs) for x in self.samples) < LAYOUT_STEPS:
-            self.samples.extend(digest.samples)
-        self.record(phase, prog, answer, digest, value, start, note, indices, role=role, base=base,
-                    search_round=search_round)
-        self.last_submitted = prog.source
-        self.last_verdict, self.last_submit_id = answer.status, answer.submit_id
-        return value, digest
-
-    def record(self, phase, prog, answer, digest, value, start, note, indices=(), *, role, base, search_round) -> None:
-        topo_prev = topology_hash(self.prev_source) if self.prev_source else None
-        kind = "none" if answer is None else ("synthesis" if topo_prev != topology_hash(prog.source) else "tuning")
-        if answer is not None and self.incumbent is not None and prog.source == self.incumbent.source \
-                and prog.source != self.prev_source:
-            kind = "revert"
-        diff = sum(1 for line in difflib.unified_diff(self.prev_source.splitlines(), prog.source.splitlines(), lineterm="")
-                   if line[:1] in "+-" and not line.startswith(("+++", "---")))
-        summary = answer.summary if answer is not None else {}
-        returns = summary.get("returns")
-        self.ctx.record(Iteration(
-            index=self.n_iter, phase=phase, observation_digest=self.last_digest, edit_kind=kind,
-            diff_lines=diff if answer is not None else 0, mechanism=prog.mechanism,
-            submitted_indices=tuple(indices), submit_id=None if answer is None else answer.submit_id,
-            verdict=None if answer is None else answer.status,
-            returns=tuple(float(r) for r in returns) if returns else None,
-            mean_return=summary.get("mean_return"), episodes_charged=0 if answer is None else answer.charged,
-            wall_s=round(time.monotonic() - start, 3), note=note[:300], role=role, base_submit=base,
-            search_round=search_round))
-        self.n_iter += 1
-        if answer is not None:
-            self.prev_source = prog.source
-            if digest is not None:
-                self.last_digest = digest.text_sha256
-            if value is not None:
-                self.best_value = value if self.best_value is None else max(self.best_value, value)
-            self.ctx.progress(f"[{phase}] submit {answer.submit_id} {prog.mechanism} {answer.status} "
-                              f"mean return {_fmt(summary.get('mean_return'))}, score (mean) {_fmt(value)}, "
-                              f"best score so far {_fmt(self.best_value)}; {self.remaining} episodes left")
-
-    # -- verification ---------------------------------------------------------------------
-    def first_submit(self, source: str | None) -> int | None:
-        rec = self.results.get(source) if source is not None else None
-        return rec.first_submit if rec else None
-
-    def top(self) -> list[ProgramResults]:
-        """The kept programs (`memory.top_k_programs`), best first."""
-        return decisions.ranked(list(self.results.values()), self.lp.memory.top_k_programs)
-
-    def consider(self, prog: Program, value: float | None, phase: str) -> bool:
-        """Verification: does the candidate replace the incumbent? Retests when configured."""
-        if value is None or self.unhealthy:
-            return False  # output with warnings or tracebacks: fragile on unseen cases, never the incumbent
-        cand = self.results[prog.source]
-        if not decisions.beats(self.lp, cand, self.incumbent):
-            return False
-        if self.incumbent is not None and self.lp.verification.retest_episodes > 0:
-            if not self.retest(prog, phase):
-                return False
-        self.incumbent = cand
-        return True
-
-    def retest(self, prog: Program, phase: str) -> bool:
-        """Re-run an apparent improvement on fresh ids (and the incumbent on the same ids when
-        matched); it stands only if it still beats the incumbent on all the evidence."""
-        k = decisions.submit_size(self.lp, self.remaining, self.lo, self.hi, self.lp.verification.retest_episodes)
-        if k == 0:
-            return True  # nothing left to re-test with: the first result is all the evidence there is
-        idx = self.indices.retest(k)
-        again, _ = self.submit(prog, idx, phase, "retest of an apparent improvement", role="retest",
-                               base=self.first_submit(prog.source))
-        if again is None:
-            return False
-        inc = self.incumbent
-        if self.lp.verification.matched_comparison and decisions.submit_size(self.lp, self.remaining, self.lo,
-                                                                             self.hi, k) == k:
-            self.submit(self.programs[inc.source], idx, phase, "incumbent on the retest indices", role="reference",
-                        base=inc.first_submit)
-        return decisions.beats(self.lp, self.results[prog.source], inc)
+        return done.value, self.digest
 
     # -- recovery ---------------------------------------------------------------------------
     def after_failure(self, value, prog, phase, indices, search_round=None):
@@ -245,19 +128,18 @@ class Worker:
         recover from (the next candidate comes anyway).
         """
         while value is None and self.last_verdict is not None:
-            self.progress.failed()
-            action = decisions.error_action(self.lp, self.progress.failures)
-            if action == "retry" and decisions.submit_size(self.lp, self.remaining, self.lo, self.hi) > 0:
+            action = self.failed()
+            if action == "retry" and self.room() > 0:
                 failed = self.last_submit_id
-                value, _ = self.submit(prog, indices[: self.size(len(indices))], phase, "retry after a failure verdict",
-                                       role="retry", base=failed, search_round=search_round)
+                value, _ = self.send(prog, indices[: self.size(len(indices))], phase, "retry after a failure verdict",
+                                     role="retry", base=failed, search_round=search_round)
                 continue
             if action == "restructure" and self.search is not None and self.switch_mechanism():
                 return None
             self.revert()
             return None
         if value is not None:
-            self.progress.ok()
+            self.recovered()
         return value
 
     def revert(self) -> None:
@@ -265,7 +147,7 @@ class Worker:
         the search is re-centred on it with the same step and shape."""
         if self.search is None:
             return
-        target = decisions.revert_target(self.incumbent, list(self.results.values()), self.mech.name)
+        target = self.revert_target(self.mech.name)
         if target is None:
             return
         prog = self.programs[target.source]
@@ -311,7 +193,7 @@ class Worker:
         notes = [m.note for m in self.mechanisms]
         self.grow = (progs, notes) if "synthesis" in self.lp.planning.phases else None
         outcome = self.race(progs, phase, None, None, share="synthesis", notes=notes,
-                            k=decisions.synthesis_size(self.lp, self.budget, self.remaining, self.lo, self.hi))
+                            k=decisions.synthesis_size(self.lp, self.shares, self.remaining, self.lo, self.hi))
         self.grow = None
         late = [m for m in reach.informed(self.obs_space, self.act_space, layout.infer(self.samples), self.samples)
                 if m.name not in {p.mechanism for p in progs}][: max(0, self.lp.planning.max_mechanisms - len(progs))]
@@ -321,16 +203,11 @@ class Worker:
                 self.by_name.setdefault(mech.name, mech)
             late_progs = [render(m, m.defaults(), inline=self.inline) for m in late]
             late_out = self.race(late_progs, phase, None, None, share="tuning", notes=[m.note for m in late],
-                                 k=decisions.synthesis_size(self.lp, self.budget, self.remaining, self.lo, self.hi))
+                                 k=decisions.synthesis_size(self.lp, self.shares, self.remaining, self.lo, self.hi))
             progs, outcome.values = progs + late_progs, outcome.values + late_out.values
         for prog, value in zip(progs, outcome.values):
             self.tried[prog.mechanism] = value
         self.progress.new_phase()
-
-    def note(self, improved: bool) -> None:
-        self.progress.candidate(improved)
-        if decisions.should_finish(self.lp, self.progress, self.remaining):
-            raise Stop("finished_early")
 
     def tuning(self) -> None:
         """CMA-ES rounds until the tuning share is spent or a plateau ends them.
@@ -348,7 +225,7 @@ class Worker:
                 return  # nothing to tune (only parameter-free programs)
             rec, prog, mech = start
             self.start_search(mech, np.asarray(prog.x), rec.first_submit)
-        while decisions.fits(self.budget, "tuning", self.spent, self.size()):
+        while self.fits("tuning", self.size()):
             if not self.tuning_round():
                 return
 
@@ -391,7 +268,7 @@ class Worker:
         """
         k = self.size() if not k else k
         if k == 0:
-            raise Stop("budget_spent" if self.budget.reserve == 0 else "finished_early")
+            raise Stop("budget_spent" if self.shares.reserve == 0 else "finished_early")
         ks = decisions.screen_size(self.lp, k)
         ids = self.indices.pick(k)
         search = self.search
@@ -402,10 +279,10 @@ class Worker:
             prog, note = progs[j], notes[j]
             j += 1
             n = min(ks, self.size())
-            if screen and not decisions.fits(self.budget, share, self.spent, n):
+            if screen and not self.fits(share, n):
                 break
-            value, digest = self.submit(prog, ids[:n], phase, note, role="candidate", base=base,
-                                        search_round=round_id)
+            value, digest = self.send(prog, ids[:n], phase, note, role="candidate", base=base,
+                                      search_round=round_id)
             value = self.after_failure(value, prog, phase, ids[:n], round_id)
             screen.append(value)
             self.adapt(digest)
@@ -426,10 +303,10 @@ class Worker:
             inc = self.incumbent.mean(set(ids[:ks])) if self.incumbent is not None else None
             for j in decisions.survivors(screen, inc):
                 m = min(k - ks, self.size())
-                if not decisions.fits(self.budget, share, self.spent, m):
+                if not self.fits(share, m):
                     break
-                full[j], _ = self.submit(progs[j], ids[ks:ks + m], phase, "full evaluation of a screened candidate",
-                                         role="retest", base=self.first_submit(progs[j].source), search_round=round_id)
+                full[j], _ = self.send(progs[j], ids[ks:ks + m], phase, "full evaluation of a screened candidate",
+                                       role="retest", base=self.first_submit(progs[j].source), search_round=round_id)
             for j, (prog, value) in enumerate(zip(progs, screen)):
                 out.judge(self, prog, value if j in full and full[j] is not None else None, phase)
         out.values = [-np.inf if v is None else v for v in screen]
@@ -505,32 +382,10 @@ class Worker:
         self.search.recenter(self.search.center, sigma)
         return True
 
-    def confirmation_round(self) -> None:
-        """Re-test the kept programs (all but the best) on fresh ids, within the confirmation share."""
-        for rec in self.top()[1:]:
-            k = self.size()
-            if not decisions.fits(self.budget, "confirmation", self.spent, k):
-                return
-            self.submit(self.programs[rec.source], self.indices.retest(k), "confirmation", "re-test a kept program",
-                        role="confirm", base=rec.first_submit)
-
-    def best(self) -> ProgramResults | None:
-        return self.incumbent or (self.top()[0] if self.top() else None)
-
-    def final(self) -> None:
-        """Spend what is left on the best program, so the last submit is the best one."""
-        best = self.best()
-        if best is None:
-            return
-        while decisions.submit_size(self.lp, self.remaining, self.lo, self.hi) > 0:
-            if self.lp.stopping.mode == "finish_early" and self.last_submitted == best.source:
-                break
-            self.submit(self.programs[best.source], self.indices.retest(self.size()), "confirmation",
-                        "confirm the best program last", role="confirm", base=best.first_submit)
-
     # -- driver -------------------------------------------------------------------------
     def run(self) -> AgentResult:
-        reason = "budget_spent"
+        """Synthesis, then tuning and confirmation rounds while the tuning share lasts, then the best last."""
+        reason: StopReason = "budget_spent"
         try:
             phases = self.lp.planning.phases
             if "synthesis" not in phases:
@@ -541,39 +396,13 @@ class Worker:
                 self.tuning()
                 if "confirmation" in phases:
                     self.confirmation_round()
-                if not decisions.fits(self.budget, "tuning", self.spent, self.size()) or self.spent["tuning"] == before:
+                if not self.fits("tuning", self.size()) or self.spent["tuning"] == before:
                     break
             if "confirmation" in phases and not self.spent["confirmation"]:
                 self.confirmation_round()
             self.final()
         except Stop as stop:
             reason = stop.reason
-        self.finish_best(reason)
+        self.finish(reason)
         self.write_lesson()
         return AgentResult(finish_reason=reason)
-
-    def finish_best(self, reason: str) -> None:
-        """Keep the last submit good (re-submit the best when budget remains), then /finish."""
-        best = self.best()
-        if reason in ("finished_early", "wall_time") and best is not None and self.last_submitted != best.source:
-            if self.remaining >= self.lo:
-                try:
-                    self.submit(self.programs[best.source], self.indices.pick(self.lo), "confirmation",
-                                "best program last", role="confirm", base=best.first_submit)
-                except Stop:
-                    pass
-        if self.remaining > 0:
-            try:
-                self.host.finish()
-            except HostError:
-                pass
-
-    def write_lesson(self) -> None:
-        best = self.best()
-        if self.store is None or best is None:
-            return
-        self.store.add(Lesson(self.sig, best.mechanism, self.ctx.task.env, float(best.mean())))
-
-
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
