@@ -19,7 +19,6 @@ release. Every look is kept in the decision record.
 """
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Literal
@@ -32,14 +31,12 @@ from ole.ablation import Ablation
 from ole.coverage import Coverage, coverage, evidence_bound
 from ole.errors import ValidationError
 from ole.monitor import AnalysisConfig
-from ole.paired import Pair, instance_key
+from ole.paired import COST_RESOURCES, Pair, PairStats, instance_key, pair_stats, regressions
 from ole.trace import utc_now
+from ole.verdicts import Verdict, is_release
 
 SCHEMA_VERSION = "1"
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("gate.yaml")
-COST_RESOURCES = ("episodes", "wall_s", "tokens", "usd")
-
-Verdict = Literal["release", "reject", "indecisive"]
 
 
 class _Record(BaseModel):
@@ -113,17 +110,10 @@ def load_config(path: Path | str | None = None) -> GateConfig:
     return validate_data(GateConfig, read_yaml_file(target), source=str(target))
 
 
-class GateStats(_Record):
-    """Statistics of one paired evaluation; per-pair values kept."""
+class GateStats(PairStats):
+    """The pairs' statistics (`ole.paired.PairStats`, computed with the config's `cvar_alpha`) and
+    what the gate adds to them: the benefit test, the interval, the config-bound counts."""
 
-    n_pairs: int
-    """Pairs judged."""
-    r: tuple[float, ...]
-    """Per-pair relative changes, in pair order."""
-    mean_r: float
-    """Mean of r."""
-    win_rate: float
-    """Fraction of r > 0, ties counted half."""
     p_value: float
     """One-sided p-value of the configured test (bootstrap: share of resampled means <= 0)."""
     ci_low: float
@@ -133,29 +123,10 @@ class GateStats(_Record):
     ci_level: float | None = None
     """Two-sided coverage of [ci_low, ci_high]: 1 − 2·alpha (0.8 at alpha 0.1). None only in
     records made before it was stored, whose interval was computed the same way."""
-    worst_r: float
-    """Smallest r."""
-    cvar: float
-    """Mean of the worst ⌈cvar_alpha·n⌉ values of r."""
     n_regressions: int
     """Pairs with r < −tail_tau."""
-    n_failures: int
-    """Pairs where the challenger failed to score."""
-    families: tuple[str, ...]
-    """Env families covered."""
-    informative_families: tuple[str, ...] | None = None
-    """Env families with at least one pair that differed (r != 0): what counts as covering a family.
-    Bit-identical pairs show no effect, not a gain. None only in records made before it was stored."""
-    env_mean_r: dict[str, float] = Field(default_factory=dict)
-    """Mean r per env (each env a release would serve)."""
-    all_verified: bool
-    """Every run of every pair was verified by the host."""
-    contract_breaches: tuple[str, ...]
-    """Challenger runs exceeding the contract's resource budget β."""
     leaked_keys: tuple[str, ...]
     """Gate instances the proposer had seen."""
-    cost_ratio: dict[str, float]
-    """Per resource: challenger total / champion total (inf when the champion used none)."""
 
 
 class Criterion(_Record):
@@ -229,6 +200,11 @@ class GateDecision(_Record):
         """The coverage of the pairs (stored, or derived for records made before it was)."""
         return self.coverage if self.coverage is not None else coverage(self.pairs)
 
+    def event_payload(self) -> dict[str, object]:
+        """The record as the registry's `gate_decision` payload: the decision plus `accepted`, the
+        registry's status key, which is the verdict said as a flag (`ole.verdicts.is_release`)."""
+        return {**self.model_dump(mode="json"), "accepted": is_release(self.verdict)}
+
 
 def look_alpha(cfg: GateConfig, n: int, n_prev: int) -> float:
     """This look's share of α under linear spending over `max_pairs` (all of α without a cap).
@@ -291,48 +267,24 @@ def _wilcoxon_p(r: np.ndarray) -> float:
     return float(sps.wilcoxon(r, alternative="greater", zero_method="zsplit").pvalue)
 
 
-def _cost_ratio(pairs: Sequence[Pair]) -> dict[str, float]:
-    out: dict[str, float] = {}
-    for name in COST_RESOURCES:
-        champ = sum(float(getattr(p.champion, name)) for p in pairs)
-        chall = sum(float(getattr(p.challenger, name)) for p in pairs)
-        out[name] = chall / champ if champ > 0 else (1.0 if chall == 0 else math.inf)
-    return out
-
-
 def compute_stats(pairs: Sequence[Pair], cfg: GateConfig, seen_keys: Iterable[str] = ()) -> GateStats:
     """Everything the verdict reads, from the pairs alone (pure; seeded bootstrap)."""
-    r = np.array([p.r for p in pairs], dtype=float)
-    n = len(r)
-    seen = set(seen_keys)
-    leaked = tuple(sorted({instance_key(p.task, p.condition) for p in pairs} & seen))
-    breaches = tuple(f"{p.challenger.trace_id}: {b}" for p in pairs for b in p.challenger.contract_breaches)
-    verified = all(p.champion.verified and p.challenger.verified for p in pairs)
-    families = tuple(sorted({p.family for p in pairs}))
-    informative = tuple(sorted({p.family for p in pairs if p.r != 0.0}))
-    by_env: dict[str, list[float]] = {}
-    for p in pairs:
-        by_env.setdefault(p.task.env, []).append(float(p.r))
-    env_mean = {e: sum(v) / len(v) for e, v in sorted(by_env.items())}
-    if n == 0:
-        return GateStats(n_pairs=0, r=(), mean_r=0.0, win_rate=0.0, p_value=1.0, ci_low=0.0, ci_high=0.0,
-                         ci_level=interval_level(cfg),
-                         worst_r=0.0, cvar=0.0, n_regressions=0, n_failures=0, families=families,
-                         informative_families=informative, env_mean_r=env_mean, all_verified=verified,
-                         contract_breaches=breaches, leaked_keys=leaked,
-                         cost_ratio=_cost_ratio(pairs))
+    base = pair_stats(pairs, cfg.cvar_alpha)
+    leaked = tuple(sorted({instance_key(p.task, p.condition) for p in pairs} & set(seen_keys)))
+    if base.n_pairs == 0:
+        return GateStats(**dict(base), p_value=1.0, ci_low=0.0, ci_high=0.0, ci_level=interval_level(cfg),
+                         n_regressions=0, leaked_keys=leaked)
+    r = np.array(base.r, dtype=float)
     low, high, p_boot = _bootstrap(r, cfg)
-    k = max(1, math.ceil(cfg.cvar_alpha * n))
-    return GateStats(
-        n_pairs=n, r=tuple(float(x) for x in r), mean_r=float(r.mean()),
-        win_rate=float((np.sum(r > 0) + 0.5 * np.sum(r == 0)) / n),
-        p_value=_wilcoxon_p(r) if cfg.test == "wilcoxon" else p_boot,
-        ci_low=low, ci_high=high, ci_level=interval_level(cfg), worst_r=float(r.min()),
-        cvar=float(np.sort(r)[:k].mean()),
-        n_regressions=int(np.sum(r < -cfg.tail_tau)),
-        n_failures=sum(p.failure in ("challenger", "both") for p in pairs),
-        families=families, informative_families=informative, env_mean_r=env_mean, all_verified=verified,
-        contract_breaches=breaches, leaked_keys=leaked, cost_ratio=_cost_ratio(pairs))
+    return GateStats(**dict(base), p_value=_wilcoxon_p(r) if cfg.test == "wilcoxon" else p_boot,
+                     ci_low=low, ci_high=high, ci_level=interval_level(cfg),
+                     n_regressions=regressions(base.r, cfg.tail_tau), leaked_keys=leaked)
+
+
+def holds_tail_and_cost(stats: PairStats, cfg: GateConfig) -> bool:
+    """Would pairs with these statistics pass the gate's tail and cost criteria? (No test is run:
+    the ranking of a search asks this of every candidate at every rung.)"""
+    return _tail(stats, cfg).passed and _cost(stats, cfg).passed
 
 
 def _check(name: str, failures: list[str]) -> Criterion:
@@ -366,21 +318,22 @@ def _evidence(s: GateStats, c: GateConfig, min_families: int) -> Criterion:
     return _check("evidence", f)
 
 
-def _tail(s: GateStats, c: GateConfig) -> Criterion:
+def _tail(s: PairStats, c: GateConfig) -> Criterion:
     f = []
     if s.worst_r < c.min_worst_r:
         f.append(f"worst r {s.worst_r:+.4f} < required {c.min_worst_r:+.4f}")
     if s.cvar < c.min_cvar:
         f.append(f"CVaR_{c.cvar_alpha:g} {s.cvar:+.4f} < required {c.min_cvar:+.4f}")
-    if s.n_regressions > c.max_regressions:
-        f.append(f"{s.n_regressions} pairs regress beyond tau={c.tail_tau:g} > allowed {c.max_regressions}")
+    n_regressions = regressions(s.r, c.tail_tau)
+    if n_regressions > c.max_regressions:
+        f.append(f"{n_regressions} pairs regress beyond tau={c.tail_tau:g} > allowed {c.max_regressions}")
     for env, m in s.env_mean_r.items():
         if m < c.min_env_mean_r:
             f.append(f"env {env} mean r {m:+.4f} < required {c.min_env_mean_r:+.4f} (the release would serve it)")
     return _check("tail", f)
 
 
-def _cost(s: GateStats, c: GateConfig) -> Criterion:
+def _cost(s: PairStats, c: GateConfig) -> Criterion:
     f = [f"contract budget exceeded by {b}" for b in s.contract_breaches[:5]]
     for name, kappa in c.cost_kappa.items():
         ratio = s.cost_ratio[name]

@@ -1,8 +1,8 @@
 """Evaluation jobs: one bundle works one task under one run condition, wherever a worker runs it.
 
-A job is a picklable value that carries the bundle itself, so a worker (a local process,
-a Ray task on another machine) needs no registry: it runs the task through
-`ole.runner.run_bundle` under exactly the bundle the driver chose and returns the trace.
+A job is a picklable value that carries the chosen version itself (`ole.chosen.ChosenVersion`),
+so a worker (a local process, a Ray task on another machine) needs no registry: it runs the task
+through `ole.runner.run_version` under exactly the bundle the driver chose and returns the trace.
 Workers write nothing that the driver reads back: the driver stores the result and
 archives the trace (`ole.paired.PairedEvaluation`), so a worker that dies after finishing
 its run, and is retried, cannot leave a second copy behind.
@@ -11,9 +11,11 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, model_validator
 
+from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole.bundle import Bundle
+from ole.chosen import ChosenVersion
 from ole.trace import RunCondition, TaskSpec, Trace
 
 EVAL_CACHE_DIR = ".eval-cache"
@@ -27,26 +29,44 @@ the host can exit between finalization and the runner's last poll (seen once in 
 
 
 class EvalJob(BaseModel):
-    """One evaluation run: a bundle works a task under a condition. Picklable, Ray-ready."""
+    """One evaluation run: a chosen version works a task under a condition. Picklable, Ray-ready."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    bundle_ref: str
-    """Registered ref of the bundle (`name@version`), recorded in the trace."""
-    bundle: Bundle
-    """The bundle itself: the worker runs this copy and never looks the ref up."""
+    chosen: ChosenVersion
+    """The version to run (ref, bundle, selection): the worker runs this copy and never looks the
+    ref up; the trace records its ref, hash and selection."""
     task: TaskSpec
     """The task to work."""
     condition: RunCondition
     """The run condition (agent kind, seed, model, command line)."""
     runs_root: str
     """Folder under which the host run directory is created (on the worker's machine)."""
-    isolation: str = "bwrap"
-    """Sandbox isolation of the policy process (`bwrap`, or `none` where namespaces are unavailable)."""
+    isolation: str = DEFAULT_ISOLATION
+    """Sandbox isolation of the policy process (one of `evogym.sandbox.isolation.ISOLATIONS`)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _bare_ref_and_bundle(cls, data: object) -> object:
+        """A job written as `bundle_ref=..., bundle=...` (before jobs carried a `ChosenVersion`)."""
+        if isinstance(data, dict) and "chosen" not in data and {"bundle_ref", "bundle"} <= data.keys():
+            rest = {k: v for k, v in data.items() if k not in ("bundle_ref", "bundle")}
+            data = {**rest, "chosen": ChosenVersion(ref=data["bundle_ref"], bundle=data["bundle"])}
+        return data
+
+    @property
+    def bundle_ref(self) -> str:
+        """Registered ref of the bundle (`name@version`)."""
+        return self.chosen.ref
+
+    @property
+    def bundle(self) -> Bundle:
+        """The bundle the job runs."""
+        return self.chosen.bundle
 
     @property
     def bundle_hash(self) -> str:
         """Content hash of the bundle (the store key's first part)."""
-        return self.bundle.content_hash
+        return self.chosen.content_hash
 
 
 def run_job(job: EvalJob) -> Trace:
@@ -56,11 +76,11 @@ def run_job(job: EvalJob) -> Trace:
     fresh run directory; the last fault propagates. The trace is returned, not archived.
     """
     from ole.agents.client import HostError
-    from ole.runner import RunnerError, run_bundle
+    from ole.runner import RunnerError, run_version
 
     def attempt() -> Trace:
-        return run_bundle(job.task, job.bundle_ref, job.bundle, job.condition, runs_dir=job.runs_root,
-                          isolation=job.isolation, serve_args=("--eval-cache", str(Path(job.runs_root) / EVAL_CACHE_DIR)))
+        return run_version(job.task, job.chosen, job.condition, runs_dir=job.runs_root, isolation=job.isolation,
+                           serve_args=("--eval-cache", str(Path(job.runs_root) / EVAL_CACHE_DIR)))
     for _ in range(HOST_FAULT_RETRIES):
         try:
             return attempt()

@@ -18,13 +18,18 @@ from __future__ import annotations
 
 import hashlib
 import json
-from collections.abc import Callable, Sequence
-from typing import Literal, Protocol
+import math
+from collections.abc import Callable, Iterable, Sequence
+from typing import Literal, Protocol, TypedDict
 
-from pydantic import BaseModel, ConfigDict
+import numpy as np
+from pydantic import BaseModel, ConfigDict, Field
 
+from evogym.sandbox.isolation import DEFAULT_ISOLATION
+from ole.bundle import Bundle
+from ole.chosen import ChosenVersion, as_chosen
 from ole.jobs import EvalJob
-from ole.trace import RunCondition, TaskSpec, Trace
+from ole.trace import RunCondition, RunSpend, TaskSpec, Trace
 
 EPS_Q = 1.0
 """ε of Eq. 9 in value-score units: one normalized point (of 0–120). Keeps r finite when
@@ -38,15 +43,16 @@ FAIL_R = 1.0
 r = −FAIL_R (all of the champion's value lost); the reverse gets +FAIL_R; both failed, 0."""
 
 CONTRACT_RESOURCES = ("episodes", "wall_time_s", "llm_calls", "tokens", "usd")
-"""Keys of the task contract's resource budget β that a run's usage is checked against."""
+"""Keys of the task contract's resource budget β that a run's usage is checked against (the
+budget's own names: `wall_time_s` is the limit `budget.wall_time_s`, met by the measured `wall_s`)."""
 
 
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
 
-class RunResult(_Record):
-    """One evaluated run, reduced to what pairing and the gate need."""
+class RunResult(RunSpend):
+    """One evaluated run, reduced to what pairing and the gate need (its spend: `RunSpend`)."""
 
     trace_id: str
     """The archived trace of the run."""
@@ -64,14 +70,6 @@ class RunResult(_Record):
     """True when the host's run.json recorded the outcome (a scored run, or a host-recorded failure)."""
     episodes: int
     """Train episodes charged."""
-    wall_s: float
-    """Agent wall time in seconds."""
-    llm_calls: int = 0
-    """LLM calls made."""
-    tokens: int = 0
-    """LLM tokens used."""
-    usd: float = 0.0
-    """LLM spend in US dollars."""
     within_contract: bool = True
     """True when every usage above stays within the task contract's resource budget β."""
     contract_breaches: tuple[str, ...] = ()
@@ -79,6 +77,7 @@ class RunResult(_Record):
 
     @property
     def failed(self) -> bool:
+        """True when the run has no value score."""
         return self.q is None
 
 
@@ -105,6 +104,109 @@ class Pair(_Record):
     """Which side failed to score."""
 
 
+COST_RESOURCES = ("episodes", "wall_s", "tokens", "usd")
+"""Resources whose challenger/champion totals a comparison reports (`PairStats.cost_ratio`)."""
+CVAR_ALPHA = 0.25
+"""Default tail share of CVaR (the gate config's `cvar_alpha` overrides it)."""
+WALL_NOISE_S = 5.0
+"""Seconds of agent wall time, summed over a candidate's pairs, that count as scheduling noise
+whatever their share: runs of a second or two differ by more than any relative tolerance on a
+loaded machine (`PairStats.wall_noise` states it as a share of the champion's total)."""
+
+
+class Objectives(TypedDict, total=False):
+    """One comparison as a point of the search's objectives (`PairStats.objectives`): benefit and
+    tail up, episode and wall cost down. Without `wall` a point counts as the champion's wall."""
+
+    n: int
+    mean_r: float
+    cvar: float
+    cost: float
+    wall: float
+    wall_noise: float
+
+
+class PairStats(_Record):
+    """What a set of pairs says, computed once from the pairs (`pair_stats`), per-pair values kept.
+
+    Read by everything that judges a comparison: the evaluation event, the proposers (as
+    `Objectives`), the offline ranking, ablation, the gate (`ole.gate.GateStats` adds the test
+    and the config-bound counts to it) and the report.
+    """
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants")
+    n_pairs: int
+    """Pairs judged."""
+    r: tuple[float, ...]
+    """Per-pair relative changes, in pair order."""
+    mean_r: float
+    """Mean of r."""
+    win_rate: float
+    """Fraction of r > 0, ties counted half."""
+    worst_r: float
+    """Smallest r."""
+    cvar: float
+    """Mean of the worst ⌈cvar_alpha·n⌉ values of r."""
+    n_failures: int
+    """Pairs where the challenger failed to score."""
+    families: tuple[str, ...]
+    """Env families covered."""
+    informative_families: tuple[str, ...] | None = None
+    """Env families with at least one pair that differed (r != 0): what counts as covering a family.
+    Bit-identical pairs show no effect, not a gain. None only in records made before it was stored."""
+    env_mean_r: dict[str, float] = Field(default_factory=dict)
+    """Mean r per env (each env a release would serve)."""
+    all_verified: bool
+    """Every run of every pair was verified by the host."""
+    contract_breaches: tuple[str, ...]
+    """Challenger runs exceeding the contract's resource budget β."""
+    cost_ratio: dict[str, float]
+    """Per resource: challenger total / champion total (inf when the champion used none)."""
+    wall_noise: float | None = None
+    """`WALL_NOISE_S` as a share of the champion's total wall time: wall ratios closer than this
+    are noise. None only in records made before it was stored."""
+
+    def objectives(self) -> Objectives:
+        """The comparison as a point of the search's objectives (`ole.evolve.offline.dominates`)."""
+        return Objectives(n=self.n_pairs, mean_r=self.mean_r, cvar=self.cvar, cost=self.cost_ratio["episodes"],
+                          wall=self.cost_ratio["wall_s"], wall_noise=self.wall_noise or 0.0)
+
+
+def _cost_ratio(pairs: Sequence[Pair]) -> dict[str, float]:
+    out: dict[str, float] = {}
+    for name in COST_RESOURCES:
+        champ = sum(float(getattr(p.champion, name)) for p in pairs)
+        chall = sum(float(getattr(p.challenger, name)) for p in pairs)
+        out[name] = chall / champ if champ > 0 else (1.0 if chall == 0 else math.inf)
+    return out
+
+
+def pair_stats(pairs: Sequence[Pair], cvar_alpha: float = CVAR_ALPHA) -> PairStats:
+    """Everything a set of pairs says, before any test (pure); no pairs give zeros."""
+    r = np.array([p.r for p in pairs], dtype=float)
+    n = len(r)
+    by_env: dict[str, list[float]] = {}
+    for p in pairs:
+        by_env.setdefault(p.task.env, []).append(float(p.r))
+    k = max(1, math.ceil(cvar_alpha * n))
+    return PairStats(
+        n_pairs=n, r=tuple(float(x) for x in r), mean_r=float(r.mean()) if n else 0.0,
+        win_rate=float((np.sum(r > 0) + 0.5 * np.sum(r == 0)) / n) if n else 0.0,
+        worst_r=float(r.min()) if n else 0.0, cvar=float(np.sort(r)[:k].mean()) if n else 0.0,
+        n_failures=sum(p.failure in ("challenger", "both") for p in pairs),
+        families=tuple(sorted({p.family for p in pairs})),
+        informative_families=tuple(sorted({p.family for p in pairs if p.r != 0.0})),
+        env_mean_r={e: sum(v) / len(v) for e, v in sorted(by_env.items())},
+        all_verified=all(p.champion.verified and p.challenger.verified for p in pairs),
+        contract_breaches=tuple(f"{p.challenger.trace_id}: {b}" for p in pairs for b in p.challenger.contract_breaches),
+        cost_ratio=_cost_ratio(pairs), wall_noise=WALL_NOISE_S / (sum(p.champion.wall_s for p in pairs) or 1.0))
+
+
+def regressions(r: Iterable[float], tail_tau: float) -> int:
+    """Pairs whose r falls below −tail_tau (the gate's regressions)."""
+    return int(np.sum(np.array(list(r), dtype=float) < -tail_tau))
+
+
 def value_score(trace: Trace) -> tuple[float | None, Literal["normalized", "raw", "none"]]:
     """q of a run: normalized held-out score where anchors exist, raw score otherwise."""
     out = trace.outcome
@@ -129,7 +231,7 @@ def run_result(trace: Trace) -> RunResult:
     """
     q, source = value_score(trace)
     out = trace.outcome
-    usage = {"episodes": out.episodes_used, "wall_time_s": out.wall_time_s, "llm_calls": out.llm_calls,
+    usage = {"episodes": out.episodes_used, "wall_time_s": out.wall_s, "llm_calls": out.llm_calls,
              "tokens": out.tokens, "usd": out.usd}
     bounds = trace.contract.resource_budget
     breaches = tuple(f"{k}: {usage[k]:g} > {bounds[k]:g}" for k in CONTRACT_RESOURCES
@@ -138,7 +240,7 @@ def run_result(trace: Trace) -> RunResult:
     score = float(out.final_score) if q is not None else None
     return RunResult(trace_id=trace.trace_id, bundle_hash=trace.bundle_hash, q=q, q_source=source,
                      score=score, status=out.status, verified=host_recorded, episodes=out.episodes_used,
-                     wall_s=out.wall_time_s, llm_calls=out.llm_calls, tokens=out.tokens, usd=out.usd,
+                     wall_s=out.wall_s, llm_calls=out.llm_calls, tokens=out.tokens, usd=out.usd,
                      within_contract=not breaches, contract_breaches=breaches)
 
 
@@ -223,6 +325,8 @@ def env_family(env: str) -> str:
 
 
 Instance = tuple[TaskSpec, RunCondition]
+Chosen = ChosenVersion | tuple[str, Bundle]
+"""A version to evaluate: a `ChosenVersion`, or a bare `(ref, bundle)` pair read as one."""
 
 
 def longest_first(jobs: Sequence[EvalJob]) -> list[int]:
@@ -248,7 +352,7 @@ class PairedEvaluation:
     """
 
     def __init__(self, executor, store: ResultStore, evaluate: Callable[[EvalJob], Trace], *,
-                 traces_root: str, runs_root: str, isolation: str = "bwrap",
+                 traces_root: str, runs_root: str, isolation: str = DEFAULT_ISOLATION,
                  before_batch: Callable[[list[EvalJob]], None] = lambda jobs: None,
                  on_result: Callable[[EvalJob, RunResult], None] = lambda job, res: None) -> None:
         from ole.trace import TraceArchive
@@ -263,8 +367,8 @@ class PairedEvaluation:
     def traces_root(self) -> str:
         return str(self.archive.root)
 
-    def _job(self, ref: str, bundle, inst: Instance) -> EvalJob:
-        return EvalJob(bundle_ref=ref, bundle=bundle, task=inst[0], condition=inst[1], runs_root=self.runs_root,
+    def _job(self, chosen: ChosenVersion, inst: Instance) -> EvalJob:
+        return EvalJob(chosen=chosen, task=inst[0], condition=inst[1], runs_root=self.runs_root,
                        isolation=self.isolation)
 
     def _keep(self, trace: Trace) -> None:
@@ -277,17 +381,19 @@ class PairedEvaluation:
             except FileExistsError:  # another driver of the same stream archived this id meanwhile
                 pass
 
-    def run(self, bundles: Sequence[tuple[str, object]], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:
-        """Make sure every (bundle, instance) has a stored result; returns them by store key."""
-        jobs, keys, out = [], [], {}
-        for ref, bundle in bundles:
+    def run(self, versions: Sequence[Chosen], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:
+        """Make sure every (version, instance) has a stored result; returns them by store key."""
+        jobs: list[EvalJob] = []
+        keys: list[str] = []
+        out: dict[str, tuple[RunResult, str]] = {}
+        for chosen in map(as_chosen, versions):
             for inst in instances:
-                key = eval_key(bundle.content_hash, *inst)
+                key = eval_key(chosen.content_hash, *inst)
                 hit = self.store.get(key)
                 if hit is not None:
                     out[key] = hit
                 elif key not in keys:
-                    jobs.append(self._job(ref, bundle, inst))
+                    jobs.append(self._job(chosen, inst))
                     keys.append(key)
         if jobs:
             order = longest_first(jobs)
@@ -301,16 +407,16 @@ class PairedEvaluation:
                 self.on_result(jobs[i], res)
         return out
 
-    def pairs(self, champion: tuple[str, object], challengers: Sequence[tuple[str, object]],
+    def pairs(self, champion: Chosen, challengers: Sequence[Chosen],
               instances: Sequence[Instance]) -> dict[str, list[Pair]]:
         """Per challenger ref, its pairs against the champion on every instance (one batch)."""
-        results = self.run([champion, *challengers], instances)
-        champ_hash = champion[1].content_hash
+        champ_version, versions = as_chosen(champion), [as_chosen(c) for c in challengers]
+        results = self.run([champ_version, *versions], instances)
         out: dict[str, list[Pair]] = {}
-        for ref, bundle in challengers:
-            out[ref] = []
+        for chosen in versions:
+            out[chosen.ref] = []
             for task, cond in instances:
-                champ, family = results[eval_key(champ_hash, task, cond)]
-                chall, _ = results[eval_key(bundle.content_hash, task, cond)]
-                out[ref].append(make_pair(task, cond, family, champ, chall))
+                champ, family = results[eval_key(champ_version.content_hash, task, cond)]
+                chall, _ = results[eval_key(chosen.content_hash, task, cond)]
+                out[chosen.ref].append(make_pair(task, cond, family, champ, chall))
         return out

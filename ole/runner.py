@@ -24,18 +24,20 @@ import threading
 import time
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
+from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole.agents import get_agent
 from ole.agents.base import AgentContext, AgentResult
 from ole.agents.client import Credential, HostClient, HostError, forget_credential, remember_credential
-from ole.bundle import Bundle, TaskContext, parse_ref
+from ole.bundle import Bundle, TaskContext, format_ref, parse_ref
+from ole.chosen import ChosenVersion
 from ole.errors import OleError
 from ole.registry import DEFAULT_CHANNEL, Registry
 from ole.registry.records import Selection
 from ole.registry.scopes import context_for, explicit
-from ole.trace import (Iteration, Outcome, RunCondition, SelectionRecord, TaskContract, TaskSpec, Trace,
-                       TraceArchive, run_json_digest, utc_now)
+from ole.trace import (Iteration, Outcome, RunCondition, TaskContract, TaskSpec, Trace, TraceArchive,
+                       run_json_digest, utc_now)
 
 HOST_START_TIMEOUT_S = 300.0
 """Longest wait for `evogym serve` to print its ready line (env import, pool files)."""
@@ -196,7 +198,7 @@ def _outcome(doc: dict, history: list[Iteration], result: AgentResult, wall: flo
         best_val_score=vals.get(str(best)) if best is not None else None, best_submit_index=best,
         episodes_used=int(aux.get("episodes_used", sum(i.episodes_charged for i in history))),
         n_submits=int(aux.get("n_submits", sum(1 for i in history if i.submit_id is not None))),
-        wall_time_s=round(wall, 3), llm_calls=result.usage.llm_calls, tokens=result.usage.tokens,
+        wall_s=round(wall, 3), llm_calls=result.usage.llm_calls, tokens=result.usage.tokens,
         usd=result.usage.usd, finish_reason=result.finish_reason)
 
 
@@ -227,10 +229,36 @@ def work_agent(agent_name: str, options: dict, ctx: AgentContext) -> AgentResult
         return AgentResult(finish_reason="error", extras={"error": "agent_error.txt"})
 
 
+def launch_agent(chosen: ChosenVersion, task: TaskSpec, condition: RunCondition, *, url: str, workspace: Path,
+                 log_dir: Path, record: Callable[[Iteration], None], progress: Callable[[str], None] | None = None,
+                 lessons_path: str | Path | None = None, agent_options: dict | None = None) -> tuple[AgentResult, float]:
+    """Let the condition's agent work the task served at `url` under the chosen bundle.
+
+    Returns the agent's result and its wall seconds. The one place an agent is started: runs the
+    runner hosts itself and tasks of an outside harness (`ole agent work`) start it the same way.
+    """
+    ctx = AgentContext(url=url, workspace=Path(workspace), bundle=chosen.bundle, task=task, condition=condition,
+                       log_dir=Path(log_dir), record=record, progress=progress or (lambda line: None),
+                       lessons_path=Path(lessons_path) if lessons_path else None)
+    t0 = time.monotonic()
+    result = work_agent(condition.host, options_for(condition, agent_options), ctx)
+    return result, time.monotonic() - t0
+
+
+def run_id_for(task: TaskSpec, ref: str, seed: int) -> str:
+    """A fresh run id: `<env-slug>-<NAME@VERSION>-s<seed>-<utc stamp>-<random hex>` (the trace id too)."""
+    name, version = parse_ref(ref)
+    if version is None:
+        raise RunnerError(f"bundle ref {ref!r} needs a version", hint="e.g. coder@1")
+    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
+    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in task.env)
+    return f"{slug}-{format_ref(name, version)}-s{seed}-{stamp}-{secrets.token_hex(3)}"
+
+
 def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunCondition, *,
              root: str | Path | None = None, runs_dir: str | Path = "runs", traces_dir: str | Path = "traces",
              agent_options: dict | None = None, channel: str = DEFAULT_CHANNEL,
-             lessons_path: str | Path | None = None, isolation: str = "bwrap",
+             lessons_path: str | Path | None = None, isolation: str = DEFAULT_ISOLATION,
              serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
              force: bool = False) -> Trace:
     """Work one task with one agent under one bundle; returns the trace (archived when scored).
@@ -245,35 +273,35 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
                           hint="the run condition names the agent kind; pass the same")
     task_ctx = context_for(task, condition)
     with Registry(root) as registry:
-        chosen = resolve_bundle(registry, bundle_ref, channel, task_ctx, force=force)
+        selection = resolve_bundle(registry, bundle_ref, channel, task_ctx, force=force)
     if progress is not None:
-        progress(f"bundle {chosen.ref}{' (FORCED outside its scope)' if chosen.forced else ''}: {chosen.reason}")
-    trace = run_bundle(task, chosen.ref, chosen.bundle.bundle, condition, runs_dir=runs_dir,
-                       agent_options=agent_options, lessons_path=lessons_path, isolation=isolation,
-                       serve_args=serve_args, progress=progress, selection=chosen.record())
+        progress(f"bundle {selection.ref}{' (FORCED outside its scope)' if selection.forced else ''}: "
+                 f"{selection.reason}")
+    chosen = ChosenVersion(ref=selection.ref, bundle=selection.bundle.bundle, selection=selection.record())
+    trace = run_version(task, chosen, condition, runs_dir=runs_dir, agent_options=agent_options,
+                        lessons_path=lessons_path, isolation=isolation, serve_args=serve_args, progress=progress)
     if trace.verified:
         TraceArchive(traces_dir).append(trace)
     return trace
 
 
-def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition, *,
-               runs_dir: str | Path = "runs", agent_options: dict | None = None,
-               lessons_path: str | Path | None = None, isolation: str = "bwrap",
-               serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
-               selection: SelectionRecord | None = None, host_start: str = "warm") -> Trace:
-    """Work one task under a bundle the caller already holds (no registry access); archives nothing.
+def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition, **options: Any) -> Trace:
+    """`run_version` for a caller holding a bare ref and bundle (no selection to record)."""
+    return run_version(task, ChosenVersion(ref=ref, bundle=bundle), condition, **options)
 
-    `ref` (`NAME@VERSION`) names the bundle in the trace; `selection`, how it was chosen, is
-    recorded with it. Used by `run_task` and by evaluation workers (`ole.jobs.run_job`), which
-    get the bundle with their job (and judge scopes themselves: nothing is refused here).
-    `host_start`: `warm` or `cold` (`HOST_STARTS`).
+
+def run_version(task: TaskSpec, chosen: ChosenVersion, condition: RunCondition, *,
+                runs_dir: str | Path = "runs", agent_options: dict | None = None,
+                lessons_path: str | Path | None = None, isolation: str = DEFAULT_ISOLATION,
+                serve_args: tuple[str, ...] = (), progress: Callable[[str], None] | None = None,
+                host_start: str = "warm") -> Trace:
+    """Work one task under a version the caller already holds (no registry access); archives nothing.
+
+    The trace records the version's ref, hash and selection. Used by `run_task` and by evaluation
+    workers (`ole.jobs.run_job`), which get the version with their job (and judge scopes
+    themselves: nothing is refused here). `host_start`: `warm` or `cold` (`HOST_STARTS`).
     """
-    name, version = parse_ref(ref)
-    if version is None:
-        raise RunnerError(f"bundle ref {ref!r} needs a version", hint="e.g. coder@1")
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in task.env)
-    run_id = f"{slug}-{name}@{version}-s{condition.seed}-{stamp}-{secrets.token_hex(3)}"
+    run_id = run_id_for(task, chosen.ref, condition.seed)
     base = Path(runs_dir) / run_id
     (base / "agent").mkdir(parents=True, exist_ok=True)
     say = progress or (lambda line: None)
@@ -290,14 +318,11 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
             # the run's token, from the 0600 file the host named (never argv): every client of
             # this process for that URL sends it, a command agent gets it in its environment
             remember_credential(ready["url"], Credential.from_file(ready["token_file"], ready.get("auth_header_file")))
-            ctx = AgentContext(url=ready["url"], workspace=Path(ready["workspace"]), bundle=bundle,
-                               task=task, condition=condition, log_dir=base / "agent", record=history.append,
-                               progress=say, lessons_path=Path(lessons_path) if lessons_path else None)
             client = HostClient(ready["url"])
             budget = int(client.info()["episode_budget"])
-            t0 = time.monotonic()
-            result = work_agent(condition.host, options_for(condition, agent_options), ctx)
-            wall = time.monotonic() - t0
+            result, wall = launch_agent(chosen, task, condition, url=ready["url"], workspace=Path(ready["workspace"]),
+                                        log_dir=base / "agent", record=history.append, progress=say,
+                                        lessons_path=lessons_path, agent_options=agent_options)
             client.close_run()
             say("finalizing (hidden validation and held-out evaluation)")
             scored = _await_run_json(proc, Path(ready["run_dir"]) / "run.json", HOST_FINALIZE_TIMEOUT_S)
@@ -311,28 +336,28 @@ def run_bundle(task: TaskSpec, ref: str, bundle: Bundle, condition: RunCondition
     run_json = Path(ready["run_dir"]) / "run.json"
     if not run_json.is_file():
         raise RunnerError(f"the host wrote no run.json in {run_json.parent}", hint="see host.stderr")
-    trace = trace_from_run_json(run_json, run_id=run_id, task=task, condition=condition, ref=ref, bundle=bundle,
-                                budget=budget, history=history, result=result, wall=wall,
-                                extras_dir=base / "agent", selection=selection)
+    trace = trace_from_run_json(run_json, run_id=run_id, task=task, condition=condition, chosen=chosen,
+                                budget=budget, history=history, result=result, wall=wall, extras_dir=base / "agent")
     o = trace.outcome
     say(f"outcome {o.status}: held-out mean return {_num(o.final_score)}, normalized score {_num(o.normalized_score)}")
     return trace
 
 
-def trace_from_run_json(run_json: Path, *, run_id: str, task: TaskSpec, condition: RunCondition, ref: str,
-                        bundle: Bundle, budget: int, history: list[Iteration], result: AgentResult, wall: float,
-                        extras_dir: Path, selection: SelectionRecord | None = None) -> Trace:
-    """The trace of a finalized run: the outcome from the host's run.json, the history from the agent.
+def trace_from_run_json(run_json: Path, *, run_id: str, task: TaskSpec, condition: RunCondition,
+                        chosen: ChosenVersion, budget: int, history: list[Iteration], result: AgentResult,
+                        wall: float, extras_dir: Path) -> Trace:
+    """The trace of a finalized run: the outcome from the host's run.json, the history from the agent,
+    the version (ref, hash, selection) from `chosen`.
 
     Only a `completed` run with a final score is `verified` (and may enter the archive); the
     digest of the run.json it was read from is recorded with it.
     """
-    name, version = parse_ref(ref)
     doc = json.loads(Path(run_json).read_text())
     outcome = _outcome(doc, history, result, wall)
     return Trace(trace_id=run_id, created_at=utc_now(), task=task, condition=condition,
-                 contract=contract(task, bundle, budget), bundle_name=name, bundle_version=int(version or 0),
-                 bundle_hash=bundle.content_hash, history=tuple(history), outcome=outcome,
-                 run_dir=str(Path(run_json).parent), run_json_sha256=run_json_digest(run_json),
+                 contract=contract(task, chosen.bundle, budget), bundle_name=chosen.name,
+                 bundle_version=chosen.version, bundle_hash=chosen.content_hash, history=tuple(history),
+                 outcome=outcome, run_dir=str(Path(run_json).parent), run_json_sha256=run_json_digest(run_json),
                  verified=outcome.status == "completed" and outcome.final_score is not None,
-                 extras={k: str(Path(extras_dir) / v) for k, v in result.extras.items()}, selection=selection)
+                 extras={k: str(Path(extras_dir) / v) for k, v in result.extras.items()},
+                 selection=chosen.selection)

@@ -20,7 +20,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Iterator, Literal
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ole.errors import IntegrityError, NotFound, ValidationError
 
@@ -150,8 +150,26 @@ class Iteration(_Record):
     the search's completed generations."""
 
 
-class Outcome(_Record):
-    """The run outcome, copied from the host's `run.json` plus agent-side costs."""
+class RunSpend(_Record):
+    """What one run spent besides episodes: the measured agent wall time and the LLM usage.
+
+    Shared by the trace's outcome and the evaluation store's `ole.paired.RunResult`, so a
+    measured duration has one name everywhere (`wall_s`, as in `Iteration.wall_s`). The loop
+    policy's *limit* keeps its own name (`budget.wall_time_s`, a bundle field).
+    """
+
+    wall_s: float
+    """Agent wall time in seconds."""
+    llm_calls: int = 0
+    """LLM calls made."""
+    tokens: int = 0
+    """LLM tokens used."""
+    usd: float = 0.0
+    """LLM spend in US dollars."""
+
+
+class Outcome(RunSpend):
+    """The run outcome, copied from the host's `run.json` plus agent-side costs (`RunSpend`)."""
 
     status: Literal["completed", "no_ok_submit", "error"]
     """Host run status."""
@@ -167,16 +185,16 @@ class Outcome(_Record):
     """Train episodes charged."""
     n_submits: int
     """Submits that reached the host."""
-    wall_time_s: float
-    """Agent wall time."""
-    llm_calls: int = 0
-    """LLM calls over the run."""
-    tokens: int = 0
-    """LLM tokens over the run."""
-    usd: float = 0.0
-    """LLM spend over the run."""
     finish_reason: str = ""
     """Why the agent stopped (budget_spent, finished_early, wall_time, llm_cap, error)."""
+
+    @model_validator(mode="before")
+    @classmethod
+    def _old_wall_name(cls, data: object) -> object:
+        """Traces written before the rename call the measured wall time `wall_time_s`."""
+        if isinstance(data, dict) and "wall_time_s" in data and "wall_s" not in data:
+            data = {("wall_s" if k == "wall_time_s" else k): v for k, v in data.items()}
+        return data
 
 
 class Trace(_Record):

@@ -49,7 +49,7 @@ def show(args: argparse.Namespace) -> Output:
             f"condition host={t.condition.host} seed={t.condition.seed} model={t.condition.model}",
             f"outcome {o.status}: final {_num(o.final_score)} normalized {_num(o.normalized_score)} "
             f"best val {_num(o.best_val_score)} (submit {o.best_submit_index}); {o.episodes_used} episodes, "
-            f"{o.n_submits} submits, {o.wall_time_s:.1f} s, finish: {o.finish_reason}"]
+            f"{o.n_submits} submits, {o.wall_s:.1f} s, finish: {o.finish_reason}"]
     rows = [["#", "phase", "edit", "mechanism", "diff", "submit", "verdict", "mean", "episodes"]]
     for it in t.history:
         rows.append([str(it.index), it.phase, it.edit_kind, it.mechanism or "-", str(it.diff_lines),

@@ -14,16 +14,18 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
+from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole import evidence as evidence_mod
+from ole.ablation import Ablation
 from ole.bundle import Bundle
+from ole.chosen import ChosenVersion
 from ole.cost import CostCaps, CostMeter
 from ole.evidence import EvidenceItem
-from ole.ablation import Ablation
 from ole.evolve.store import EvaluationStore, Fingerprint, fingerprint, package_versions, source_digest
 from ole.gate import GateConfig, GateDecision, Look, decide, look_alpha, should_extend
 from ole.jobs import EvalJob
-from ole.paired import Instance, PairedEvaluation, Pair, RunResult, instance_key
-from ole.proposers import Parent, Proposal, Proposer
+from ole.paired import Instance, Pair, PairedEvaluation, PairStats, RunResult, instance_key, pair_stats
+from ole.proposers import Proposal, Proposer
 from ole.trace import RunCondition, TaskSpec, Trace, TraceArchive
 
 DEFAULT_SUITE = ("gym/halfcheetah5", "gym/pusher5", "gym/continuouscar")
@@ -165,33 +167,24 @@ class EvolveConfig(BaseModel):
 class Candidate:
     """A registered candidate and what is known about it so far."""
 
-    ref: str
-    bundle: Bundle
+    chosen: ChosenVersion
+    """The registered version (ref and bundle) that is paired and gated."""
     proposal: Proposal
+    """The proposal it was registered from."""
     pairs: list[Pair] = field(default_factory=list)
+    """Its pairs against the champion on the instances evaluated so far."""
+    stats: PairStats = field(default_factory=lambda: pair_stats(()))
+    """What `pairs` say, computed once when they are set (`Engine.keep_pairs`)."""
 
     @property
-    def parent(self) -> Parent:
-        return Parent(self.ref, self.bundle)
+    def ref(self) -> str:
+        """`NAME@VERSION` of the candidate."""
+        return self.chosen.ref
 
-
-WALL_NOISE_S = 5.0
-"""Seconds of agent wall time, summed over a candidate's pairs, that count as scheduling noise
-whatever their share: runs of a second or two differ by more than any relative tolerance on a
-loaded machine (`summarize` reports it as `wall_noise`, a share of the champion's total)."""
-
-
-def summarize(pairs: Sequence[Pair]) -> dict:
-    """Objectives of one candidate's pairs: benefit (mean r), tail (CVaR 25%), cost (episode and wall ratios)."""
-    r = sorted(p.r for p in pairs)
-    k = max(1, len(r) // 4)
-    champ = sum(p.champion.episodes for p in pairs) or 1
-    champ_wall = sum(p.champion.wall_s for p in pairs) or 1.0
-    return {"n": len(r), "mean_r": sum(r) / len(r) if r else 0.0, "cvar": sum(r[:k]) / k if r else 0.0,
-            "cost": sum(p.challenger.episodes for p in pairs) / champ,
-            "wall": sum(p.challenger.wall_s for p in pairs) / champ_wall,
-            "wall_noise": WALL_NOISE_S / champ_wall,
-            "r": [round(p.r, 6) for p in pairs]}
+    @property
+    def bundle(self) -> Bundle:
+        """The candidate's bundle."""
+        return self.chosen.bundle
 
 
 class Engine:
@@ -255,7 +248,7 @@ class Engine:
         reg = known or self.registry.register(proposal.bundle)
         what = f"same content as {reg.ref}" if known else f"registered {reg.ref}"
         self.progress(f"  {what} ({proposal.edge} of {', '.join(proposal.parents)}): {proposal.note[:120]}")
-        return Candidate(reg.ref, reg.bundle, proposal)
+        return Candidate(ChosenVersion(reg.ref, reg.bundle), proposal)
 
     def _anchored(self, proposal: Proposal) -> Proposal:
         """The proposal with moved run-length counts stated for the search budget (`space.anchor_run_lengths`)."""
@@ -276,15 +269,21 @@ class Engine:
                                            "note": data["provenance"]["note"]})
 
     # ----- evaluation and gate ------------------------------------------------------------------
-    def evaluate(self, champion: tuple[str, Bundle], candidates: Sequence[Candidate],
+    def keep_pairs(self, candidate: Candidate, pairs: Sequence[Pair]) -> None:
+        """Set the candidate's pairs and, from them, its statistics (under the gate's `cvar_alpha`)."""
+        candidate.pairs = list(pairs)
+        candidate.stats = pair_stats(candidate.pairs, self.gate.cvar_alpha)
+
+    def evaluate(self, champion: ChosenVersion, candidates: Sequence[Candidate],
                  instances: Sequence[Instance], stage: str) -> None:
-        """Paired evaluation of a batch against the champion; records one evaluation event each."""
-        out = self.paired.pairs(champion, [(c.ref, c.bundle) for c in candidates], instances)
+        """Paired evaluation of a batch against the champion; records one evaluation event each
+        (the candidate's `PairStats`, its instances and trace ids)."""
+        out = self.paired.pairs(champion, [c.chosen for c in candidates], instances)
         for c in candidates:
-            c.pairs = out[c.ref]
-            step = f"evaluation|{stage}|{c.ref}|{champion[0]}"
+            self.keep_pairs(c, out[c.ref])
+            step = f"evaluation|{stage}|{c.ref}|{champion.ref}"
             if self.store.step(step) is None:
-                payload = {"stage": stage, "champion": champion[0], **summarize(c.pairs),
+                payload = {"stage": stage, "champion": champion.ref, **c.stats.model_dump(mode="json"),
                            "instances": [instance_key(p.task, p.condition) for p in c.pairs],
                            "trace_ids": [p.challenger.trace_id for p in c.pairs]}
                 self.registry.record_evaluation(c.ref, payload, key=self.store.key(step))
@@ -293,9 +292,9 @@ class Engine:
     def observe(self, candidates: Sequence[Candidate], rung: int, final: bool) -> None:
         """Tell the proposer how its candidates did (search pairs only; never gate pairs)."""
         for c in candidates:
-            self.proposer.observe(c.ref, c.bundle, summarize(c.pairs), rung=rung, final=final)
+            self.proposer.observe(c.ref, c.bundle, c.stats.objectives(), rung=rung, final=final)
 
-    def decide_gate(self, champion: tuple[str, Bundle], candidate: Candidate, looks: Sequence[Sequence[Instance]],
+    def decide_gate(self, champion: ChosenVersion, candidate: Candidate, looks: Sequence[Sequence[Instance]],
                     seen_keys: set[str], stage: str, scope_families: Sequence[str] | None = None,
                     ablation: Ablation | None = None) -> GateDecision:
         """The gate with an adaptive sample: judge on the first look's instances, add the next
@@ -304,7 +303,7 @@ class Engine:
         Every added pair is logged; the final decision (with every look) is recorded once in the
         lineage. A resumed run re-judges from stored evaluations and returns the stored decision.
         """
-        step = f"gate|{stage}|{candidate.ref}|{champion[0]}"
+        step = f"gate|{stage}|{candidate.ref}|{champion.ref}"
         stored = self.store.step(step)
         if stored is not None:
             return GateDecision.model_validate(stored)
@@ -324,7 +323,7 @@ class Engine:
             instances += list(batch)
             self.evaluate(champion, [candidate], instances, stage=f"{stage}-look{k}")
             alpha = look_alpha(self.gate, len(candidate.pairs), n_prev)
-            decision = decide(candidate.pairs, self.gate, champion=champion[0], challenger=candidate.ref,
+            decision = decide(candidate.pairs, self.gate, champion=champion.ref, challenger=candidate.ref,
                               seen_keys=seen_keys, alpha=alpha, scope_families=scope_families,
                               ablation=ablation)
             record.append(Look(n_pairs=decision.stats.n_pairs, alpha=alpha, p_value=decision.stats.p_value,
@@ -337,21 +336,7 @@ class Engine:
                 break
         assert decision is not None, "a gate needs at least one look"
         decision = decision.model_copy(update={"looks": tuple(record)})
-        payload = {**decision.model_dump(mode="json"), "accepted": decision.verdict == "release"}
-        self.registry.record_gate_decision(candidate.ref, payload, key=self.store.key(step))
-        self.store.mark(step, decision.model_dump(mode="json"))
-        return decision
-
-    def judge(self, champion: str, candidate: Candidate, seen_keys: set[str], stage: str) -> GateDecision:
-        """Gate decision on the candidate's current pairs, recorded once in the lineage."""
-        decision = decide(candidate.pairs, self.gate, champion=champion, challenger=candidate.ref,
-                          seen_keys=seen_keys)
-        step = f"gate|{stage}|{candidate.ref}|{champion}"
-        stored = self.store.step(step)
-        if stored is not None:
-            return GateDecision.model_validate(stored)
-        payload = {**decision.model_dump(mode="json"), "accepted": decision.verdict == "release"}
-        self.registry.record_gate_decision(candidate.ref, payload, key=self.store.key(step))
+        self.registry.record_gate_decision(candidate.ref, decision.event_payload(), key=self.store.key(step))
         self.store.mark(step, decision.model_dump(mode="json"))
         return decision
 
@@ -381,7 +366,7 @@ def on_result_counter(meter: CostMeter, progress: Callable[[str], None]) -> Call
     def on_result(job: EvalJob, res: RunResult) -> None:
         meter.add(res.episodes, res.tokens, res.usd)
         q = "failed" if res.q is None else f"q={res.q:.1f}"
-        progress(f"    run {job.bundle_ref:<10} {job.task.env:<34} pool {job.task.pool_seed} seed "
+        progress(f"    run {job.chosen.ref:<10} {job.task.env:<34} pool {job.task.pool_seed} seed "
                  f"{job.condition.seed}: {q} ({res.wall_s:.0f}s)  [spent {meter.episodes} episodes, "
                  f"{meter.wall_s / 60:.1f} min]")
     return on_result
@@ -400,7 +385,7 @@ def run_fingerprint(*, registry, traces_root, cfg: EvolveConfig, evaluate: Calla
 
 
 def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: Callable[[EvalJob], Trace],
-                proposer: Proposer, gate: GateConfig, executor, isolation: str = "bwrap",
+                proposer: Proposer, gate: GateConfig, executor, isolation: str = DEFAULT_ISOLATION,
                 progress: Callable[[str], None] = print, driver: dict | None = None) -> Engine:
     """Assemble the engine over a workspace folder (resume store and host runs live there).
 

@@ -17,11 +17,11 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from ole.ablation import Ablation, AblationStep, carries, changed_fields, flat, revert, units
-from ole.bundle import Bundle
+from ole.chosen import ChosenVersion
 from ole.errors import ValidationError
-from ole.evolve import Candidate, Engine, summarize
-from ole.paired import Instance, instance_key
-from ole.proposers import Parent, accepted, child_bundle
+from ole.evolve import Candidate, Engine
+from ole.paired import Instance, instance_key, pair_stats
+from ole.proposers import accepted, child_bundle
 
 
 def _values(policy: dict, fields: Sequence[str]) -> dict:
@@ -29,7 +29,7 @@ def _values(policy: dict, fields: Sequence[str]) -> dict:
     return {f: flat_policy[f] for f in fields}
 
 
-def ablate(engine: Engine, champion: tuple[str, Bundle], cand: Candidate, instances: Sequence[Instance],
+def ablate(engine: Engine, champion: ChosenVersion, cand: Candidate, instances: Sequence[Instance],
            *, stage: str) -> tuple[Candidate, Ablation]:
     """The minimal variant of `cand` that keeps its gain on `instances`, and the record of how.
 
@@ -37,9 +37,10 @@ def ablate(engine: Engine, champion: tuple[str, Bundle], cand: Candidate, instan
     itself when every unit carries the gain (or it has a single unit).
     """
     keys = {instance_key(*i) for i in instances}
-    parent_lp = champion[1].loop_policy.model_dump(mode="json")
+    parent_lp = champion.bundle.loop_policy.model_dump(mode="json")
     source_lp = cand.bundle.loop_policy.model_dump(mode="json")
-    source_mean = summarize([p for p in cand.pairs if instance_key(p.task, p.condition) in keys])["mean_r"]
+    inside = [p for p in cand.pairs if instance_key(p.task, p.condition) in keys]
+    source_mean = pair_stats(inside, engine.gate.cvar_alpha).mean_r
     cut = units(changed_fields(parent_lp, source_lp))
     current, current_lp, current_mean = cand, source_lp, source_mean
     steps: list[AblationStep] = []
@@ -54,7 +55,7 @@ def ablate(engine: Engine, champion: tuple[str, Bundle], cand: Candidate, instan
             continue
         kept, reason = carries(source_mean, mean)
         steps.append(AblationStep(fields=unit, values=_values(source_lp, unit), parent_values=_values(parent_lp, unit),
-                                  variant=variant.ref if variant is not None else champion[0],
+                                  variant=variant.ref if variant is not None else champion.ref,
                                   mean_r_with=current_mean, mean_r_without=mean, kept=kept, reason=reason))
         engine.progress(f"  ablation of {cand.ref}: without {', '.join(unit)} -> {reason}: "
                         + ("kept" if kept else "dropped"))
@@ -70,7 +71,7 @@ def ablate(engine: Engine, champion: tuple[str, Bundle], cand: Candidate, instan
     return current, record
 
 
-def _variant(engine: Engine, champion: tuple[str, Bundle], cand: Candidate, policy: dict, unit: tuple[str, ...],
+def _variant(engine: Engine, champion: ChosenVersion, cand: Candidate, policy: dict, unit: tuple[str, ...],
              instances: Sequence[Instance], stage: str) -> tuple[Candidate | None, float | None, str]:
     """The registered variant without `unit` and its mean r on `instances` (None, None, why: none formed).
 
@@ -79,14 +80,13 @@ def _variant(engine: Engine, champion: tuple[str, Bundle], cand: Candidate, poli
     prov = cand.bundle.provenance
     edge = "online" if prov.edge == "online" else "offline_mutation"  # a variant is made where its source was
     try:
-        bundle = child_bundle([Parent(*champion)], policy, edge=edge, evidence_ids=prov.evidence_ids,
+        bundle = child_bundle([champion], policy, edge=edge, evidence_ids=prov.evidence_ids,
                               generation=prov.generation, proposer=engine.proposer.name,
                               note=f"ablation of {cand.ref}: without {', '.join(unit)}")
     except ValidationError as exc:
         return None, None, f"no valid policy without it ({exc.message})"
-    variant = engine.register(accepted(engine.proposer.name, edge, [Parent(*champion)], bundle),
-                              champion[1])
+    variant = engine.register(accepted(engine.proposer.name, edge, [champion], bundle), champion.bundle)
     if variant is None:  # the same content as the champion
         return None, 0.0, ""
     engine.evaluate(champion, [variant], instances, stage=f"{stage}-ablate")
-    return variant, summarize(variant.pairs)["mean_r"], ""
+    return variant, variant.stats.mean_r, ""

@@ -19,17 +19,15 @@ task is recorded with profile `external` and never rerun. The agent itself never
 from __future__ import annotations
 
 import json
-import secrets
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
-from ole.agents.base import AgentContext
+from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole.agents.client import HostClient, HostError
 from ole.errors import ValidationError
 from ole.evolve.online import EXTERNAL_PROFILE, OnlineEvolution
-from ole.runner import RunnerError, options_for, trace_from_run_json, work_agent
+from ole.runner import RunnerError, launch_agent, run_id_for, trace_from_run_json
 from ole.trace import Iteration, RunCondition, TaskSpec, Trace
 
 RUN_JSON_WAIT_S = 60.0
@@ -92,8 +90,7 @@ def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: Run
     info = client.info()
     ctx = task_context(info["env_meta"]["env"], condition.host, int(info["episode_budget"]), condition.model)
     a = evo.ask(condition=condition, ctx=ctx)
-    registered = evo.e.registry.get(a.bundle_ref)
-    progress(f"task boundary: {a.bundle_ref} (scope {a.scope}) works this task ({info['env_meta'].get('env')})")
+    progress(f"task boundary: {a.chosen.ref} (scope {a.scope}) works this task ({info['env_meta'].get('env')})")
     history: list[Iteration] = []
 
     def record(it: Iteration) -> None:
@@ -102,23 +99,17 @@ def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: Run
             f.write(it.model_dump_json() + "\n")
 
     brief = TaskSpec(env=info["env_meta"]["env"], profile=EXTERNAL_PROFILE, budget=info["episode_budget"])
-    ctx = AgentContext(url=url, workspace=Path(workspace), bundle=registered.bundle, task=brief, condition=condition,
-                       log_dir=log_dir, record=record, progress=progress)
-    t0 = time.monotonic()
-    result = work_agent(condition.host, options_for(condition), ctx)
-    wall = time.monotonic() - t0
+    result, wall = launch_agent(a.chosen, brief, condition, url=url, workspace=Path(workspace), log_dir=log_dir,
+                                record=record, progress=progress)
     try:
         run_json, doc, _ = finalized_run_json(client, workspace)
     except (HostError, RunnerError):
         evo.in_flight = None  # the task produced no verified outcome: nothing to tell
         raise
     task = host_task(doc, info, Path(workspace))
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in task.env)
-    trace = trace_from_run_json(run_json, run_id=f"{slug}-{a.bundle_ref}-s{condition.seed}-{stamp}-{secrets.token_hex(3)}",
-                                task=task, condition=condition, ref=a.bundle_ref, bundle=registered.bundle,
-                                budget=int(info["episode_budget"]), history=history, result=result, wall=wall,
-                                extras_dir=log_dir, selection=evo.selection.record())
+    trace = trace_from_run_json(run_json, run_id=run_id_for(task, a.chosen.ref, condition.seed), task=task,
+                                condition=condition, chosen=a.chosen, budget=int(info["episode_budget"]),
+                                history=history, result=result, wall=wall, extras_dir=log_dir)
     if trace.host_recorded:  # a failed stream task too: a monitor pair or a round may name it
         evo.e.archive.append(trace)
     o = trace.outcome
@@ -127,7 +118,7 @@ def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: Run
     return trace
 
 
-def open_stream(*, registry, workdir: Path, cfg, online, gate, proposer, isolation: str = "bwrap",
+def open_stream(*, registry, workdir: Path, cfg, online, gate, proposer, isolation: str = DEFAULT_ISOLATION,
                 progress: Callable[[str], None] = lambda line: None) -> OnlineEvolution:
     """The online engine over a stream workspace shared by every task of the harness.
 

@@ -25,18 +25,18 @@ from __future__ import annotations
 
 import math
 import random
-from collections import defaultdict
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from ole.ablation import Ablation
 from ole.bundle import Bundle
-from ole.evolve import Candidate, Engine, EvolveConfig, summarize
+from ole.chosen import ChosenVersion
+from ole.evolve import Candidate, Engine, EvolveConfig
 from ole.evolve import scoping
 from ole.evolve.ablate import ablate
-from ole.gate import GateConfig, GateDecision, decide
-from ole.paired import Instance, env_family, eval_key, instance_key
-from ole.proposers import Parent
+from ole.gate import GateConfig, GateDecision, holds_tail_and_cost
+from ole.paired import Instance, Objectives, env_family, eval_key, instance_key
+from ole.verdicts import is_release
 
 
 @dataclass
@@ -58,7 +58,7 @@ class GateRun:
 
     @property
     def released(self) -> bool:
-        return self.decision.verdict == "release"
+        return is_release(self.decision.verdict)
 
 
 @dataclass
@@ -109,10 +109,10 @@ WALL_TOLERANCE = 0.1
 """Wall-time ratios closer than this count as equal when comparing candidates: agent wall time
 carries scheduling noise (two identical runs differ by several percent on a loaded machine),
 and a candidate must not be dropped, or kept, for noise. For short runs the tolerance is at
-least `WALL_NOISE_S` seconds over the candidate's pairs (`summarize()["wall_noise"]`)."""
+least `ole.paired.WALL_NOISE_S` seconds over the candidate's pairs (`PairStats.wall_noise`)."""
 
 
-def dominates(a: dict, b: dict) -> bool:
+def dominates(a: Objectives, b: Objectives) -> bool:
     """a is at least as good as b on (benefit, tail, episode cost, wall cost) and strictly better on one."""
     aw, bw = a.get("wall", 1.0), b.get("wall", 1.0)
     tol = max(WALL_TOLERANCE, a.get("wall_noise", 0.0), b.get("wall_noise", 0.0))
@@ -124,13 +124,13 @@ def dominates(a: dict, b: dict) -> bool:
 
 DUPLICATE_RETRIES = 3
 """Attempts per population slot when a proposal repeats an existing candidate or is rejected."""
-CHAMPION_POINT = {"mean_r": 0.0, "cvar": 0.0, "cost": 1.0, "wall": 1.0}
+CHAMPION_POINT = Objectives(mean_r=0.0, cvar=0.0, cost=1.0, wall=1.0)
 """The champion against itself: no change, no tail loss, the same cost."""
 
 
 def nondominated(cands: Sequence[Candidate]) -> list[Candidate]:
     """Candidates dominated neither by another candidate nor by the champion."""
-    scores = {c.ref: summarize(c.pairs) for c in cands}
+    scores = {c.ref: c.stats.objectives() for c in cands}
     points = [CHAMPION_POINT, *scores.values()]
     return [c for c in cands if not any(dominates(p, scores[c.ref]) for p in points if p is not scores[c.ref])]
 
@@ -142,17 +142,13 @@ def gate_feasible(c: Candidate, gate: GateConfig) -> bool:
     that regresses some instance beyond the tail bounds, is ranked below every feasible one:
     the gate would reject it whatever its mean.
     """
-    if not c.pairs:
-        return False
-    d = decide(c.pairs, gate, champion="search", challenger=c.ref)
-    return all(k.passed for k in d.criteria if k.name in ("cost", "tail"))
+    return bool(c.pairs) and holds_tail_and_cost(c.stats, gate)
 
 
-def rank_key(c: Candidate, gate: GateConfig | None = None) -> tuple:
+def rank_key(c: Candidate, gate: GateConfig | None = None) -> tuple[bool, float, float, int]:
     """Gate-feasible first, then highest mean r, then highest CVaR, then the oldest version."""
-    s = summarize(c.pairs)
     ok = gate_feasible(c, gate) if gate is not None else True
-    return ok, s["mean_r"], s["cvar"], -int(c.ref.split("@")[1])
+    return ok, c.stats.mean_r, c.stats.cvar, -c.chosen.version
 
 
 class OfflineEvolution:
@@ -160,7 +156,7 @@ class OfflineEvolution:
 
     def __init__(self, engine: Engine, cfg: EvolveConfig, champion_ref: str, champion: Bundle) -> None:
         self.e, self.cfg = engine, cfg
-        self.champ = (champion_ref, champion)
+        self.champ = ChosenVersion(ref=champion_ref, bundle=champion)
         self.search: list[Instance] = cfg.suite.instances(cfg.search_pools, cfg.agent_seeds)
         self.gate_looks: list[list[Instance]] = cfg.gate_looks()
         self.report = OfflineReport(champion=champion_ref)
@@ -178,33 +174,33 @@ class OfflineEvolution:
         gate_keys = {instance_key(*i) for i in self.gate_set}
         prefer = {}
         for inst in self.search:
-            hit = self.e.store.get(eval_key(self.champ[1].content_hash, *inst))
+            hit = self.e.store.get(eval_key(self.champ.content_hash, *inst))
             if hit is not None:
                 prefer[instance_key(*inst)] = hit[0].trace_id
-        return self.e.champion_traces(self.champ[1], gate_keys, prefer)
+        return self.e.champion_traces(self.champ.bundle, gate_keys, prefer)
 
     def bootstrap(self):
         traces = self._evidence_traces()
         if traces:
-            self.e.progress(f"archive: {len(traces)} verified traces of {self.champ[0]} (gate instances excluded)")
+            self.e.progress(f"archive: {len(traces)} verified traces of {self.champ.ref} (gate instances excluded)")
             return traces
-        self.e.progress(f"archive is empty for {self.champ[0]}: bootstrapping {len(self.search)} traces by "
+        self.e.progress(f"archive is empty for {self.champ.ref}: bootstrapping {len(self.search)} traces by "
                         "running the champion on the search instances first")
         self.e.paired.run([self.champ], self.search)
         self.report.bootstrapped = len(self.search)
         return self._evidence_traces()
 
     # ----- proposals -------------------------------------------------------------------------
-    def _parent_evidence(self, parent: Parent, champion_evidence):
+    def _parent_evidence(self, parent: ChosenVersion, champion_evidence):
         """Evidence for mutating a parent: from its own search traces when it has some."""
-        if parent.ref == self.champ[0]:
+        if parent.ref == self.champ.ref:
             return champion_evidence
         traces = self.e.traces_of(parent.bundle, {instance_key(*i) for i in self.search})
         return self.e.evidence(traces, quiet=True) if traces else champion_evidence
 
     def _next_generation(self, g: int, retained: list[Candidate], ev) -> list[Candidate]:
         rng = random.Random(f"{self.cfg.seed}|gen{g}")
-        parents = [Parent(*self.champ)] + [c.parent for c in retained]
+        parents = [self.champ] + [c.chosen for c in retained]
         n_rec = min(self.cfg.recombinations, self.cfg.population) if len(parents) >= 3 and g > 1 else 0
         evidence = {p.ref: self._parent_evidence(p, ev) for p in parents}
         out: list[Candidate] = []
@@ -219,7 +215,7 @@ class OfflineEvolution:
                     parent = parents[0] if len(parents) == 1 or rng.random() < 0.25 else rng.choice(parents[1:])
                     prop = self.e.proposer.mutate(parent, evidence[parent.ref], edge="offline_mutation",
                                                   generation=g, seed=seed)
-                cand = self.e.register(prop, self.champ[1])
+                cand = self.e.register(prop, self.champ.bundle)
                 if cand is not None and all(cand.ref != c.ref for c in out + retained):
                     out.append(cand)
                     break
@@ -245,9 +241,8 @@ class OfflineEvolution:
             promoted = ranked[:keep] + [c for c in env_leaders(alive) if c not in ranked[:keep]]
             cut = [c for c in ranked if c not in promoted]
             if cut:
-                self.e.progress(f"  rung {k}: promoted " + ", ".join(f"{c.ref} ({summarize(c.pairs)['mean_r']:+.3f})"
-                                                                      for c in promoted)
-                                + f"; stopped {len(cut)} (best stopped {summarize(cut[0].pairs)['mean_r']:+.3f})")
+                self.e.progress(f"  rung {k}: promoted " + ", ".join(f"{c.ref} ({c.stats.mean_r:+.3f})" for c in promoted)
+                                + f"; stopped {len(cut)} (best stopped {cut[0].stats.mean_r:+.3f})")
             alive = promoted
         return alive
 
@@ -260,8 +255,8 @@ class OfflineEvolution:
             finished = self.cascade(new, g) if new else []
             self.finished.extend(finished)
             retained = nondominated([*retained, *finished])
-            self.e.progress(f"generation {g}: retained {self.champ[0]} + "
-                            + (", ".join(f"{c.ref} (mean r {summarize(c.pairs)['mean_r']:+.3f})" for c in retained)
+            self.e.progress(f"generation {g}: retained {self.champ.ref} + "
+                            + (", ".join(f"{c.ref} (mean r {c.stats.mean_r:+.3f})" for c in retained)
                                or "no candidate"))
         return retained
 
@@ -313,8 +308,8 @@ class OfflineEvolution:
                     task = task.model_copy(update={"env": env})
                 chosen = self.e.registry.select(self.e.channel, context_for(task, cond), activate=False)
                 # a resumed run's own release (its gate step is marked before the release is appended)
-                ours = self.e.store.step(f"gate|offline|{chosen.ref}|{self.champ[0]}") is not None
-                if chosen.ref != self.champ[0] and not ours:
+                ours = self.e.store.step(f"gate|offline|{chosen.ref}|{self.champ.ref}") is not None
+                if chosen.ref != self.champ.ref and not ours:
                     out[env] = f"{chosen.ref} (scope {chosen.scope})"
         return out
 
@@ -338,14 +333,14 @@ class OfflineEvolution:
         looks = [[i for i in look if i[0].env in plan.envs] for look in self.gate_looks]
         looks = [look for look in looks if look]
         families = sorted({env_family(e) for e in plan.envs})
-        self.e.progress(f"gate: {gated.ref} ({', '.join(plan.envs)}) vs {self.champ[0]} on {len(looks[0])} unseen "
+        self.e.progress(f"gate: {gated.ref} ({', '.join(plan.envs)}) vs {self.champ.ref} on {len(looks[0])} unseen "
                         f"gate instances at budgets {', '.join(map(str, self.cfg.gate_budgets))} "
                         f"(up to {sum(len(x) for x in looks)} with the adaptive sample)")
         decision = self.e.decide_gate(self.champ, gated, looks, seen, stage="offline", scope_families=families,
                                       ablation=ablation)
         self.report.gates.append(GateRun(source=plan.candidate.ref, final=gated.ref, envs=list(plan.envs),
                                          gains=dict(plan.gains), decision=decision, ablation=ablation))
-        if decision.verdict == "release":
+        if is_release(decision.verdict):
             self.e.release(gated.ref, f"offline gate: mean r {decision.stats.mean_r:+.3f}, "
                                       f"p={decision.stats.p_value:.3f} at alpha {decision.alpha_applied}",
                            stage="offline")
@@ -360,7 +355,7 @@ def env_leaders(cands: Sequence[Candidate]) -> list[Candidate]:
         have = [c for c in cands if env in gains[c.ref] and gains[c.ref][env].informative]
         if not have:
             continue
-        best = max(have, key=lambda c: (gains[c.ref][env].mean_r, -int(c.ref.rsplit("@", 1)[1])))
+        best = max(have, key=lambda c: (gains[c.ref][env].mean_r, -c.chosen.version))
         if gains[best.ref][env].mean_r >= scoping.SCOPE_GAIN and best not in out:
             out.append(best)
     return out

@@ -41,7 +41,8 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, ConfigDict, Field
 
-from ole.bundle import GENERAL_SCOPE, Bundle, TaskContext
+from ole.bundle import GENERAL_SCOPE, TaskContext
+from ole.chosen import ChosenVersion
 from ole.errors import ValidationError
 from ole.evolve import Engine, EvolveConfig, scoping
 from ole.evolve.ablate import ablate
@@ -57,9 +58,9 @@ from ole.paired import (
     run_result,
     value_score,
 )
-from ole.proposers import Parent
 from ole.registry import DB_FILE
-from ole.trace import RunCondition, TaskSpec, Trace
+from ole.trace import RunCondition, SelectionRecord, TaskSpec, Trace
+from ole.verdicts import is_release
 
 EXTERNAL_PROFILE = "external"
 """TaskSpec profile of a harness task OLE cannot rerun (unknown profile or pools): never monitored."""
@@ -95,8 +96,8 @@ class Assignment:
     """The task (synthetic stream), or None when the harness decides it."""
     condition: RunCondition
     """The run condition the task is worked under."""
-    bundle_ref: str
-    """The bundle fixed for this task at its boundary."""
+    chosen: ChosenVersion
+    """The version fixed for this task at its boundary, with how it was chosen (its selection)."""
     activation: int
     """Seq of the activation event of the chosen scope in force at the boundary (0: none yet)."""
     scope: str = GENERAL_SCOPE
@@ -105,6 +106,11 @@ class Assignment:
     """Seq of the `stage` event of the canary this task was assigned to (None: not a canary task)."""
     control: str | None = None
     """For a canary task: the bundle the task would have had without the canary (reruns it as control)."""
+
+    @property
+    def bundle_ref(self) -> str:
+        """`NAME@VERSION` of the version fixed for this task."""
+        return self.chosen.ref
 
 
 @dataclass
@@ -135,8 +141,6 @@ class OnlineEvolution:
         self.events = OnlineEvents()
         self.holder = holder_id()
         self._active: str | None = None
-        self.selection = None
-        """The `Selection` of the last task boundary (which bundle, which scope, why)."""
         gate_pools = {*cfg.gate_pools, *cfg.gate_extra_pools, *online.scope_pools}
         stream = set(range(online.stream_pool_base, online.stream_pool_base + online.tasks))
         if not external and gate_pools & stream:
@@ -157,14 +161,15 @@ class OnlineEvolution:
         return len(self.e.store.tasks())
 
     # ----- task boundaries -----------------------------------------------------------------------
-    def _boundary(self, ctx: TaskContext) -> tuple[str, int, str]:
-        """(chosen ref, seq of its scope's last activation, scope) after activating what is pending."""
+    def _boundary(self, ctx: TaskContext) -> tuple[ChosenVersion, int, str]:
+        """(the routed version with its selection, seq of its scope's last activation, scope) after
+        activating what is pending."""
         reg = self.e.registry
-        chosen = reg.select(self.e.channel, ctx)
-        self.selection = chosen
+        selection = reg.select(self.e.channel, ctx)
         acts = [e for e in reg.events(kind="activation", channel=self.e.channel)
-                if e.payload.get("scope", GENERAL_SCOPE) == chosen.scope]
-        return chosen.ref, (acts[-1].seq if acts else 0), chosen.scope
+                if e.payload.get("scope", GENERAL_SCOPE) == selection.scope]
+        chosen = ChosenVersion(ref=selection.ref, bundle=selection.bundle.bundle, selection=selection.record())
+        return chosen, (acts[-1].seq if acts else 0), selection.scope
 
     def finish(self) -> str:
         """Final task boundary: whatever is pending (a late rollback) takes effect; returns the general champion."""
@@ -197,7 +202,8 @@ class OnlineEvolution:
                 raise ValueError("a harness task needs its TaskContext")
             ctx = context_for(task, cond)
         before = self._active
-        self._active, activation, scope = self._boundary(ctx)
+        routed, activation, scope = self._boundary(ctx)
+        self._active = routed.ref
         if before is not None and self._active != before:
             self.e.progress(f"task boundary {index}: {self._active} is now active (was {before})")
             self.events.activations.append((index, self._active))
@@ -207,12 +213,15 @@ class OnlineEvolution:
             share = float(canary.payload["exposure"])
             if math.ceil((draw + 1) * share) > math.ceil(draw * share):
                 scope_key = canary.payload.get("scope", GENERAL_SCOPE)
-                self.e.progress(f"task boundary {index}: canary {canary.ref} (scope {scope_key}) takes this task "
-                                f"(in-scope boundary {draw}, exposure {share:g}); {self._active} reruns it as control")
-                self.in_flight = Assignment(index, task, cond, canary.ref, activation, scope_key, canary.seq,
-                                            self._active)
+                why = (f"canary {canary.ref} (scope {scope_key}) takes this task (in-scope boundary {draw}, "
+                       f"exposure {share:g}); {routed.ref} reruns it as control")
+                self.e.progress(f"task boundary {index}: {why}")
+                chosen = ChosenVersion(ref=canary.ref, bundle=self.e.registry.get(canary.ref).bundle,
+                                       selection=SelectionRecord(ref=canary.ref, scope=scope_key, reason=why,
+                                                                 channel=self.e.channel))
+                self.in_flight = Assignment(index, task, cond, chosen, activation, scope_key, canary.seq, routed.ref)
                 return self.in_flight
-        self.in_flight = Assignment(index, task, cond, self._active, activation, scope)
+        self.in_flight = Assignment(index, task, cond, routed, activation, scope)
         return self.in_flight
 
     def _canary_for(self, ctx: TaskContext):
@@ -229,17 +238,17 @@ class OnlineEvolution:
         a = self.in_flight
         if a is None or trace.condition != a.condition or (a.task is not None and trace.task != a.task):
             raise RuntimeError("tell() needs the trace of the task handed out by the last ask()")
-        if trace.bundle_hash != self.e.registry.get(a.bundle_ref).content_hash:
-            raise RuntimeError(f"the trace was worked by bundle {trace.bundle_hash[:12]}, not by {a.bundle_ref}")
+        if trace.bundle_hash != a.chosen.content_hash:
+            raise RuntimeError(f"the trace was worked by bundle {trace.bundle_hash[:12]}, not by {a.chosen.ref}")
         self.in_flight = None
         q = value_score(trace)[0]
         n = self.e.store.add_task(trace.trace_id, {
-            "trace_id": trace.trace_id, "bundle_ref": a.bundle_ref, "activation": a.activation, "q": q,
+            "trace_id": trace.trace_id, "bundle_ref": a.chosen.ref, "activation": a.activation, "q": q,
             "instance": instance_key(trace.task, trace.condition), "verified": trace.verified,
             "reproducible": trace.task.profile != EXTERNAL_PROFILE, "task": trace.task.model_dump(mode="json"),
             "condition": trace.condition.model_dump(mode="json"), "result": run_result(trace).model_dump(mode="json"),
             "canary": a.canary, "control": a.control, "scope": a.scope})
-        self.events.worked.append((n - 1, a.bundle_ref, q))
+        self.events.worked.append((n - 1, a.chosen.ref, q))
         if a.canary is not None:
             self._monitor(n, a)
         if n % self.online.every_k == 0:
@@ -258,7 +267,7 @@ class OnlineEvolution:
             self.e.progress(f"task {n} cannot be rerun by OLE (profile {EXTERNAL_PROFILE}): not monitored")
         for m, row in self._canary_rows(a.canary):
             self._pair(m, row, a.canary)
-        self._look(n, a.canary, a.bundle_ref, a.scope)
+        self._look(n, a.canary, a.chosen.ref, a.scope)
 
     def _pair(self, n: int, row: dict, canary: int) -> None:
         """The monitor pair of stream task n: the control reruns its identical task (recorded once)."""
@@ -277,7 +286,8 @@ class OnlineEvolution:
     def _make_pair(self, n: int, row: dict, step: str, canary: int) -> None:
         task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
         control = row["control"]
-        (res, family), = self.e.paired.run([(control, self.e.registry.get(control).bundle)], [(task, cond)]).values()
+        rerun = ChosenVersion(ref=control, bundle=self.e.registry.get(control).bundle)
+        (res, family), = self.e.paired.run([rerun], [(task, cond)]).values()
         pair = make_pair(task, cond, family, res, RunResult.model_validate(row["result"]))
         self.events.monitor_pairs.append(pair)
         self.e.record_monitor(row["bundle_ref"], step, {
@@ -355,21 +365,21 @@ class OnlineEvolution:
             self.e.progress(f"round {r}: evidence of detectors earlier rounds already tried on {champ.ref} "
                             f"({', '.join(sorted(tried))}) waits until the others were tried")
         ev = fresh or ev
-        prop = self.e.proposer.mutate(Parent(champ.ref, champ.bundle), ev, edge="online",
-                                      generation=r, seed=self.cfg.seed * 100_000 + r)
+        champion = ChosenVersion(ref=champ.ref, bundle=champ.bundle)
+        prop = self.e.proposer.mutate(champion, ev, edge="online", generation=r, seed=self.cfg.seed * 100_000 + r)
         cand = self.e.register(prop, champ.bundle)
         if cand is None:
             return {"champion": champ.ref, "candidate": None}
         seen = {p["instance"] for _, p in self.e.store.tasks()}
         self.e.progress(f"round {r}: challenger {cand.ref} vs {champ.ref} on {len(self.gate_looks[0])} gate instances")
-        decision = self.e.decide_gate((champ.ref, champ.bundle), cand, self.gate_looks, seen, stage=f"online-r{r}")
+        decision = self.e.decide_gate(champion, cand, self.gate_looks, seen, stage=f"online-r{r}")
         self.events.decisions.append(decision)
         self.e.progress(f"round {r}: gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
         out = {"champion": champ.ref, "candidate": cand.ref, "verdict": decision.verdict}
-        if decision.verdict == "release":
+        if is_release(decision.verdict):
             self._release(cand.ref, f"online gate round {r}: mean r {decision.stats.mean_r:+.3f}", r)
         else:
-            out.update(self._scoped_round(r, (champ.ref, champ.bundle), cand, seen))
+            out.update(self._scoped_round(r, champion, cand, seen))
         return out
 
     def tried_detectors(self, champ) -> set[str]:
@@ -402,7 +412,7 @@ class OnlineEvolution:
         looks = [[i for i in self.cfg.gate_instances(c) if i[0].env in envs] for c in chunks if c]
         return [look for look in looks if look]
 
-    def _scoped_round(self, r: int, champion: tuple[str, Bundle], cand, seen: set[str]) -> dict:
+    def _scoped_round(self, r: int, champion: ChosenVersion, cand, seen: set[str]) -> dict:
         """The round's challenger did not pass as a whole: where its gate pairs gained (a scope
         plan over those pairs), ablate it on them, register it as a specialization for those env
         ids and gate that on the scope pools only (the pairs that chose the scope never judge it)."""
@@ -422,13 +432,13 @@ class OnlineEvolution:
             return {}
         looks = self.scope_looks(scope.envs)
         families = sorted({env_family(e) for e in scope.envs})
-        self.e.progress(f"round {r}: scoped challenger {gated.ref} ({', '.join(scope.envs)}) vs {champion[0]} on "
+        self.e.progress(f"round {r}: scoped challenger {gated.ref} ({', '.join(scope.envs)}) vs {champion.ref} on "
                         f"{len(looks[0])} scope-pool instances (up to {sum(len(x) for x in looks)})")
         decision = self.e.decide_gate(champion, gated, looks, seen, stage=f"online-r{r}-scope",
                                       scope_families=families, ablation=ablation)
         self.events.decisions.append(decision)
         self.e.progress(f"round {r}: scoped gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
-        if decision.verdict == "release":
+        if is_release(decision.verdict):
             self._release(gated.ref, f"online scoped gate round {r} ({', '.join(scope.envs)}): "
                                      f"mean r {decision.stats.mean_r:+.3f}", r)
         return {"scoped": gated.ref, "scope_envs": list(scope.envs), "scoped_verdict": decision.verdict}
@@ -449,7 +459,6 @@ def run_stream(evo: OnlineEvolution, work: Callable[[Assignment], Trace]) -> Onl
 def engine_worker(engine: Engine) -> Callable[[Assignment], Trace]:
     """Work stream tasks through the engine's evaluation path (stored, costed, archived)."""
     def work(a: Assignment) -> Trace:
-        reg = engine.registry.get(a.bundle_ref)
-        (res, _), = engine.paired.run([(reg.ref, reg.bundle)], [(a.task, a.condition)]).values()
+        (res, _), = engine.paired.run([a.chosen], [(a.task, a.condition)]).values()
         return engine.paired.traces.get(res.trace_id) or engine.archive.get(res.trace_id)
     return work

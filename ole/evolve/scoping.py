@@ -66,10 +66,6 @@ class ScopePlan:
         return sum(self.gains.values())
 
 
-def _version(c) -> int:
-    return int(c.ref.rsplit("@", 1)[1])
-
-
 def plan(cands: Sequence, *, max_scopes: int,
          feasible: Callable[[object, Sequence[str]], bool] = lambda c, envs: True) -> list[ScopePlan]:
     """The scopes to gate, largest total search gain first (module docstring)."""
@@ -86,7 +82,7 @@ def plan(cands: Sequence, *, max_scopes: int,
         serving = [c for c in near if c.ref in chosen]
         pool = serving or near
         pick = max(pool, key=lambda c: (len(chosen[c.ref].envs) if c.ref in chosen else 0,
-                                        gains[c.ref][env].mean_r, -_version(c)))
+                                        gains[c.ref][env].mean_r, -c.chosen.version))
         entry = chosen.setdefault(pick.ref, ScopePlan(candidate=pick))
         entry.envs.append(env)
         entry.gains[env] = gains[pick.ref][env].mean_r
@@ -105,24 +101,23 @@ def plan(cands: Sequence, *, max_scopes: int,
 
 def holds_tail_and_cost(engine, cand, envs: Sequence[str]) -> bool:
     """Would the candidate's pairs on these envs pass the gate's tail and cost criteria?"""
-    from ole.gate import decide
+    from ole import gate
+    from ole.paired import pair_stats
     pairs = [p for p in cand.pairs if p.task.env in envs]
-    d = decide(pairs, engine.gate, champion="search", challenger=cand.ref)
-    return bool(pairs) and all(k.passed for k in d.criteria if k.name in ("cost", "tail"))
+    return bool(pairs) and gate.holds_tail_and_cost(pair_stats(pairs, engine.gate.cvar_alpha), engine.gate)
 
 
 def specialize(engine, champion, minimal, scope: ScopePlan, ablation=None, *, keep_pairs: bool = True,
                basis: str = "search"):
-    """`minimal`'s policy registered as a `specialization` of `champion` (ref, bundle) on the scope's
+    """`minimal`'s policy registered as a `specialization` of `champion` (a `ChosenVersion`) on the scope's
     env ids, or None when nothing narrower can be registered (the champion is already that scope).
 
     `keep_pairs`: carry `minimal`'s pairs on those envs over (they are search pairs, not gate
     pairs; an online round's scope comes from its gate pairs, which the scoped gate must not reuse).
     `basis` names the pairs the scope's gains come from (in the version's note).
     """
-    from ole.proposers import Parent, accepted, child_bundle
-    champ_ref, champ = champion
-    data = champ.applicability.model_dump(mode="json")
+    from ole.proposers import accepted, child_bundle
+    data = champion.bundle.applicability.model_dump(mode="json")
     data.update(env_families=[], env_ids=list(scope.envs))
     source = scope.candidate
     note = (f"{source.ref}'s change scoped to {', '.join(scope.envs)} ({basis} mean r "
@@ -130,13 +125,13 @@ def specialize(engine, champion, minimal, scope: ScopePlan, ablation=None, *, ke
             + (f"; {ablation.describe()}" if ablation is not None and ablation.dropped else ""))
     prov = source.bundle.provenance
     try:
-        bundle = child_bundle([Parent(*champion)], minimal.bundle.loop_policy.model_dump(mode="json"),
+        bundle = child_bundle([champion], minimal.bundle.loop_policy.model_dump(mode="json"),
                               edge="specialization", evidence_ids=prov.evidence_ids, generation=prov.generation,
                               proposer=engine.proposer.name, note=note, applicability=data)
     except Exception as exc:  # a champion whose scope is already these envs: nothing narrower to register
-        engine.progress(f"  cannot scope {minimal.ref} to {', '.join(scope.envs)} under {champ_ref}: {exc}")
+        engine.progress(f"  cannot scope {minimal.ref} to {', '.join(scope.envs)} under {champion.ref}: {exc}")
         return None
-    cand = engine.register(accepted(engine.proposer.name, "specialization", [Parent(*champion)], bundle), champ)
+    cand = engine.register(accepted(engine.proposer.name, "specialization", [champion], bundle), champion.bundle)
     if cand is not None and keep_pairs:
-        cand.pairs = [p for p in minimal.pairs if p.task.env in scope.envs]
+        engine.keep_pairs(cand, [p for p in minimal.pairs if p.task.env in scope.envs])
     return cand

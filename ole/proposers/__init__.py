@@ -8,15 +8,18 @@ invalid mutation or an unusable LLM answer is a `Proposal` with `rejection` set.
 from __future__ import annotations
 
 import abc
+import random
 from collections.abc import Sequence
-from dataclasses import dataclass
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from ole.bundle import Bundle, bundle_from_data, parse_ref
+from ole.bundle import Bundle, bundle_from_data
+from ole.chosen import ChosenVersion
 from ole.errors import ValidationError
 from ole.evidence import EvidenceItem
+from ole.loop_policy import COMPONENTS
+from ole.paired import Objectives
 
 SCHEMA_VERSION = "1"
 Edge = Literal["online", "offline_mutation", "recombination", "specialization"]
@@ -54,19 +57,9 @@ class Proposal(BaseModel):
         return self.bundle is not None
 
 
-@dataclass(frozen=True)
-class Parent:
-    """A registered bundle a proposer may derive from."""
-
-    ref: str
-    bundle: Bundle
-
-    @property
-    def version(self) -> int:
-        version = parse_ref(self.ref)[1]
-        if version is None:
-            raise ValidationError(f"parent ref {self.ref!r} has no version", hint="use NAME@VERSION")
-        return version
+Parent = ChosenVersion
+"""A registered bundle a proposer may derive from: a chosen version (its ref and bundle), the same
+value the driver evaluates and gates."""
 
 
 def child_bundle(parents: Sequence[Parent], policy: dict, *, edge: Edge, evidence_ids: Sequence[str],
@@ -99,6 +92,27 @@ def rejected(proposer: str, edge: Edge, parents: Sequence[Parent], reason: str,
                     evidence_ids=tuple(evidence_ids), bundle=None, rejection=reason[:2000], **kw)
 
 
+def section_recombination(proposer: str, a: Parent, b: Parent, evidence: Sequence[EvidenceItem], *,
+                          generation: int, seed: int) -> Proposal:
+    """Each of the eight components taken whole from one parent or the other (seeded)."""
+    rng = random.Random(f"{seed}|{a.ref}|{b.ref}|{generation}|x")
+    pa, pb = (p.bundle.loop_policy.model_dump(mode="json") for p in (a, b))
+    differing = [c for c in COMPONENTS if pa[c] != pb[c]]
+    if len(differing) < 2:
+        return rejected(proposer, "recombination", [a, b],
+                        f"parents differ in {len(differing)} component(s); recombination needs 2 or more")
+    take_b = set(rng.sample(differing, rng.randint(1, len(differing) - 1)))
+    policy = {**pa, **{c: pb[c] for c in take_b}}
+    note = "components from " + b.ref + ": " + ", ".join(sorted(take_b)) + f"; the rest from {a.ref}"
+    cited = sorted({i for p in (a, b) for i in p.bundle.provenance.evidence_ids})
+    try:
+        bundle = child_bundle([a, b], policy, edge="recombination", evidence_ids=cited,
+                              generation=generation, proposer=proposer, note=note)
+    except ValidationError as exc:
+        return rejected(proposer, "recombination", [a, b], exc.message, cited)
+    return accepted(proposer, "recombination", [a, b], bundle)
+
+
 class Proposer(abc.ABC):
     """Makes candidate bundles from parents and evidence."""
 
@@ -111,12 +125,12 @@ class Proposer(abc.ABC):
 
     def recombine(self, a: Parent, b: Parent, evidence: Sequence[EvidenceItem], *,
                   generation: int, seed: int) -> Proposal:
-        """One candidate mixing two parents; by default section-wise (see builtin)."""
-        from ole.proposers.builtin import section_recombination
+        """One candidate mixing two parents; by default section-wise (`section_recombination`)."""
         return section_recombination(self.name, a, b, evidence, generation=generation, seed=seed)
 
-    def observe(self, ref: str, bundle: Bundle, summary: dict, *, rung: int, final: bool) -> None:
-        """How a candidate did on the search instances so far (`summary`: n, mean_r, cvar, cost, r).
+    def observe(self, ref: str, bundle: Bundle, summary: Objectives, *, rung: int, final: bool) -> None:
+        """How a candidate did on the search instances so far (`summary`: its `PairStats` as the
+        search's objectives: n, mean_r, cvar, cost, wall, wall_noise).
 
         Called after every rung of the staged evaluation, `final` on the last one. Model-based
         proposers (TPE) learn from it; the evidence-guided and random proposers ignore it. Gate

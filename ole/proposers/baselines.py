@@ -20,6 +20,7 @@ from collections.abc import Sequence
 from ole.bundle import Bundle
 from ole.errors import OleError, ValidationError
 from ole.evidence import EvidenceItem
+from ole.paired import Objectives
 from ole.proposers import Edge, Parent, Proposal, Proposer, accepted, child_bundle, rejected
 from ole.proposers import space
 
@@ -139,7 +140,7 @@ class TPEProposer(Proposer):
                   generation: int, seed: int) -> Proposal:
         return self.mutate(a, evidence, edge="offline_mutation", generation=generation, seed=seed)
 
-    def observe(self, ref: str, bundle: Bundle, summary: dict, *, rung: int, final: bool) -> None:
+    def observe(self, ref: str, bundle: Bundle, summary: Objectives, *, rung: int, final: bool) -> None:
         h = bundle.content_hash
         trial = self.trials.get(h)
         if trial is None:

@@ -39,21 +39,6 @@ MAX_TRIES = 8
 NAME = "builtin"
 
 
-def _bounds(component: str, field: str) -> tuple[float | None, float | None, bool]:
-    """(low, high, low_is_strict) of a numeric field, from its pydantic metadata."""
-    info = getattr(LoopPolicy.model_fields[component].annotation, "model_fields")[field]
-    low = high = None
-    strict = False
-    for m in info.metadata:
-        if getattr(m, "ge", None) is not None:
-            low = m.ge
-        if getattr(m, "gt", None) is not None:
-            low, strict = m.gt, True
-        if getattr(m, "le", None) is not None:
-            high = m.le
-    return low, high, strict
-
-
 NOT_SEARCHED = ("budget.reference_episodes",)
 """Fields no proposal moves: the budget the run-length counts are stated for is set by the engine
 to the search budget whenever a proposal moves one of them (`ole.proposers.space.anchor_run_lengths`)."""
@@ -69,7 +54,7 @@ def fields() -> tuple[str, ...]:
 
 def _numeric(value, direction: str, component: str, field: str, factor: float | None = None):
     """`up`/`down` by STEP_FACTOR, or times `factor`; bools flip; clipped to the schema bounds."""
-    low, high, strict = _bounds(component, field)
+    low, high, strict = space.bounds(space.field_info(component, field))
     if isinstance(value, bool):
         return not value
     if factor is None:
@@ -214,27 +199,6 @@ def evidence_mutation(proposer: str, parent: Parent, evidence: Sequence[Evidence
             continue
         return accepted(proposer, edge, [parent], bundle)
     return rejected(proposer, edge, [parent], f"after {MAX_TRIES} tries: {last}")
-
-
-def section_recombination(proposer: str, a: Parent, b: Parent, evidence: Sequence[EvidenceItem], *,
-                          generation: int, seed: int) -> Proposal:
-    """Each of the eight components taken whole from one parent or the other (seeded)."""
-    rng = random.Random(f"{seed}|{a.ref}|{b.ref}|{generation}|x")
-    pa, pb = (p.bundle.loop_policy.model_dump(mode="json") for p in (a, b))
-    differing = [c for c in COMPONENTS if pa[c] != pb[c]]
-    if len(differing) < 2:
-        return rejected(proposer, "recombination", [a, b],
-                        f"parents differ in {len(differing)} component(s); recombination needs 2 or more")
-    take_b = set(rng.sample(differing, rng.randint(1, len(differing) - 1)))
-    policy = {**pa, **{c: pb[c] for c in take_b}}
-    note = "components from " + b.ref + ": " + ", ".join(sorted(take_b)) + f"; the rest from {a.ref}"
-    cited = sorted({i for p in (a, b) for i in p.bundle.provenance.evidence_ids})
-    try:
-        bundle = child_bundle([a, b], policy, edge="recombination", evidence_ids=cited,
-                              generation=generation, proposer=proposer, note=note)
-    except ValidationError as exc:
-        return rejected(proposer, "recombination", [a, b], exc.message, cited)
-    return accepted(proposer, "recombination", [a, b], bundle)
 
 
 class BuiltinProposer(Proposer):

@@ -19,6 +19,8 @@ import typing
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from pydantic.fields import FieldInfo
+
 from ole.loop_policy import COMPONENTS, SUMMARY_FIELDS, LoopPolicy
 
 LOG_RATIO = 20.0
@@ -53,12 +55,13 @@ class Dim:
         return self.path.split(":")[0]
 
 
-def _info(path: str):
-    comp, name = path.split(".")
-    return type(getattr(LoopPolicy(), comp)).model_fields[name]
+def field_info(component: str, field: str) -> FieldInfo:
+    """The schema of one loop-policy field (`component.field`)."""
+    return type(getattr(LoopPolicy(), component)).model_fields[field]
 
 
-def _bounds(info) -> tuple[float | None, float | None, bool]:
+def bounds(info: FieldInfo) -> tuple[float | None, float | None, bool]:
+    """(low, high, low_is_strict) of a numeric field, from its pydantic metadata (`ge`, `gt`, `le`)."""
     low = high = None
     strict = False
     for m in info.metadata:
@@ -94,7 +97,7 @@ def dims(host: str = "builtin") -> tuple[Dim, ...]:
             elif ann is bool:
                 out.append(Dim(path, "bool", (False, True)))
             elif ann in (int, float):
-                low, high, strict = _bounds(info)
+                low, high, strict = bounds(info)
                 # ints: counts and sizes (1 vs 2 as far apart as 32 vs 64); floats only when bounded
                 # away from zero (a step size, a wall clock) — fractions and margins stay linear
                 scale_like = ann is int or strict or (low or 0.0) > 0
