@@ -9,6 +9,8 @@ looks the ref up again: the bundle it carries is the bundle that runs (one route
 """
 from __future__ import annotations
 
+from typing import TYPE_CHECKING
+
 from pydantic import ConfigDict
 from pydantic.dataclasses import dataclass
 
@@ -16,8 +18,11 @@ from ole.bundle import Bundle, parse_ref
 from ole.errors import ValidationError
 from ole.trace import SelectionRecord
 
+if TYPE_CHECKING:
+    from ole.registry.records import Selection
 
-@dataclass(frozen=True, config=ConfigDict(extra="forbid", arbitrary_types_allowed=False))
+
+@dataclass(frozen=True, config=ConfigDict(extra="forbid"))
 class ChosenVersion:
     """A registered bundle and its ref, with how it was chosen when a task boundary chose it.
 
@@ -58,3 +63,9 @@ def as_chosen(value: ChosenVersion | tuple[str, Bundle]) -> ChosenVersion:
         return value
     ref, bundle = value
     return ChosenVersion(ref=ref, bundle=bundle)
+
+
+def chosen_by(selection: Selection) -> ChosenVersion:
+    """The version a task boundary's `Selection` chose (`Registry.select`, an explicit bundle), with
+    the selection's record."""
+    return ChosenVersion(ref=selection.ref, bundle=selection.bundle.bundle, selection=selection.record())

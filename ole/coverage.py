@@ -31,6 +31,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ole.bundle import Applicability
 from ole.errors import ValidationError
+from ole.verdicts import verdict_of
 
 
 class _Record(BaseModel):
@@ -270,12 +271,12 @@ def bound_for_release(own: Applicability, decision, family_of=None) -> tuple[App
                      "note": "no gate decision: released on a person's word, not bounded by evidence"}
     pairs = stored_pairs(decision.payload)
     if not pairs:  # a decision recorded by another gate, without its pairs: nothing to bound from
-        return own, {"decision_seq": decision.seq, "verdict": decision.payload.get("verdict"), "bound": None,
+        return own, {"decision_seq": decision.seq, "verdict": verdict_of(decision.payload), "bound": None,
                      "own": own.scope_key, "note": "the gate decision records no pairs: not bounded by evidence"}
     cov = coverage(pairs)
     bound = evidence_bound(cov)
     scope = bounded(own, bound, family_of)
-    return scope, {"decision_seq": decision.seq, "verdict": decision.payload.get("verdict"),
+    return scope, {"decision_seq": decision.seq, "verdict": verdict_of(decision.payload),
                    "bound": bound.scope_key, "own": own.scope_key, "covered": cov.describe()}
 
 

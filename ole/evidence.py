@@ -188,22 +188,33 @@ def unreverted_regressions(traces: Sequence[Trace]) -> list[EvidenceItem]:
                   ("recovery.on_regression=revert", "verification.retest_episodes:up"))]
 
 
+def _above(traces: Sequence[Trace], measure: Callable[[Trace], float | None],
+           floor: float) -> tuple[list[Trace], float]:
+    """The traces whose measure exceeds `floor` (None: not measurable), and their mean measure."""
+    hit, values = [], []
+    for t in traces:
+        value = measure(t)
+        if value is not None and value > floor:
+            hit.append(t)
+            values.append(value)
+    return hit, (sum(values) / len(values) if values else 0.0)
+
+
+def _plateau_share(t: Trace) -> float | None:
+    """Share of the run's charged episodes spent after its last improvement."""
+    imp = _improvements(t)
+    if not imp:
+        return None
+    total = imp[-1][0]
+    last = max((spent for spent, _, better in imp if better), default=0)
+    return (total - last) / total if total else 0.0
+
+
 def plateaus(traces: Sequence[Trace]) -> list[EvidenceItem]:
     """A large share of the budget spent after the last improvement (stop early or restructure)."""
-    hit, shares = [], []
-    for t in traces:
-        imp = _improvements(t)
-        if not imp:
-            continue
-        total = imp[-1][0]
-        last = max((spent for spent, _, better in imp if better), default=0)
-        share = (total - last) / total if total else 0.0
-        if share > PLATEAU_SHARE:
-            hit.append(t)
-            shares.append(share)
+    hit, mean = _above(traces, _plateau_share, PLATEAU_SHARE)
     if not hit:
         return []
-    mean = sum(shares) / len(shares)
     return [_item("plateau", "-", "share of episodes after the last improvement", -mean, "planning", hit,
                   f"{len(hit)} runs spent {mean:.0%} of their budget after their last improvement.",
                   ("planning.plateau_submits:down", "planning.on_plateau=restructure")),
@@ -228,21 +239,20 @@ def late_improvements(traces: Sequence[Trace]) -> list[EvidenceItem]:
                   ("budget.confirmation_fraction:down", "budget.synthesis_fraction:down"))]
 
 
+def _heldout_gap(t: Trace) -> float | None:
+    """Relative gap from the run's best train mean down to its held-out score."""
+    means = [it.mean_return for it in _submits(t) if it.mean_return is not None]
+    if not means or t.outcome.final_score is None:
+        return None
+    best = max(means)
+    return (best - t.outcome.final_score) / max(abs(best), 1.0)
+
+
 def heldout_gaps(traces: Sequence[Trace]) -> list[EvidenceItem]:
     """Held-out score well below the best train mean: in-loop progress did not generalize."""
-    hit, gaps = [], []
-    for t in traces:
-        means = [it.mean_return for it in _submits(t) if it.mean_return is not None]
-        if not means or t.outcome.final_score is None:
-            continue
-        best = max(means)
-        gap = (best - t.outcome.final_score) / max(abs(best), 1.0)
-        if gap > GAP_SHARE:
-            hit.append(t)
-            gaps.append(gap)
+    hit, mean = _above(traces, _heldout_gap, GAP_SHARE)
     if not hit:
         return []
-    mean = sum(gaps) / len(gaps)
     return [_item("heldout_gap", "-", "relative gap train best -> held-out", -mean, "verification", hit,
                   f"{len(hit)} runs scored {mean:.0%} lower on held-out cases than their best train mean.",
                   ("verification.retest_episodes:up", "verification.margin:up", "action.index_selection=mixed"))]

@@ -31,7 +31,7 @@ from ole.agents import get_agent
 from ole.agents.base import AgentContext, AgentResult
 from ole.agents.client import Credential, HostClient, HostError, forget_credential, remember_credential
 from ole.bundle import Bundle, TaskContext, format_ref, parse_ref
-from ole.chosen import ChosenVersion
+from ole.chosen import ChosenVersion, chosen_by
 from ole.errors import OleError
 from ole.registry import DEFAULT_CHANNEL, Registry
 from ole.registry.records import Selection
@@ -277,8 +277,7 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
     if progress is not None:
         progress(f"bundle {selection.ref}{' (FORCED outside its scope)' if selection.forced else ''}: "
                  f"{selection.reason}")
-    chosen = ChosenVersion(ref=selection.ref, bundle=selection.bundle.bundle, selection=selection.record())
-    trace = run_version(task, chosen, condition, runs_dir=runs_dir, agent_options=agent_options,
+    trace = run_version(task, chosen_by(selection), condition, runs_dir=runs_dir, agent_options=agent_options,
                         lessons_path=lessons_path, isolation=isolation, serve_args=serve_args, progress=progress)
     if trace.verified:
         TraceArchive(traces_dir).append(trace)

@@ -8,7 +8,7 @@ second summary of it:
 - params: the mode, the proposer, the workload and every `EvolveConfig` field (dotted names);
 - metrics: per generation (step = generation) the best and mean search score (mean r against
   the champion) of the generation's candidates and how many there were; per gate decision
-  (step = its order) mean r, its interval, pairs, win rate, p-value and accepted 0/1; the
+  (step = its order) mean r, its interval, pairs, win rate, p-value and released 0/1; the
   episodes and wall seconds spent;
 - artifacts: `bundles/` (each candidate, released version and the champion as `ole bundle
   export` YAML), `report/` (the static HTML report of the run, `ole report`), `summary.json`
@@ -73,12 +73,13 @@ def generation_metrics(versions) -> list[tuple[str, float, int]]:
 
 
 def gate_metrics(gates) -> list[tuple[str, float, int]]:
-    """(key, value, order) for each gate decision: mean r, interval, pairs, win rate, p-value, accepted."""
+    """(key, value, order) for each gate decision: mean r, interval, pairs, win rate, p-value, and
+    `gate_accepted` (1 for a `release` verdict, 0 otherwise; the metric keeps its first name)."""
     out = []
     for step, g in enumerate(sorted(gates, key=lambda g: g.seq)):
         values = {"gate_mean_r": g.interval.mean_r, "gate_ci_low": g.interval.low, "gate_ci_high": g.interval.high,
                   "gate_n_pairs": float(len(g.pairs)), "gate_win_rate": g.win_rate, "gate_p_value": g.p_value,
-                  "gate_accepted": 1.0 if g.accepted else 0.0}
+                  "gate_accepted": 1.0 if g.released else 0.0}
         out += [(k, float(v), step) for k, v in values.items() if v is not None]
     return out
 

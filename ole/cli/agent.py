@@ -34,6 +34,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 from ole.cli.common import ListArg, Output, agent_command, check_model, check_proposer, leaf, noun, open_registry
 from ole.errors import ValidationError
 from ole.trace import RunCondition, TaskSpec
@@ -78,7 +79,7 @@ def register(subparsers) -> None:
     o.add_argument("--gate-config", help="gate YAML (default: ole/gate.yaml)")
     o.add_argument("--proposer", default="builtin", help="builtin, or an LLM model string (see `ole evolve`)")
     o.add_argument("--evolve-seed", type=int, default=0, help="proposer seed (default 0)")
-    o.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"), help="sandbox of OLE's own gate runs")
+    o.add_argument("--isolation", default=DEFAULT_ISOLATION, choices=ISOLATIONS, help="sandbox of OLE's own gate runs")
     o.add_argument("--workers", type=int, default=1, help="parallel gate runs of a round (default 1)")
     p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
                    help="the command agent's command line (with --agent command), after `--`")
@@ -117,9 +118,9 @@ def work(args: argparse.Namespace) -> Output:
     condition = RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
     if args.online:
         return _work_online(args, url, workspace, condition)
-    from ole.agents.base import AgentContext
     from ole.agents.client import SESSION_SCHEME, HostClient
-    from ole.runner import options_for, resolve_bundle, work_agent
+    from ole.chosen import chosen_by
+    from ole.runner import launch_agent, resolve_bundle
     from ole.registry.scopes import task_context
     if args.force and not args.bundle:
         raise ValidationError("--force only applies to an explicit --bundle",
@@ -127,10 +128,10 @@ def work(args: argparse.Namespace) -> Output:
     info = HostClient(url).info()
     task_ctx = task_context(info["env_meta"]["env"], args.agent, int(info["episode_budget"]), args.model)
     with open_registry(args) as registry:
-        chosen = resolve_bundle(registry, args.bundle, args.channel, task_ctx, force=args.force)
-    registered = chosen.bundle
+        selection = resolve_bundle(registry, args.bundle, args.channel, task_ctx, force=args.force)
+    chosen = chosen_by(selection)
     log_dir = _log_dir(args)
-    (log_dir / "selection.json").write_text(chosen.record().model_dump_json(indent=2) + "\n")
+    (log_dir / "selection.json").write_text(selection.record().model_dump_json(indent=2) + "\n")
     iterations = log_dir / "iterations.jsonl"
 
     def record(it) -> None:
@@ -138,13 +139,11 @@ def work(args: argparse.Namespace) -> Output:
             f.write(it.model_dump_json() + "\n")
 
     task = TaskSpec(env=info["env_meta"]["env"], profile="external", budget=info["episode_budget"])
-    ctx = AgentContext(url=url, workspace=workspace, bundle=registered.bundle, task=task, condition=condition,
-                       log_dir=log_dir, record=record)
-    result = work_agent(args.agent, options_for(condition), ctx)
+    result, _ = launch_agent(chosen, task, condition, url=url, workspace=workspace, log_dir=log_dir, record=record)
     if url.startswith(SESSION_SCHEME):  # v3 agents must finish before they exit: name the best ok submits
         HostClient(url).finish()
-    data = {"finish_reason": result.finish_reason, "log_dir": str(log_dir), "bundle": registered.ref,
-            "scope": chosen.scope, "forced": chosen.forced}
+    data = {"finish_reason": result.finish_reason, "log_dir": str(log_dir), "bundle": chosen.ref,
+            "scope": selection.scope, "forced": selection.forced}
     return Output(data, json.dumps(data))
 
 

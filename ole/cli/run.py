@@ -14,6 +14,7 @@ from __future__ import annotations
 import argparse
 import sys
 
+from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 from ole.cli.common import (ListArg, Output, agent_command, check_llm_file, check_model, check_task_names,
                             check_writable, leaf, table)
 from ole.errors import ValidationError
@@ -43,7 +44,7 @@ def register(subparsers) -> None:
     p.add_argument("--profile", default="quick", help="host profile: paper | bench | quick (default quick)")
     p.add_argument("--budget", type=int, help="episode budget override")
     p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")
-    p.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"), help="policy sandbox of the host")
+    p.add_argument("--isolation", default=DEFAULT_ISOLATION, choices=ISOLATIONS, help="policy sandbox of the host")
     p.add_argument("--runs-dir", default="runs", help="where host runs and agent logs go (default runs/)")
     p.add_argument("--traces-dir", default="traces", help="trace archive (default traces/)")
     p.add_argument("--lessons", default=DEFAULT_LESSONS, help="cross-task lessons file (default %(default)s)")

@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pydantic import BaseModel, ConfigDict, Field
 
 from ole.bundle import GENERAL_SCOPE, TaskContext
-from ole.chosen import ChosenVersion
+from ole.chosen import ChosenVersion, chosen_by
 from ole.errors import ValidationError
 from ole.evolve import Engine, EvolveConfig, scoping
 from ole.evolve.ablate import ablate
@@ -168,8 +168,7 @@ class OnlineEvolution:
         selection = reg.select(self.e.channel, ctx)
         acts = [e for e in reg.events(kind="activation", channel=self.e.channel)
                 if e.payload.get("scope", GENERAL_SCOPE) == selection.scope]
-        chosen = ChosenVersion(ref=selection.ref, bundle=selection.bundle.bundle, selection=selection.record())
-        return chosen, (acts[-1].seq if acts else 0), selection.scope
+        return chosen_by(selection), (acts[-1].seq if acts else 0), selection.scope
 
     def finish(self) -> str:
         """Final task boundary: whatever is pending (a late rollback) takes effect; returns the general champion."""

@@ -20,8 +20,11 @@ from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from typing import ClassVar
+
 from ole.bundle import Applicability, dump_bundle_yaml, diff_bundles, format_ref
 from ole.errors import OleError
+from ole.verdicts import Verdict, is_release, verdict_of
 from ole.registry.lineage import Lineage
 from ole.registry.records import Tenure
 
@@ -46,9 +49,20 @@ class Interval:
     """Where it comes from: `gate` (a decision record) or the evaluation stage name."""
 
 
+class _Paged:
+    """A report item with a page of its own, named from its fields by the class's `PAGE` pattern."""
+
+    PAGE: ClassVar[str]
+
+    @property
+    def page(self) -> str:
+        """The file name of its page in the report folder."""
+        return self.PAGE.format_map(vars(self))
+
+
 @dataclass(frozen=True)
 class Evaluation:
-    """One `evaluation` event of a version."""
+    """One `evaluation` event of a version: its pair statistics as recorded (`ole.paired.PairStats`)."""
 
     seq: int
     ts: datetime
@@ -73,8 +87,10 @@ class ParentDiff:
 
 
 @dataclass(frozen=True)
-class Version:
+class Version(_Paged):
     """One registered version as the report shows it."""
+
+    PAGE: ClassVar[str] = "version-{name}-{version}.html"
 
     ref: str
     name: str
@@ -101,10 +117,6 @@ class Version:
     gate_seqs: tuple[int, ...]
     interval: Interval | None
     """The paired mean r shown on the lineage: from the last gate decision, else the last evaluation."""
-
-    @property
-    def page(self) -> str:
-        return f"version-{self.name}-{self.version}.html"
 
 
 @dataclass(frozen=True)
@@ -145,15 +157,16 @@ class GatePair:
 
 
 @dataclass(frozen=True)
-class Gate:
+class Gate(_Paged):
     """One recorded gate decision."""
 
+    PAGE: ClassVar[str] = "gate-{seq}.html"
     seq: int
     ts: datetime
     champion: str
     challenger: str
-    verdict: str
-    accepted: bool
+    verdict: Verdict
+    """The gate's verdict (`ole.verdicts`; records that said it otherwise are read by `verdict_of`)."""
     reasons: tuple[str, ...]
     interval: Interval
     win_rate: float | None
@@ -174,8 +187,9 @@ class Gate:
     """The recorded ablation of the challenger (what was cut before gating), if any."""
 
     @property
-    def page(self) -> str:
-        return f"gate-{self.seq}.html"
+    def released(self) -> bool:
+        """True when the verdict lets the challenger be released."""
+        return is_release(self.verdict)
 
 
 @dataclass(frozen=True)
@@ -352,9 +366,8 @@ def gate_from_event(event) -> Gate:
     pairs = tuple(_pair(p) for p in d.get("pairs") or [])
     interval = Interval(mean_r=float(stats.get("mean_r", 0.0)), low=stats.get("ci_low"), high=stats.get("ci_high"),
                         level=ci_level(stats, config), n=int(stats.get("n_pairs", len(pairs))), source="gate")
-    verdict = d.get("verdict") or ("release" if d.get("accepted") else "reject")
-    return Gate(seq=event.seq, ts=event.ts, champion=d.get("champion", "?"), challenger=event.ref, verdict=verdict,
-                accepted=bool(d.get("accepted")), reasons=tuple(d.get("reasons") or ()), interval=interval,
+    return Gate(seq=event.seq, ts=event.ts, champion=d.get("champion", "?"), challenger=event.ref,
+                verdict=verdict_of(d) or "reject", reasons=tuple(d.get("reasons") or ()), interval=interval,
                 win_rate=stats.get("win_rate"), p_value=stats.get("p_value"), test=str(config.get("test", "?")),
                 alpha=alpha, pairs=pairs, criteria=tuple(criteria), config=config,
                 looks=tuple(d.get("looks") or ()), **_evidence(d))
@@ -384,11 +397,14 @@ def _evidence(d: dict) -> dict:
 # ----- versions ------------------------------------------------------------------------------
 
 def _evaluation(event) -> Evaluation:
+    """An evaluation event's pair statistics; events written before they were a `PairStats` said
+    `n` for `n_pairs` and `cost` for the episode cost ratio."""
     p = event.payload
+    r = tuple(float(x) for x in p.get("r") or ())
+    cost = (p.get("cost_ratio") or {}).get("episodes", p.get("cost"))
     return Evaluation(seq=event.seq, ts=event.ts, stage=str(p.get("stage", "?")), champion=str(p.get("champion", "?")),
-                      n=int(p.get("n", len(p.get("r") or []))), mean_r=p.get("mean_r"), cvar=p.get("cvar"),
-                      cost=p.get("cost"), r=tuple(float(x) for x in p.get("r") or ()),
-                      instances=tuple(p.get("instances") or ()))
+                      n=int(p.get("n_pairs", p.get("n", len(r)))), mean_r=p.get("mean_r"), cvar=p.get("cvar"),
+                      cost=cost, r=r, instances=tuple(p.get("instances") or ()))
 
 
 def _diff(child, parent_ref: str, parent) -> ParentDiff:
