@@ -9,7 +9,11 @@ from __future__ import annotations
 
 import sqlite3
 import time
+from collections.abc import Callable
 from pathlib import Path
+from typing import TypeVar
+
+T = TypeVar("T")
 
 BUSY_TIMEOUT_S = 30.0
 """How long a writer waits for the lock; 8 concurrent writers on 2 cores need well under 1 s."""
@@ -17,7 +21,7 @@ RETRY_SLEEP_S = 0.02
 """Pause between tries of a statement refused as locked without the busy handler."""
 
 
-def retry_locked(statement, timeout_s: float = BUSY_TIMEOUT_S):
+def retry_locked(statement: Callable[[], T], timeout_s: float = BUSY_TIMEOUT_S) -> T:
     """Run `statement()`, retrying while SQLite refuses it as locked, until `timeout_s` has passed."""
     deadline = time.monotonic() + timeout_s
     while True:

@@ -98,14 +98,14 @@ def _check_scopes(journal: Journal, events: list[Event], state: State,
         for what, key in (("points at", state.pointers.get((channel, scope))),
                           ("has a pending release of", state.target(channel, scope))):
             where = f"channel `{channel}` scope `{scope}`"
+            own = version_scope(key) if key is not None else None
             if key is not None and key not in known:
                 problems.append(f"{where} {what} unregistered {format_ref(*key)}")
-            elif key is not None and version_scope(key) not in (None, scope):
+            elif key is not None and own is not None and own != scope:
                 if (key, scope) not in placed:  # nothing recorded put it in this scope
-                    problems.append(f"{where} {what} {format_ref(*key)}, whose scope is `{version_scope(key)}`")
-                elif not _admits(version_scope(key), scope):  # a bounded release must lie inside its own scope
-                    problems.append(f"{where} {what} {format_ref(*key)}, whose scope `{version_scope(key)}` "
-                                    "does not admit it")
+                    problems.append(f"{where} {what} {format_ref(*key)}, whose scope is `{own}`")
+                elif not _admits(own, scope):  # a bounded release must lie inside its own scope
+                    problems.append(f"{where} {what} {format_ref(*key)}, whose scope `{own}` does not admit it")
         active = state.champion(channel, scope)
         if active is not None:
             scoped.setdefault(channel, {})[scope] = format_ref(*active)

@@ -308,7 +308,8 @@ class Journal:
     def events(self, *, name: str | None = None, version: int | None = None, channel: str | None = None,
                kind: str | None = None, since: int = 0) -> list[Event]:
         """Recorded events in seq order, optionally filtered; `since` = only seq > since."""
-        clauses, args = ["seq > ?"], [since]
+        clauses: list[str] = ["seq > ?"]
+        args: list[str | int] = [since]
         for column, value in (("name", name), ("version", version), ("channel", channel), ("kind", kind)):
             if value is not None:
                 clauses.append(f"{column} = ?")

@@ -204,7 +204,8 @@ def _layers(graph: nx.DiGraph) -> dict[str, tuple[float, float]]:
     depth: dict[str, int] = {}
     for node in nx.topological_sort(graph):
         depth[node] = max((depth[p] + 1 for p in graph.predecessors(node)), default=0)
-    positions, seen = {}, {}
+    positions: dict[str, tuple[float, float]] = {}
+    seen: dict[int, int] = {}
     for node in sorted(graph, key=_version_key):
         row = depth[node]
         positions[node] = (float(seen.get(row, 0)), float(-row))

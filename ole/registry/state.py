@@ -27,7 +27,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from ole.bundle import GENERAL_SCOPE, parse_ref
-from ole.registry.records import Event, Key, Slot
+from ole.registry.records import Event, Key, Slot, Status
 
 _ABSENT = object()
 
@@ -47,7 +47,7 @@ class State:
     """Derived view: base statuses, active pointers and pending targets per (channel, scope)."""
 
     default_channel: str
-    base: dict[Key, str] = field(default_factory=dict)
+    base: dict[Key, Status] = field(default_factory=dict)
     first: Key | None = None
     pointers: dict[Slot, Key | None] = field(default_factory=dict)
     """Own pointer of a (channel, scope) after its last activation; None = removed."""
@@ -140,7 +140,7 @@ class State:
         """`default` plus every channel named by an event."""
         return sorted({self.default_channel, *(c for c, _ in self.pointers), *(c for c, _ in self.pending)})
 
-    def status_of(self, name: str, version: int) -> str:
+    def status_of(self, name: str, version: int) -> Status:
         """Current status of one version."""
         key = (name, version)
         if any(key in self.champions(c).values() for c in self.channels()):

@@ -17,7 +17,6 @@ from ole.evolve.offline import OfflineEvolution
 from ole.evolve.store import EvaluationStore, ResumeMismatch, fingerprint
 from ole.executors import LocalExecutor
 from ole.gate import GateConfig
-from ole.proposers.builtin import BuiltinProposer
 from ole.registry import CRASH_EXIT, Registry
 from synthetic import RetestProposer, fake_evaluate
 
