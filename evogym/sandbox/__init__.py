@@ -1,16 +1,21 @@
 """The policy sandbox: one untrusted `Policy` instance behind a process boundary.
 
-- `process`: `PolicyProcess` (the trusted side of one sandbox), `Limits`, `CallResult`,
-  static snapshot validation;
+- `process`: `PolicyProcess` (the trusted side of one sandbox), `Limits`;
+- `replies`: `CallResult`, and the checks an untrusted worker reply must pass to become one;
+- `snapshot`: static snapshot validation, before anything of it runs;
 - `isolation`: the bubblewrap command line and filesystem view, the machine probe;
 - `cgroup`: per-sandbox cgroup v1 memory and pids groups;
 - `transport`: the host side of the wire between a `PolicyProcess` and the worker;
-- `worker`: the script that runs *inside* the sandbox (stdlib only, never imports evogym).
+- `worker`: the script that runs *inside* the sandbox (stdlib only, never imports evogym);
+  `worker_channel` (its end of the wire) and `wire` (the layout both ends read) are bound
+  beside it.
 
 See docs/sandbox.md for the layers and what each one stops.
 """
 from evogym.sandbox.isolation import POLICY_PACKAGES, probe_isolation
-from evogym.sandbox.process import CallResult, Limits, PolicyProcess, validate_snapshot
+from evogym.sandbox.process import Limits, PolicyProcess
+from evogym.sandbox.replies import CallResult
+from evogym.sandbox.snapshot import validate_snapshot
 from evogym.verdicts import CALL_CATEGORIES as CATEGORIES
 
 __all__ = ["CallResult", "Limits", "PolicyProcess", "POLICY_PACKAGES", "probe_isolation",

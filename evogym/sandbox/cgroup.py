@@ -3,7 +3,9 @@
 Each sandbox gets a child group `evogym-sbx-<host pid>-<sandbox id>` under the caller's
 own memory and pids groups, entered by the forked child before it execs bwrap, so every
 sandbox process is accounted from its first instruction. The memory limit SIGKILLs on
-overrun (reliability.md §3a #19); pids.max holds for root, unlike RLIMIT_NPROC (#17, #20).
+overrun (RLIMIT_AS alone only fails an allocation, which a policy can catch and retry);
+pids.max holds for root, unlike RLIMIT_NPROC, which root ignores (a fork bomb run as root
+would otherwise be unbounded).
 Groups of a dead host process are swept when the next group is created.
 """
 from __future__ import annotations

@@ -33,6 +33,10 @@ POLICY_PACKAGES = ("numpy", "numpy.libs", "scipy", "scipy.libs")
 SANDBOX_ROOT = "/opt/evogym"
 """Where the worker, its site dir and pyseccomp appear inside the sandbox."""
 
+WORKER_FILES = ("worker.py", "channel.py")
+"""The worker script first, then the stdlib-only module it imports from beside itself: the
+files of `evogym/sandbox/` bound into the sandbox (at `SANDBOX_ROOT`), and nothing else of evogym."""
+
 POLICY_MOUNT = "/policy"
 """Where the snapshot appears inside the sandbox (its cwd and `sys.path[0]`)."""
 
@@ -142,7 +146,8 @@ def probe_isolation() -> dict:
 
 def worker_layout(isolation: str, code_dir: Path, info: dict) -> WorkerLayout:
     """Where the worker finds everything, for `isolation` "bwrap" or "none"."""
-    worker = str(Path(__file__).with_name("worker.py"))
+    here = Path(__file__).parent
+    worker = str(here / WORKER_FILES[0])
     seccomp = info["seccomp_module"] if info["seccomp"] else None
     packages = _package_dirs()
     if isolation == "none":
@@ -151,7 +156,7 @@ def worker_layout(isolation: str, code_dir: Path, info: dict) -> WorkerLayout:
             os.symlink(path, os.path.join(scratch, name))
         return WorkerLayout(info["python"], worker, str(code_dir), scratch,
                             str(Path(seccomp).parent) if seccomp else None, scratch=scratch)
-    binds = [(worker, f"{SANDBOX_ROOT}/worker.py")]
+    binds = [(str(here / name), f"{SANDBOX_ROOT}/{name}") for name in WORKER_FILES]
     binds += [(str(path), f"{SANDBOX_ROOT}/site/{name}") for name, path in packages.items()]
     if seccomp:
         binds.append((seccomp, f"{SANDBOX_ROOT}/lib/pyseccomp.py"))

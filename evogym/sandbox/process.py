@@ -27,10 +27,8 @@ it. A failing policy is a `CallResult`, never an exception; only host faults rai
 """
 from __future__ import annotations
 
-import ast
 import marshal
 import os
-import reprlib
 import select
 import shutil
 import signal
@@ -40,22 +38,18 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from evogym import pyast
 from evogym.sandbox.cgroup import ENTER_SHELL, Cgroup, share_cpu_group
 from evogym.errors import ConfigError, ProtocolError, SandboxUnavailable
 from evogym.sandbox import transport
 from evogym.sandbox.transport import Channel, Oversized, Stream, WorkerGone
-from evogym.sandbox.isolation import POLICY_MOUNT, bwrap_argv, probe_isolation, worker_layout
-from evogym.verdicts import FATAL, WORKER_CATEGORIES
+from evogym.sandbox.isolation import (DEFAULT_ISOLATION, ISOLATIONS, POLICY_MOUNT, bwrap_argv, probe_isolation,
+                                      worker_layout)
+from evogym.sandbox.replies import CallResult, failure, start_report, worker_error
+from evogym.sandbox.snapshot import validate_snapshot
+from evogym.verdicts import FATAL
 
-__all__ = ["CallResult", "Limits", "PolicyProcess", "validate_snapshot"]
+__all__ = ["Limits", "PolicyProcess"]
 
-MAX_SOURCE_BYTES = 8 << 20
-"""Largest `*.py` file the static validation parses (host side, before any execution)."""
-
-TRACEBACK_CHARS = 64 << 10
-"""Longest traceback kept from the worker (it cuts to this too; the host re-checks)."""
-MESSAGE_CHARS = 4000
 READ_CHUNK = 64 << 10
 """Bytes read from an output pipe at once."""
 DRAIN_READS = 256
@@ -99,110 +93,6 @@ class Limits:
                                   hint="pass a positive value or keep the default")
 
 
-@dataclass(slots=True)
-class CallResult:
-    """Outcome of one call into the policy process; a failure is data, not an exception."""
-
-    ok: bool
-    value: object = None
-    category: str | None = None
-    """A `verdicts.CallCategory` when not ok."""
-    message: str = ""
-    traceback: str | None = None
-    elapsed_s: float = 0.0
-    array: bool = False
-    """True when `value` is a numpy array (a raw numeric reply); `spaces.to_jsonable(value)`
-    is then exactly the JSON value the policy's answer encodes to."""
-
-
-def _failure(category: str, message: str, traceback: str | None = None) -> CallResult:
-    return CallResult(ok=False, category=category, message=message, traceback=traceback)
-
-
-ERROR_FIELDS = frozenset({"category", "message", "traceback"})
-"""The fields of an error reply (worker.failure); any other field marks a forged frame."""
-START_REPORT = {"seccomp": str, "rlimits": dict, "pid": int, "dumpable": bool}
-"""The start reply's fields and types (worker.main): the worker's claims about itself."""
-
-
-def worker_error(value: object, phase: str) -> CallResult | str:
-    """The failure an error reply reports, or why the reply is not one the worker sends.
-
-    Checked field by field before anything is looked up: `category` a string the worker
-    may report in `phase` (`verdicts.WORKER_CATEGORIES`), `message` a string, `traceback`
-    a string or null, nothing else. Lengths are cut to the host's limits."""
-    if type(value) is not dict:
-        return f"error reply is a {type(value).__name__}, not an object"
-    if not value.keys() <= ERROR_FIELDS or "category" not in value:
-        return f"error reply has fields {sorted(map(str, value))[:8]}; expected {sorted(ERROR_FIELDS)}"
-    category, message, tb = value["category"], value.get("message", ""), value.get("traceback")
-    if type(category) is not str or category not in WORKER_CATEGORIES[phase]:
-        return f"reply names category {_clip(category)} for {phase}"
-    if type(message) is not str or not (tb is None or type(tb) is str):
-        return f"error reply fields have types message={type(message).__name__}, traceback={type(tb).__name__}"
-    return _failure(category, message[:MESSAGE_CHARS], tb[-TRACEBACK_CHARS:] if tb is not None else None)
-
-
-def start_report(value: object) -> dict | str:
-    """The start reply's claims (`START_REPORT`), or why the reply is not the worker's."""
-    if type(value) is not dict or value.keys() != START_REPORT.keys():
-        return f"expected an object with fields {sorted(START_REPORT)}, got {_clip(value)}"
-    for name, kind in START_REPORT.items():
-        if type(value[name]) is not kind:
-            return f"field {name} is a {type(value[name]).__name__}, expected {kind.__name__}"
-    if len(value["seccomp"]) > MESSAGE_CHARS or len(value["rlimits"]) > 8 \
-            or not all(type(k) is str and type(v) is int for k, v in value["rlimits"].items()):
-        return "field seccomp or rlimits is out of shape"
-    return value
-
-
-def _clip(value: object) -> str:
-    """A bounded repr of an untrusted value (for messages): at most 80 characters."""
-    text = reprlib.repr(value)
-    return text if len(text) <= 80 else text[:77] + "..."
-
-
-def validate_snapshot(code_dir: Path) -> CallResult | None:
-    """Static checks of a snapshot, executing nothing; None when it may be started.
-
-    `policy.py` must exist as a regular file and contain a literal top-level
-    `class Policy`; every `*.py` below `code_dir` must parse (symlinks are not followed).
-    """
-    code_dir = Path(code_dir)
-    entry = code_dir / "policy.py"
-    if entry.is_symlink() or not entry.is_file():
-        return _failure("missing_policy", f"no regular file policy.py in the snapshot {code_dir.name}; "
-                        "write system/policy.py defining class Policy")
-    trees = {}
-    for root, dirs, files in os.walk(code_dir):
-        dirs[:] = sorted(d for d in dirs if not os.path.islink(os.path.join(root, d)))
-        for name in sorted(f for f in files if f.endswith(".py")):
-            path = Path(root, name)
-            if path.is_symlink():
-                continue
-            rel = path.relative_to(code_dir).as_posix()
-            tree_or_error = _parse(path, rel)
-            if isinstance(tree_or_error, CallResult):
-                return tree_or_error
-            trees[rel] = tree_or_error
-    if not any(isinstance(n, ast.ClassDef) and n.name == "Policy" for n in trees["policy.py"].body):
-        return _failure("missing_policy", "policy.py has no top-level `class Policy` statement "
-                        "(an import or assignment does not count); define the class in policy.py")
-    return None
-
-
-def _parse(path: Path, rel: str) -> ast.Module | CallResult:
-    if path.stat().st_size > MAX_SOURCE_BYTES:
-        return _failure("import_error", f"{rel}: {path.stat().st_size} bytes exceeds the "
-                        f"{MAX_SOURCE_BYTES}-byte source limit; move data out of .py files")
-    try:
-        return pyast.parse(path.read_bytes(), filename=rel)
-    except SyntaxError as exc:
-        return _failure("import_error", f"{rel}:{exc.lineno}: SyntaxError: {exc.msg}")
-    except (ValueError, RecursionError, MemoryError) as exc:
-        return _failure("import_error", f"{rel}: cannot be parsed: {type(exc).__name__}: {exc}")
-
-
 @dataclass
 class _Handles:
     """OS resources of one sandbox, released by `_release` (also via weakref.finalize)."""
@@ -212,7 +102,7 @@ class _Handles:
     channel: Channel | None = None
     cgroup: Cgroup | None = None
     scratch: str | None = None
-    isolation: str = "bwrap"
+    isolation: str = DEFAULT_ISOLATION
 
 
 def _release(h: _Handles) -> None:
@@ -254,9 +144,9 @@ class PolicyProcess:
     failure again. Use as a context manager or call close().
     """
 
-    def __init__(self, code_dir: Path, *, isolation: str = "bwrap", limits: Limits = Limits()) -> None:
-        if isolation not in ("bwrap", "none"):
-            raise ConfigError(f"isolation must be 'bwrap' or 'none', got {isolation!r}",
+    def __init__(self, code_dir: Path, *, isolation: str = DEFAULT_ISOLATION, limits: Limits = Limits()) -> None:
+        if isolation not in ISOLATIONS:
+            raise ConfigError(f"isolation must be {' or '.join(map(repr, ISOLATIONS))}, got {isolation!r}",
                               hint="use 'bwrap' (needs bubblewrap) or pass --isolation none explicitly")
         self.code_dir = Path(code_dir).resolve()
         self.isolation = isolation
@@ -308,7 +198,7 @@ class PolicyProcess:
                 and isinstance(value.get("modules"), list):
             self.report.update(prestarted=True, preloaded=value["preloaded"], preload_modules=value["modules"])
         elif result.ok:
-            result = self._kill(_failure("protocol_error", "prepare reply is not {preloaded, modules}"))
+            result = self._kill(failure("protocol_error", "prepare reply is not {preloaded, modules}"))
         result.elapsed_s = time.monotonic() - t0
         return result
 
@@ -368,7 +258,7 @@ class PolicyProcess:
         if isinstance(claims, dict):  # the worker's own claims (seccomp, rlimits)
             self.report.update(claims)
         elif result.ok:
-            result = self._kill(_failure("protocol_error", f"start reply: {claims}"))
+            result = self._kill(failure("protocol_error", f"start reply: {claims}"))
         else:
             self._kill(result)
         result.elapsed_s = time.monotonic() - t0
@@ -380,7 +270,7 @@ class PolicyProcess:
         self._ch = None
         self._streams = []
         if self._dead is None:
-            self._dead = _failure("crashed", "the policy process was closed")
+            self._dead = failure("crashed", "the policy process was closed")
 
     def __enter__(self) -> "PolicyProcess":
         return self
@@ -449,7 +339,7 @@ class PolicyProcess:
 
     def _check(self, phase: str) -> CallResult | None:
         if self._dead is not None:
-            return _failure(self._dead.category, self._dead.message, self._dead.traceback)
+            return failure(self._dead.category, self._dead.message, self._dead.traceback)
         if not self._started:
             raise ProtocolError(f"{phase}() before start()", hint="call start() first")
         return None
@@ -546,7 +436,7 @@ class PolicyProcess:
         while not ch.ready():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
-                return self._kill(_failure("timeout", self._timeout_message(phase, deadline)))
+                return self._kill(failure("timeout", self._timeout_message(phase, deadline)))
             for fd, _ in self._poll.poll(remaining * 1000.0):
                 if fd != ch.resp_r:
                     self._drain_fd(fd)
@@ -565,7 +455,7 @@ class PolicyProcess:
             while not ch.begin_block():
                 remaining = deadline - time.monotonic()
                 if remaining <= 0:
-                    return self._kill(_failure("timeout", self._timeout_message(phase, deadline)))
+                    return self._kill(failure("timeout", self._timeout_message(phase, deadline)))
                 for fd, _ in transport.poll_fds(self._poll, remaining):
                     if fd == ch.resp_r:
                         try:
@@ -588,12 +478,12 @@ class PolicyProcess:
         try:
             status, kind, value = self._ch.reply()
         except (ValueError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError is a ValueError
-            return self._kill(_failure("protocol_error", f"malformed reply: {exc}"[:500]))
+            return self._kill(failure("protocol_error", f"malformed reply: {exc}"[:500]))
         if status == transport.STATUS_OK:
             return CallResult(ok=True, value=value, array=kind == transport.KIND_ARRAY)
         error = worker_error(value, phase)
         if isinstance(error, str):
-            return self._kill(_failure("protocol_error", error))
+            return self._kill(failure("protocol_error", error))
         return self._kill(error) if error.category in FATAL else error
 
     def _timeout_message(self, phase: str, deadline: float) -> str:
@@ -614,9 +504,9 @@ class PolicyProcess:
             code = None
         oom = self._h.cgroup is not None and self._h.cgroup.oom_killed()
         if oom:
-            return self._kill(_failure("oom", f"the policy exceeded the memory limit of "
+            return self._kill(failure("oom", f"the policy exceeded the memory limit of "
                                        f"{self.limits.memory_bytes} bytes during {phase}"))
-        return self._kill(_failure("crashed", f"the policy process died during {phase} ({_describe(code)})"))
+        return self._kill(failure("crashed", f"the policy process died during {phase} ({_describe(code)})"))
 
     def _kill(self, result: CallResult) -> CallResult:
         self._release_keep_output()

@@ -1,5 +1,8 @@
 """The host end of the wire between a `PolicyProcess` and the in-sandbox `worker.py`.
 
+The layout of the control page (word indexes, ops, kinds, formats) is `channel.py`'s, the
+module that also holds the worker's end: one definition, read by both ends.
+
 One sealed memfd holds a control page and two payload areas (request, reply), each
 `frame_bytes` long; two pipes carry only wake-up bytes, and the reply pipe's EOF is
 how a dead worker shows. A message is a header (32-bit words in the control page) plus
@@ -45,22 +48,14 @@ import time
 
 import numpy as np
 
-# Layout of the control page: 32-bit word indexes (the worker repeats these numbers).
-CONTROL_BYTES = 4096
-REQ_SEQ, REQ_OP, REQ_KIND, REQ_LEN, REQ_FMT, REQ_NDIM, REQ_AUX, REQ_LAYOUT = 0, 1, 2, 3, 4, 5, 6, 7
-REQ_SHAPE = 8
-HOST_WAITING = 32
-RESP_SEQ, RESP_STATUS, RESP_KIND, RESP_LEN, RESP_FMT, RESP_NDIM, RESP_BUSY_US = 64, 65, 66, 67, 68, 69, 70
-RESP_SHAPE = 72
-WORKER_WAITING = 96
-MAX_NDIM = 8
+from evogym.sandbox.channel import (CONTROL_BYTES, FORMATS, HOST_WAITING, KIND_ARRAY, KIND_DICT, KIND_INT, KIND_JSON,
+                                    KIND_MARSHAL, KIND_NONE, MAX_NDIM, OP_ACT, OP_START,
+                                    REQ_AUX, REQ_FMT, REQ_KIND, REQ_LAYOUT, REQ_LEN, REQ_NDIM, REQ_OP, REQ_SEQ,
+                                    REQ_SHAPE, RESP_BUSY_US, RESP_FMT, RESP_KIND, RESP_LEN, RESP_NDIM, RESP_SEQ,
+                                    RESP_SHAPE, RESP_STATUS, SPIN_MIN_S, STATUS_ERROR, STATUS_OK, WAIT_SLICE_MS,
+                                    WORKER_WAITING, finite)
+from evogym.sandbox.channel import MAX_BACKOFF, OP_PREPARE, OP_RESET, PREEMPTED_S  # noqa: F401 - the whole layout, here too
 
-OP_START, OP_RESET, OP_ACT, OP_PREPARE = 1, 2, 3, 4
-KIND_NONE, KIND_JSON, KIND_INT, KIND_ARRAY, KIND_DICT, KIND_MARSHAL = 0, 1, 2, 3, 4, 5
-STATUS_OK, STATUS_ERROR = 0, 1
-
-FORMATS = frozenset("fdbBhHiIlLqQ?")
-"""Native single-character buffer formats that cross raw (memoryview can cast them)."""
 _DTYPES = {f: np.dtype(f) for f in FORMATS}
 
 ORDERED_STORES = platform.machine().lower() in ("x86_64", "amd64", "i686", "i386")
@@ -73,18 +68,11 @@ adds the scheduler's wake-up latency (5-20 µs idle, milliseconds on an oversubs
 machine) to every step (experiments/results/host_overhead.md)."""
 FAST_ACT_S = 200e-6
 """A policy whose act() takes less than this (as the worker reports) is waited for by spinning."""
-SPIN_MIN_S = 2e-6
-"""The shortest spin budget: a few checks, so a reply already on its way is not slept through."""
-PREEMPTED_S = 30e-6
-"""(worker) A gap this long between two clock reads of a spin loop (~0.1 µs apart) means
-the spinner lost its core."""
-MAX_BACKOFF = 1024
-"""(worker) Most consecutive waits that block without spinning after preemptions."""
 FLAT_LIST_MAX = 4096
 """A flat numeric reply longer than this comes back as a numpy array (kind ARRAY) instead of a
 list: a policy answering 10^6 floats per step (over any action space here) made the host
 build 10^6 Python floats per step (issue 18); the array is one copy of the bytes."""
-WAIT_SLICE_S = 0.002
+WAIT_SLICE_S = WAIT_SLICE_MS / 1000
 """Longest single poll() while blocked; bounds the cost of a lost wake-up."""
 WAKE_READ = 4096
 """Bytes drained from the wake pipe per read (a flood is bounded per wait, like output)."""
@@ -108,19 +96,7 @@ def dumps(value) -> bytes:
     try:
         return _ENCODER.encode(value).encode()
     except ValueError:
-        return _ENCODER.encode(_finite(value)).encode()
-
-
-def _finite(x):
-    if isinstance(x, float) and not math.isfinite(x):
-        return repr(x)
-    if isinstance(x, (list, tuple)):
-        return [_finite(v) for v in x]
-    if isinstance(x, dict):
-        return {k: _finite(v) for k, v in x.items()}
-    if hasattr(x, "tolist") and not isinstance(x, (int, str)):
-        return _finite(x.tolist())
-    return x
+        return _ENCODER.encode(finite(value)).encode()
 
 
 class WorkerGone(Exception):

@@ -421,7 +421,7 @@ def test_reply_decoder_rejects_non_finite_tokens(body):
 
 
 def test_worker_repeats_the_wire_layout():
-    from evogym.sandbox import worker
+    from evogym.sandbox import channel as worker
     names = [n for n in dir(frames) if n.isupper() and n.split("_")[0] in
              ("CONTROL", "REQ", "RESP", "HOST", "WORKER", "MAX", "OP", "KIND", "STATUS", "FORMATS")]
     assert len(names) > 20
@@ -434,7 +434,7 @@ def test_worker_repeats_the_wire_layout():
 @pytest.fixture
 def wire():
     """Both ends of one channel in this process: (host Channel, worker Channel)."""
-    from evogym.sandbox import worker
+    from evogym.sandbox import channel as worker
     host = frames.Channel(1 << 16)
     memfd, req_r, resp_w = (os.dup(fd) for fd in host.child_fds)
     end = worker.Channel(memfd, req_r, resp_w, 1 << 16, 0.0, frames.ORDERED_STORES)
@@ -474,7 +474,7 @@ ACTIONS = [3, -(1 << 63), 1 << 70, 0.5, float("nan"), [0.5, -1.0], (0.25, float(
 
 @pytest.mark.parametrize("action", ACTIONS, ids=[str(i) for i in range(len(ACTIONS))])
 def test_actions_arrive_as_their_json_value(wire, action):
-    from evogym.sandbox import worker
+    from evogym.sandbox import channel as worker
     host, end = wire
     host.send_int(frames.OP_RESET, 0)
     end.receive()
@@ -513,6 +513,6 @@ def test_worker_shrinking_the_channel_is_refused(wire):
 
 
 def test_worker_reply_encoding_is_compact_json():
-    from evogym.sandbox import worker
+    from evogym.sandbox import channel as worker
     assert worker.encode_value([1.0, float("-inf")]) == b'[1.0,"-inf"]'
     assert json.loads(worker.encode_value({"a": [float("nan")]})) == {"a": ["nan"]}
