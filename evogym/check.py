@@ -17,6 +17,7 @@ from pathlib import Path
 
 from evogym import envs, spaces
 from evogym.errors import ConfigError
+from evogym.sandbox.isolation import DEFAULT_ISOLATION
 
 SAMPLE_SEED = 12345
 """Seed of the observation-space sample (public: it is not a task instance)."""
@@ -36,7 +37,7 @@ class CheckResult:
                 "steps": [{"step": s, "result": r, "detail": d} for s, r, d in self.steps]}
 
 
-def check_policy(system_dir: Path, env: str, *, isolation: str = "bwrap", limits=None) -> CheckResult:
+def check_policy(system_dir: Path, env: str, *, isolation: str = DEFAULT_ISOLATION, limits=None) -> CheckResult:
     """Run the submit-time checks on `system_dir` for `env` (an `EnvSpec` slug)."""
     from evogym.judge import SnapshotError, denied_imports, snapshot
     from evogym.sandbox import Limits, PolicyProcess, validate_snapshot

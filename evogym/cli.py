@@ -18,6 +18,7 @@ from evogym import PROTOCOL_VERSION, __version__
 from evogym.cliparser import Parser, noun
 from evogym.errors import EvogymError
 from evogym.sandbox import Limits
+from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 
 
 def _limits(args) -> Limits:
@@ -38,7 +39,7 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")
     p.add_argument("--model", default="unknown", help="identity label of the agent/model (recorded in run.json)")
     p.add_argument("--data-dir", help="data files <slug>/{train,valid,heldout}.json (default: built-in pools)")
-    p.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"],
+    p.add_argument("--isolation", default=DEFAULT_ISOLATION, choices=ISOLATIONS,
                    help="policy sandbox; `none` is an unsafe plain subprocess and must be asked for")
     p.add_argument("--init-wall-s", type=float, help="wall-clock limit for policy import + __init__")
     p.add_argument("--episode-wall-s", type=float, help="wall-clock limit per episode")
@@ -280,7 +281,8 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("check", help="the checks a submit would apply to system/, without spending budget")
     p.add_argument("system", nargs="?", help="policy folder (default: $EVOPOLICYGYM_SYSTEM, else ./system)")
     p.add_argument("--env", help="env id (default: the env of $EVOPOLICYGYM_API)")
-    p.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"], help="sandbox (default bwrap)")
+    p.add_argument("--isolation", default=DEFAULT_ISOLATION, choices=ISOLATIONS,
+                   help=f"sandbox (default {DEFAULT_ISOLATION})")
     p.add_argument("--json", action="store_true")
     p.set_defaults(func=cmd_check)
     p = sub.add_parser("envs", help="env ids with family, step limit, anchors and spaces")

@@ -14,6 +14,7 @@ from pathlib import Path
 from evogym import PROTOCOL_VERSION, briefs, envs, pools, sandbox
 from evogym.errors import ConfigError, SandboxUnavailable
 from evogym.evalcache import EvalCache
+from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 from evogym.finalize import Candidate, candidates as candidates_of, error_doc, finalize
 from evogym.judge import DENIED_IMPORTS, Judge, public_env_meta
 from evogym.recording import Formatter
@@ -22,15 +23,16 @@ from evogym.rundir import RunConfig, RunDir, agents_md_text
 
 
 def make_config(env: str, profile: str = "quick", *, budget: int | None = None, pool_seed: int = 0,
-                isolation: str = "bwrap", limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
+                isolation: str = DEFAULT_ISOLATION, limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
                 max_per_submit: int | None = None, allow_early_finish: bool = True,
                 max_steps: int | None = None, data_dir: str | None = None, model: str = "unknown",
                 agent_timeout_s: float | None = None, max_submissions: int | None = None) -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
     prof = pools.profile(profile)
     spec = envs.resolve(env)
-    if isolation not in ("bwrap", "none"):
-        raise ConfigError(f"unknown isolation {isolation!r}", hint="use bwrap (default) or none")
+    if isolation not in ISOLATIONS:
+        raise ConfigError(f"unknown isolation {isolation!r}",
+                          hint=f"use one of {', '.join(ISOLATIONS)} (default {DEFAULT_ISOLATION})")
     budget = prof.budget if budget is None else budget
     if budget < 1:
         raise ConfigError(f"budget must be >= 1, got {budget}")

@@ -30,6 +30,7 @@ from evogym.errors import ConfigError
 from evogym.feedback import atomic_write_json, sweep_temporaries
 from evogym.rollout import utc_stamp
 from evogym.sandbox import Limits
+from evogym.sandbox.isolation import DEFAULT_ISOLATION
 
 AGENTS_MD = "AGENTS.md"
 
@@ -47,7 +48,7 @@ class RunConfig:
     valid_size: int
     heldout_size: int
     pool_seed: int = 0
-    isolation: str = "bwrap"
+    isolation: str = DEFAULT_ISOLATION
     limits: Limits = field(default_factory=Limits)
     finalize_jobs: int = 0
     """Worker processes for hidden evaluation; 0 = one per core (at most 8)."""

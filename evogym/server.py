@@ -4,7 +4,8 @@ Who may ask: every request must carry the run's credential (`evogym.credential`)
 before anything else, so a request without it (another local user who found the port)
 gets 401 whatever it asks, and changes nothing.
 
-Request hygiene (reliability.md H1-H6, issue 18): a request head must arrive within
+Request hygiene (issue 18: a slow, idle or oversized client must not starve the agent or
+the host): a request head must arrive within
 HEADER_TIMEOUT_S and fit MAX_HEADER_BYTES; at most MAX_CONNECTIONS connections are open,
 a new one closing the oldest still waiting for its head, so idle or slow clients cannot
 starve the agent; the body is read with a byte cap (413) and a wall-clock cap (408)

@@ -23,6 +23,7 @@ from evogym import envs, leaderboard, pools
 from evogym.errors import ConfigError
 from evogym.progress import Progress
 from evogym.rollout import utc_stamp
+from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 
 RESULTS_FILE = "results.json"
 """`suite run`'s leaderboard-results/v1 export (EvoPolicyGym main's leaderboard format)."""
@@ -203,7 +204,7 @@ def register(sub) -> None:
         q.add_argument("--envs", "--env", nargs="+", action=_EnvList, metavar="ENV",
                        help="restrict to these env ids: `--envs a b`, `--envs a,b` or `--envs a --envs b`")
         q.add_argument("--jobs", type=int, default=2, help="runs in parallel")
-        q.add_argument("--isolation", default="bwrap", choices=["bwrap", "none"])
+        q.add_argument("--isolation", default=DEFAULT_ISOLATION, choices=ISOLATIONS)
         q.set_defaults(func=func)
         if name == "run":
             q.add_argument("--agent", required=True, help="agent command line (quoted), run in each workspace")

@@ -10,7 +10,8 @@ whether one scope is a subset of another (a `specialization` child must be stric
 narrower than its parent). References have one grammar,
 `NAME[@VERSION]`, parsed only by `parse_ref`. The content hash covers the loop policy and
 the applicability conditions, never the provenance, so re-registering the same policy
-under the same name dedupes to the existing version (reliability.md B6).
+under the same name dedupes to the existing version (a changed note or lineage alone is
+not a new policy, so it gets no new version).
 
 Loading goes YAML -> plain values (`ole.yamlio`, strict) -> JSON -> pydantic in strict
 JSON mode: a JSON array fills a tuple field and an ISO string fills a datetime, while

@@ -1,6 +1,6 @@
 """Strict, bounded YAML for bundles: a document is either read exactly or rejected.
 
-PyYAML's `safe_load` is not enough for LLM-written bundles (reliability.md S6): it keeps
+PyYAML's `safe_load` is not enough for LLM-written bundles, which are untrusted input: it keeps
 the last of duplicate keys, coerces YAML 1.1 scalars (`no` -> False, `012` -> 10, a date
 -> `datetime.date`), expands a 271-byte alias bomb into hundreds of megabytes, and lets
 `RecursionError`/`ValueError` escape on deep or huge input. This module builds plain
