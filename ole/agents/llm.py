@@ -3,30 +3,33 @@
 The model only proposes programs. Everything else -- which feedback it sees, which
 phase it is in, what is kept and reverted to, how many episodes a submit spends, when
 an improvement is trusted, what happens after a failure, when to stop -- is decided
-here from the bundle's loop policy, so two bundles give two different runs with the
-same model. The agent works only through the HTTP protocol and workspace files.
+from the bundle's loop policy by the shared `ole.agents.session.Session` (the built-in
+agent's too), so two bundles give two different runs with the same model. This module
+makes the edits: the prompt turn, the model call with its repair prompts, parsing and
+checking the answer, and the fallback. The agent works only through the HTTP protocol
+and workspace files.
 
 A run is never lost to the model: unusable answers get repair prompts, then the best
-known program (or a schema-derived baseline) is submitted instead; a spent LLM cap or
-an unreachable model ends the loop cleanly and the runner finishes the run.
+known program (or the schema baseline) is submitted instead; a spent LLM cap or an
+unreachable model ends the loop cleanly and the run is finished.
 """
 from __future__ import annotations
 
 import hashlib
 import json
-import time
 from pathlib import Path
 
 from ole.agents import decisions
 from ole.agents.base import AgentContext, AgentResult, AgentUsage, HostAgent
+from ole.agents.builtin import control
+from ole.agents.builtin.mechanism import render
 from ole.agents.client import HostClient, HostError, SubmitAnswer
 from ole.agents.edits import (EditRejected, Proposal, diff_lines, edit_kind, parse_answer, scope_problem,
                               static_problems)
-from ole.agents.memory import Kept, ProgramMemory
-from ole.agents.prompts import BASELINE_POLICY, Turn, render_feedback, repair_prompt, system_prompt, user_prompt
-from ole.lessons import Lesson, LessonStore, signature
+from ole.agents.prompts import Turn, lesson_lines, render_feedback, repair_prompt, system_prompt, user_prompt
+from ole.agents.session import Host, Observed, Session, Stop, StopReason, Submitted
 from ole.llm import Caps, LLMCapReached, LLMClient, LLMError
-from ole.trace import Iteration
+from ole.trace import EditKind, SubmitRole
 
 CALL_LOG = "llm_calls.jsonl"
 """Per-run record of every model call, under the agent log dir; `--model replay:<it>` replays the run."""
@@ -36,10 +39,19 @@ MAX_ANSWER_TOKENS = 4096
 """Completion tokens asked for per call (a full policy file fits comfortably)."""
 MAX_REJECTS = 3
 """Consecutive Phase-1 rejects (nothing charged) after which the agent stops: the host disagrees with it."""
-LESSONS_SHOWN = 5
-"""Cross-task lessons put in a prompt."""
 BASELINE_MECHANISM = "schema baseline"
 """Mechanism name of the fallback program derived from the action schema."""
+
+
+def _baseline() -> str:
+    neutral = control.neutral({}, {})
+    return render(neutral, neutral.defaults()).source
+
+
+BASELINE_POLICY = _baseline()
+"""Submitted when the model never produced a valid program, so the run is still scored: the
+built-in agent's `neutral` template (`ole/agents/builtin/programs/neutral.py`), one fixed
+valid action derived from the action schema."""
 
 
 class LLMAgent(HostAgent):
@@ -67,70 +79,77 @@ class LLMAgent(HostAgent):
 
     def work(self, ctx: AgentContext) -> AgentResult:
         ctx.log_dir.mkdir(parents=True, exist_ok=True)
-        session = _Session(self, ctx, self.make_client(ctx))
-        return session.run()
+        return LLMSession(self, ctx, self.make_client(ctx), HostClient(ctx.url)).run()
 
 
-class _Session:
-    """One task worked by the LLM agent; all state of the loop lives here.
+class LLMSession(Session):
+    """One task worked by the LLM agent: the shared session, edits made by prompting the model.
 
-    What each loop-policy field decides comes from `ole.agents.decisions` (shared with the
-    built-in agent); the session carries it out by prompting the model.
+    One iteration is one proposal (a round of one candidate): the current phase's prompt,
+    the model's answer (repaired up to `recovery.max_retries` times), its screening and full
+    evaluation, and the judgement. Confirmation makes no model calls.
     """
 
-    def __init__(self, agent: LLMAgent, ctx: AgentContext, llm: LLMClient) -> None:
-        self.agent, self.ctx, self.llm = agent, ctx, llm
-        self.pol = ctx.bundle.loop_policy
-        self.host = HostClient(ctx.url)
-        self.system_dir = ctx.workspace / "system"
-        self.started = time.monotonic()
-        self.iterations = 0
+    verification_phase = "verification"
+    best_last = False  # a stop keeps the last program submitted (tests/ole/test_llm_agent.py pins it)
+
+    def __init__(self, agent: LLMAgent, ctx: AgentContext, llm: LLMClient, host: Host) -> None:
+        super().__init__(ctx, host)
+        self.agent, self.llm = agent, llm
+        self.learns = llm.mode != "replay"  # a replay is not new experience
         self.phase_index = 0
-        self.progress = decisions.Progress()
-        self.spent = {"synthesis": 0, "tuning": 0, "confirmation": 0}
         self.rounds = 0
-        self.rejects = 0
         self.bold = False
         self.force_synthesis = False
         self.mechanisms: list[str] = []
+        """Mechanisms proposed in synthesis so far."""
         self.current: str | None = None
+        """The program the next tuning or recovery prompt edits."""
         self.feedback = ""
-        self.digest = "sha256:" + hashlib.sha256(b"").hexdigest()
         self.last_edit = ""
         self.recovering = False
-        self.ok_submits = 0
-        self.submitted: dict[str, int] = {}
-        """Program source -> its first submit id (failed programs included), for `base_submit`."""
+        self.system = system_prompt(host.task(), self.info, self.lp)
+        self.lessons = self._read_lessons()
+
+    # ---- the session's hooks -----------------------------------------------------------------
+    def observe(self, answer: SubmitAnswer) -> Observed:
+        """Render the feedback the next prompt shows (`observation.*`); its hash is the digest."""
+        self.feedback = self._feedback(answer)
+        return Observed("sha256:" + hashlib.sha256(self.feedback.encode()).hexdigest())
+
+    def classify(self, source: str, role: SubmitRole) -> EditKind:
+        """The session's own submits re-run a known program: a re-test, else back to a kept one."""
+        return "none" if role == "retest" else "revert"
+
+    def fallback(self) -> tuple[str, str]:
+        return BASELINE_POLICY, BASELINE_MECHANISM
+
+    def share_of(self, phase: str) -> decisions.Phase:
+        """Every submit spends the share of the planning phase the agent is in."""
+        phases = self.lp.planning.phases or ("tuning",)
+        return phases[min(self.phase_index, len(phases) - 1)]
 
     # ---- the loop ----------------------------------------------------------------------------
     def run(self) -> AgentResult:
-        info = self.host.info()
-        self.budget = int(info["episode_budget"])
-        self.pol = decisions.for_budget(self.pol, self.budget)
-        self.remaining = int(info["state"]["remaining_budget"])
-        self.min_per = int(info.get("min_episodes_per_submit", 1))
-        self.max_per = int(info.get("max_episodes_per_submit", self.budget))
-        self.shares = decisions.phase_budget(self.pol, self.remaining)
-        self.memory = ProgramMemory(self.pol, int(info["env_meta"]["n_env_instances"]), self.ctx.condition.seed)
-        self.signature = signature(info["env_meta"].get("obs_space", {}), info["env_meta"].get("action_space", {}))
-        self.system = system_prompt(self.host.task(), info, self.pol)
-        self.lessons = self._read_lessons()
         reason = self._loop()
-        reason = self._ensure_scored(reason)
-        if reason == "finished_early" and not self._finalized():
-            self.host.finish()
-        self._write_lesson()
+        self.finish(reason)
+        self.write_lesson()
         u = self.llm.usage
         return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd),
                            extras={"llm_calls": CALL_LOG, "lessons_seen": LESSONS_SEEN})
 
-    def _loop(self) -> str:
+    def _loop(self) -> StopReason:
         try:
             while True:
-                reason = self._stop_reason()
-                if reason:
-                    return reason
+                if self.remaining <= 0:
+                    return "budget_spent"
+                self.check_clock()
+                if self.rejects >= MAX_REJECTS:
+                    return "error"
+                self.size()  # what is left cannot be spent (the reserve, or less than one submit)
                 self._iterate()
+        except Stop as stop:
+            return stop.reason
         except LLMCapReached as exc:
             self.ctx.progress(f"llm agent: {exc.message}; stopping")
             return "llm_cap"
@@ -139,26 +158,7 @@ class _Session:
             return "error"
         except HostError as exc:
             self.ctx.progress(f"llm agent: host said {exc.message}; stopping")
-            return "budget_spent" if self._finalized() else "error"
-
-    def _stop_reason(self) -> str | None:
-        if self.remaining <= 0:
-            return "budget_spent"
-        if time.monotonic() - self.started >= self.pol.budget.wall_time_s:
-            return "wall_time"
-        if self.rejects >= MAX_REJECTS:
             return "error"
-        if decisions.should_finish(self.pol, self.progress, self.remaining):
-            return "finished_early"
-        if self._size() == 0:  # what is left cannot be spent (the reserve, or less than one submit)
-            return "finished_early" if self.pol.stopping.mode == "finish_early" else "budget_spent"
-        return None
-
-    def _finalized(self) -> bool:
-        try:
-            return bool(self.host.info().get("state", {}).get("is_finalized"))
-        except HostError:
-            return False
 
     # ---- one iteration -----------------------------------------------------------------------
     def _iterate(self) -> None:
@@ -166,16 +166,16 @@ class _Session:
         if phase == "confirmation":
             self._confirm()
             return
-        synth = phase == "synthesis" or self.force_synthesis or self.current is None and not self.memory.kept
+        synth = phase == "synthesis" or self.force_synthesis or self.current is None and not self.results
         turn_phase = "recovery" if self.recovering else ("synthesis" if synth else "tuning")
         turn = self._turn(turn_phase)
         calls0 = self._usage()
         proposal, why = self._ask(turn)
         if proposal is None:
-            source, mechanism, kind, note = self._fallback(why)
-            self._submit(source, self._indices(), turn_phase, kind, note, mechanism, calls0, role="candidate",
-                         base=self.memory.first_submit(source))
-            self.progress.candidate(False)  # a fallback is a non-improving candidate: patience and plateaus see it
+            source, mechanism, kind, note = self._fallback_program(why)
+            self._send(source, self._indices(), turn_phase, kind, note, mechanism, calls0, role="candidate",
+                       base=self.first_submit(source))
+            self.candidate(False, f"{self.last_edit}: model output unusable")  # patience and plateaus see it
             self._on_plateau()
             return
         if turn_phase == "synthesis":
@@ -188,39 +188,34 @@ class _Session:
         if turn_phase == "tuning":
             search_round, self.rounds = self.rounds, self.rounds + 1
         if turn_phase == "synthesis":
-            size = decisions.synthesis_size(self.pol, self.shares, self.remaining, self.min_per, self.max_per)
-            ids = self.memory.indices(max(self.min_per, size))
+            size = decisions.synthesis_size(self.lp, self.shares, self.remaining, self.lo, self.hi)
+            ids = self.indices.pick(max(self.lo, size))
         else:
             ids = self._indices()
-        ks = decisions.screen_size(self.pol, len(ids))
-        answer = self._submit(proposal.source, ids[:ks], turn_phase, kind, f"{proposal.form} edit",
-                              mechanism, calls0, base_program=turn.program,
-                              role="retry" if turn_phase == "recovery" else "candidate", base=base,
-                              search_round=search_round)
-        if answer is None:
+        ks = decisions.screen_size(self.lp, len(ids))
+        done = self._send(proposal.source, ids[:ks], turn_phase, kind, f"{proposal.form} edit", mechanism, calls0,
+                          base_program=turn.program, role="retry" if turn_phase == "recovery" else "candidate",
+                          base=base, search_round=search_round)
+        if done is None:
             return
-        survived = True
-        if ks < len(ids) and answer.status == "ok":
-            inc = self.memory.incumbent
-            score = self.memory.score_of(answer.summary)
-            survived = bool(decisions.survivors([score], inc.mean(set(ids[:ks])) if inc else None))
-            if survived and self._size(len(ids) - ks) > 0:
-                self._submit(proposal.source, ids[ks:ks + self._size(len(ids) - ks)], turn_phase, "none",
-                             "full evaluation of a screened candidate", mechanism, self._usage(), role="retest",
-                             base=self.memory.first_submit(proposal.source), search_round=search_round)
-        self._judge(proposal.source, mechanism, answer, screened_out=not survived)
+        value = done.value
+        if ks < len(ids) and value is not None:
+            inc = self.incumbent
+            if not decisions.survivors([value], inc.mean(set(ids[:ks])) if inc else None):
+                value = None  # screened out: not evaluated in full, never the incumbent
+            elif self.room(len(ids) - ks) > 0:
+                self._send(proposal.source, ids[ks:ks + self.room(len(ids) - ks)], turn_phase, "none",
+                           "full evaluation of a screened candidate", mechanism, self._usage(), role="retest",
+                           base=self.first_submit(proposal.source), search_round=search_round)
+        self._judge(proposal.source, mechanism, done, value, turn_phase)
 
     def _base_of(self, program: str | None) -> int | None:
         """Submit id of the program an edit was made to (also when it failed and is not kept)."""
         return self.submitted.get(program) if program is not None else None
 
-    def _spent_phase(self) -> str:
-        phases = self.pol.planning.phases or ("tuning",)
-        return phases[min(self.phase_index, len(phases) - 1)]
-
     def _phase(self) -> str:
         """The current phase of planning.phases; advances when a phase's share is spent or it plateaued."""
-        phases = self.pol.planning.phases or ("tuning",)
+        phases = self.lp.planning.phases or ("tuning",)
         while self.phase_index < len(phases) - 1 and self._phase_over(phases[self.phase_index]):
             self.phase_index += 1
             self.progress.new_phase()
@@ -228,26 +223,26 @@ class _Session:
         return phases[self.phase_index]
 
     def _phase_over(self, name: str) -> bool:
-        if not self.memory.kept:
+        if not self.results:
             return False  # never leave synthesis (or tuning) without a single working program
-        if decisions.plateau_action(self.pol, self.progress) == "next_phase":
+        if decisions.plateau_action(self.lp, self.progress) == "next_phase":
             return True
-        k = max(1, self._size())
+        k = max(1, self.room())
         if name == "synthesis":
-            return (not decisions.fits(self.shares, "synthesis", self.spent, k)
-                    or len(self.mechanisms) >= self.pol.planning.max_mechanisms)
+            return not self.fits("synthesis", k) or len(self.mechanisms) >= self.lp.planning.max_mechanisms
         if name == "tuning":
-            return not decisions.fits(self.shares, "tuning", self.spent, k)
+            return not self.fits("tuning", k)
         return False
 
     def _turn(self, phase: str) -> Turn:
-        mem = self.memory
         extra = ()
         if phase == "recovery":
             extra = (f"Failed attempts in a row: {self.progress.failures}.",)
-        return Turn(phase=phase, granularity=self.pol.action.edit_granularity, program=self.current,
-                    feedback=self.feedback, step_size=self.pol.action.step_size, remaining_episodes=self.remaining,
-                    tried_mechanisms=tuple(self.mechanisms), best=mem.best_lines(), edit_log=mem.log_lines(),
+        best = tuple((k.mechanism, float(k.mean()), k.submit_ids[-1] if k.submit_ids else -1)  # type: ignore[arg-type]
+                     for k in self.top())
+        return Turn(phase=phase, granularity=self.lp.action.edit_granularity, program=self.current,
+                    feedback=self.feedback, step_size=self.lp.action.step_size, remaining_episodes=self.remaining,
+                    tried_mechanisms=tuple(self.mechanisms), best=best, edit_log=self.edit_log(),
                     lessons=self.lessons, bold=self.bold, extra=extra)
 
     def _ask(self, turn: Turn) -> tuple[Proposal | None, str]:
@@ -255,7 +250,7 @@ class _Session:
         `recovery.max_retries` times before the agent escalates (to the best known program)."""
         messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user_prompt(turn)}]
         why = ""
-        for _ in range(self.pol.recovery.max_retries + 1):
+        for _ in range(self.lp.recovery.max_retries + 1):
             comp = self.llm.complete(messages, temperature=self.agent.temperature,
                                      max_tokens=self.agent.max_answer_tokens, seed=self.ctx.condition.seed)
             try:
@@ -269,8 +264,9 @@ class _Session:
         return None, why
 
     def _check(self, text: str, turn: Turn, truncated: bool) -> Proposal:
+        """The answer as a program, or EditRejected (static checks, unchanged, out of the edit unit)."""
         proposal = parse_answer(text, turn.program, truncated=truncated)
-        if self.pol.verification.static_checks:
+        if self.lp.verification.static_checks:
             problems = static_problems(proposal.source)
             if problems:
                 raise EditRejected("; ".join(problems))
@@ -285,124 +281,80 @@ class _Session:
                 raise EditRejected(problem)
         return proposal
 
-    def _fallback(self, why: str) -> tuple[str, str, str, str]:
+    def _fallback_program(self, why: str) -> tuple[str, str, EditKind, str]:
         """(source, mechanism, edit kind, note) submitted instead of an unusable answer."""
-        best = self.memory.revert_target(self._mechanism_of(self.current))
-        note = f"model output unusable after {self.pol.recovery.max_retries + 1} tries ({why[:120]})"
+        best = self.revert_target(self._mechanism_of(self.current))
+        note = f"model output unusable after {self.lp.recovery.max_retries + 1} tries ({why[:120]})"
         if best is not None:
             return best.source, best.mechanism, "revert", note + "; resubmitting the best program"
         return BASELINE_POLICY, BASELINE_MECHANISM, "synthesis", note + "; submitting the schema baseline"
 
     # ---- submits and verdicts ----------------------------------------------------------------
-    def _indices(self, k: int | None = None, role: str = "candidate") -> list[int]:
-        return self.memory.indices(max(self.min_per, self._size(k)), role)
+    def _indices(self) -> list[int]:
+        """Ids for a candidate submit of the default size (`action.index_selection`)."""
+        return self.indices.pick(max(self.lo, self.room()))
 
-    def _size(self, want: int | None = None) -> int:
-        return decisions.submit_size(self.pol, self.remaining, self.min_per, self.max_per, want)
-
-    def _submit(self, source: str, indices: list[int], phase: str, kind: str, note: str, mechanism: str | None,
-                calls0: tuple[int, int, float], *, role: str, base: int | None = None,
-                base_program: str | None = None, search_round: int | None = None) -> SubmitAnswer | None:
-        t0 = time.monotonic()
-        read_digest = self.digest
-        previous = self._read_policy()
-        self._write_policy(source)
-        answer = self.host.submit(indices)
-        info_state = self.host.info().get("state", {})
-        self.remaining = int(info_state.get("remaining_budget", self.remaining - answer.charged))
-        self.spent[self._spent_phase()] += answer.charged
-        self.feedback = self._feedback(answer)
-        self.digest = "sha256:" + hashlib.sha256(self.feedback.encode()).hexdigest()
+    def _send(self, source: str, indices: list[int], phase: str, kind: EditKind, note: str, mechanism: str,
+              calls0: tuple[int, int, float], *, role: SubmitRole, base: int | None = None,
+              base_program: str | None = None, search_round: int | None = None) -> Submitted | None:
+        """Submit a program the agent chose (`Session.submit`, with the model usage since `calls0`);
+        None when the host rejected it outright (HTTP 400, nothing charged)."""
         calls, tokens, usd = (a - b for a, b in zip(self._usage(), calls0))
-        returns = answer.summary.get("returns") if "returns" in self.pol.observation.summary_fields else None
-        self.ctx.record(Iteration(
-            index=self.iterations, phase=phase, observation_digest=read_digest,
-            edit_kind=kind,  # type: ignore[arg-type]
-            diff_lines=diff_lines(previous, source), mechanism=mechanism, submitted_indices=tuple(indices),
-            submit_id=answer.submit_id, verdict=answer.status,
-            returns=tuple(float(r) for r in returns) if isinstance(returns, list) and answer.status == "ok" else None,
-            mean_return=self.memory.score_of(answer.summary) if answer.status == "ok" else None,
-            episodes_charged=answer.charged, wall_s=round(time.monotonic() - t0, 3), llm_calls=int(calls),
-            tokens=int(tokens), usd=float(usd), note=note[:200], role=role, base_submit=base,  # type: ignore[arg-type]
-            search_round=search_round))
-        self.iterations += 1
-        if answer.submit_id is not None:
-            self.submitted.setdefault(source, int(answer.submit_id))
+        done = self.submit(source, mechanism, indices, phase=phase, note=note, role=role, kind=kind, base=base,
+                           search_round=search_round, cost=(int(calls), int(tokens), float(usd)))
+        answer = done.answer
+        assert answer is not None  # the LLM agent checks its programs before it submits them (`_check`)
         self.last_edit = (f"submit {answer.submit_id} [{phase} phase] {kind} edit, "
                           f"{diff_lines(base_program, source)} lines changed")
-        self.ctx.progress(f"llm agent: submit {answer.submit_id} {answer.status} "
-                          f"(mean {answer.summary.get('mean_return')}, {self.remaining} episodes left)")
-        if answer.http_status == 400:
-            self.rejects += 1
-            return None
-        self.rejects = 0
-        if answer.status == "ok":
-            self.ok_submits += 1
-            self.memory.add_result(source, mechanism or "?", answer)
-        return answer
+        return None if answer.http_status == 400 else done
 
-    def _judge(self, source: str, mechanism: str, answer: SubmitAnswer, *, screened_out: bool = False) -> None:
+    def _judge(self, source: str, mechanism: str, done: Submitted, value: float | None, phase: str) -> None:
         """What the last candidate's verdict means: improvement, regression or failure."""
-        if answer.status != "ok":
-            self._on_error(source, answer.status)
+        assert done.answer is not None
+        if done.answer.status != "ok":
+            self._on_error(source, done.answer.status)
             return
-        self.progress.ok()
+        self.recovered()
         self.recovering = False
-        incumbent = self.memory.incumbent
-        improved = not screened_out and self.memory.beats(source, incumbent)
-        if improved and incumbent is not None and self.pol.verification.retest_episodes > 0 and self._size() > 0:
-            improved = self._retest(source, mechanism, incumbent)
-        outcome = "improved" if improved else "no improvement"
-        self.memory.log(f"{self.last_edit}: mean {self.memory.mean(source):.4g}, {outcome}")
-        self.progress.candidate(improved)
+        improved = self.judge(source, value, phase)
+        mean = self.results[source].mean()
+        self.candidate(improved, f"{self.last_edit}: mean {float('nan') if mean is None else mean:.4g}, "
+                                 + ("improved" if improved else "no improvement"))
         if improved:
-            self.memory.incumbent = self.memory.kept_for(source)
             self.current = source
             return
         self._on_plateau()
-        action = decisions.regression_action(self.pol)
+        action = decisions.regression_action(self.lp)
         if action == "keep":
             self.current = source
         elif action == "restructure" and self._restructure():
             self.current = source
         else:
-            target = self.memory.revert_target(mechanism)
+            target = self.revert_target(mechanism)
             self.current = target.source if target is not None else source
 
-    def _retest(self, source: str, mechanism: str, incumbent: Kept) -> bool:
-        """Re-run a candidate that beat the incumbent on fresh ids (and the incumbent too when matched)."""
-        ver = self.pol.verification
-        indices = self._indices(ver.retest_episodes, "retest")
-        self._submit(source, indices, "verification", "none", "retest of an apparent improvement", mechanism,
-                     self._usage(), role="retest", base=self.memory.first_submit(source))
-        if ver.matched_comparison and self._size(len(indices)) == len(indices):
-            self._submit(incumbent.source, indices, "verification", "revert", "incumbent on the retest episodes",
-                         incumbent.mechanism, self._usage(), role="reference", base=incumbent.first_submit)
-        return self.memory.beats(source, incumbent)
-
     def _on_error(self, source: str, status: str) -> None:
-        self.progress.failed()
-        self.progress.candidate(False)
-        self.memory.log(f"{self.last_edit}: failed with {status}")
-        action = decisions.error_action(self.pol, self.progress.failures)
+        """The error ladder's rung: retry (the model fixes it), restructure, or revert."""
+        action = self.failed()
+        self.candidate(False, f"{self.last_edit}: failed with {status}")
         self.recovering = action == "retry"
         if action == "retry":
             self.current = source
             return
         if action == "restructure" and self._restructure():
             return
-        target = self.memory.revert_target(self._mechanism_of(source))
+        target = self.revert_target(self._mechanism_of(source))
         self.current = target.source if target else None
 
     def _restructure(self) -> bool:
         """Back to synthesis for an untried mechanism; False when `max_mechanisms` are all tried."""
-        if len(self.mechanisms) < self.pol.planning.max_mechanisms:
+        if len(self.mechanisms) < self.lp.planning.max_mechanisms:
             self.force_synthesis = True
             return True
         return False
 
     def _on_plateau(self) -> None:
-        action = decisions.plateau_action(self.pol, self.progress)
+        action = decisions.plateau_action(self.lp, self.progress)
         if action == "widen_search":
             self.bold = True
             self.progress.new_phase()
@@ -411,72 +363,38 @@ class _Session:
             self.progress.new_phase()
 
     def _confirm(self) -> None:
-        """Confirmation: re-run the kept programs on shared fresh ids; no model calls.
-
-        Within the confirmation share each round re-tests every kept program once; after a
-        round, tuning resumes while its share lasts (a restart from the best program);
-        what is left beyond every share goes to the best program.
-        """
-        k = self._size()
-        if decisions.fits(self.shares, "confirmation", self.spent, k):
-            target, indices, last = self.memory.next_to_confirm(k)
-            note = "confirmation re-test"
-        else:
-            target, indices, last = self.memory.best(), self._indices(k, "confirm"), False
-            note = "confirm the best program last"
-        if target is None:
-            target = Kept(BASELINE_POLICY, BASELINE_MECHANISM)
-        answer = self._submit(target.source, indices, "confirmation", "revert", note, target.mechanism,
-                              self._usage(), role="confirm", base=target.first_submit)
-        if answer is not None and answer.status == "ok" and self.memory.incumbent is not None:
-            self.memory.incumbent = self.memory.best()
-        phases = self.pol.planning.phases
-        if last and "tuning" in phases and decisions.fits(self.shares, "tuning", self.spent, max(1, self._size())):
+        """Confirmation (`Session.confirmation_round`), no model calls; then tuning resumes from the
+        incumbent while its share lasts, else what is left goes to the best program and the run ends."""
+        self.confirmation_round()
+        phases = self.lp.planning.phases
+        if "tuning" in phases and self.fits("tuning", max(1, self.room())):
             self.phase_index = phases.index("tuning")
-            self.current = self.memory.incumbent.source if self.memory.incumbent else self.current
+            self.current = self.incumbent.source if self.incumbent else self.current
             self.progress.new_phase()
-
-    def _ensure_scored(self, reason: str) -> str:
-        """A run with no ok submit gets one small submit of the best (or baseline) program if budget allows."""
-        if self.ok_submits or self.remaining <= 0 or self._finalized():
-            return reason
-        try:  # no ok submit means nothing was kept either: the baseline is the only known-good program
-            self._submit(BASELINE_POLICY, self.memory.indices(max(1, self.min_per)), "recovery", "synthesis",
-                         "ensure the run has a valid submit", BASELINE_MECHANISM, self._usage(), role="candidate")
-        except HostError:
-            pass
-        return reason
+            return
+        self.final()
+        raise Stop("budget_spent")
 
     # ---- helpers -----------------------------------------------------------------------------
     def _feedback(self, answer: SubmitAnswer) -> str:
         if answer.submit_id is None:
             return f"submit refused: {answer.status}"
         sub = self.ctx.workspace / "feedback" / f"submit_{answer.submit_id:03d}"
-        return render_feedback(sub, self.pol.observation) if sub.is_dir() else f"status: {answer.status}"
+        return render_feedback(sub, self.lp.observation) if sub.is_dir() else f"status: {answer.status}"
 
     def _usage(self) -> tuple[int, int, float]:
         u = self.llm.usage
         return u.calls, u.tokens, u.usd
 
     def _mechanism_of(self, program: str | None) -> str:
-        kept = self.memory.kept_for(program) if program else None
+        kept = self.results.get(program) if program else None
         return kept.mechanism if kept else (self.mechanisms[-1] if self.mechanisms else "?")
-
-    def _read_policy(self) -> str | None:
-        path = self.system_dir / "policy.py"
-        return path.read_text() if path.is_file() else None
-
-    def _write_policy(self, source: str) -> None:
-        self.system_dir.mkdir(parents=True, exist_ok=True)
-        tmp = self.system_dir / ".policy.py.tmp"
-        tmp.write_text(source)
-        tmp.replace(self.system_dir / "policy.py")
 
     def _read_lessons(self) -> tuple[str, ...]:
         """Lesson lines for the prompt, recorded in the log dir so a replay shows the model the same ones."""
         lines = self._replayed_lessons() if self.llm.mode == "replay" else None
         if lines is None:
-            lines = self._lessons_from_store()
+            lines = lesson_lines(self.store, self.sig) if self.store is not None else ()
         (self.ctx.log_dir / LESSONS_SEEN).write_text(json.dumps(list(lines), indent=1) + "\n")
         return lines
 
@@ -485,23 +403,3 @@ class _Session:
         if not seen.is_file():
             return None
         return tuple(str(line) for line in json.loads(seen.read_text()))
-
-    def _lessons_from_store(self) -> tuple[str, ...]:
-        """Mechanisms that won earlier tasks with the same interface signature (memory.carry_lessons)."""
-        path = self.ctx.lessons_path
-        if not self.pol.memory.carry_lessons or path is None:
-            return ()
-        store = LessonStore(path)
-        same = [les for les in store.all() if les.signature == self.signature][-LESSONS_SHOWN:]
-        ranking = store.ranking(self.signature)
-        lines = [f"{les.env}: mechanism `{les.mechanism}` was best (train score {les.score:.4g})" for les in same]
-        if ranking:
-            lines.append("mechanisms that won most often on this interface: " + ", ".join(ranking[:LESSONS_SHOWN]))
-        return tuple(lines)
-
-    def _write_lesson(self) -> None:
-        best, path = self.memory.best(), self.ctx.lessons_path
-        if not self.pol.memory.carry_lessons or path is None or best is None or self.llm.mode == "replay":
-            return  # a replay is not new experience
-        LessonStore(path).add(Lesson(signature=self.signature, mechanism=best.mechanism, env=self.ctx.task.env,
-                                     score=self.memory.mean(best.source)))

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from ole.agents import trajectory
+from ole.lessons import LessonStore
 from ole.loop_policy import LoopPolicy, Observation
 
 OBS_PREVIEW_ITEMS = 12
@@ -24,73 +25,9 @@ ERRORS_CHARS = 1500
 """errors.txt text shown for a failed submit."""
 TASK_CHARS = 12000
 """The `/task` text is cut here."""
+LESSONS_SHOWN = 5
+"""Cross-task lessons put in a prompt."""
 _PATH = re.compile(r'File "(?:[^"]*/)?([^/"]+)"')
-
-BASELINE_POLICY = '''"""Baseline policy: one fixed valid action derived from the action schema."""
-
-
-def _fixed(schema):
-    kind = schema.get("type")
-    if kind == "Discrete":
-        return int(schema.get("start", 0))
-    if kind == "Box":
-        shape = schema.get("shape") or []
-        size = 1
-        for d in shape:
-            size *= int(d)
-        low, high = schema.get("low"), schema.get("high")
-        value = _mid(low, high)
-        flat = [value] * size
-        return _reshape(flat, shape) if shape else value
-    if kind == "MultiDiscrete":
-        return [0 for _ in _flatten(schema.get("nvec", []))]
-    if kind == "MultiBinary":
-        n = schema.get("n", 1)
-        return [0] * (int(n) if isinstance(n, int) else len(_flatten(n)))
-    if kind == "Dict":
-        return {k: _fixed(v) for k, v in schema.get("spaces", {}).items()}
-    if kind == "Tuple":
-        return [_fixed(s) for s in schema.get("spaces", [])]
-    return 0
-
-
-def _mid(low, high):
-    try:
-        lo = float(low if not isinstance(low, (list, dict)) else _flatten(low)[0])
-        hi = float(high if not isinstance(high, (list, dict)) else _flatten(high)[0])
-    except (TypeError, ValueError, IndexError):
-        return 0.0
-    if lo <= 0.0 <= hi:
-        return 0.0
-    return (lo + hi) / 2.0 if abs(lo) < 1e30 and abs(hi) < 1e30 else 0.0
-
-
-def _flatten(x):
-    if isinstance(x, dict):
-        return [x.get("min", 0.0)]
-    if isinstance(x, (list, tuple)):
-        return [v for item in x for v in _flatten(item)]
-    return [x]
-
-
-def _reshape(flat, shape):
-    if len(shape) <= 1:
-        return flat
-    step = len(flat) // int(shape[0])
-    return [_reshape(flat[i * step:(i + 1) * step], shape[1:]) for i in range(int(shape[0]))]
-
-
-class Policy:
-    def __init__(self, obs_space, action_space, env_meta):
-        self.action = _fixed(action_space)
-
-    def reset(self, episode_index):
-        pass
-
-    def act(self, obs):
-        return self.action
-'''
-"""Written when the model never produced a valid program, so the run is still scored."""
 
 _FORMATS = {
     "file": "Answer with the complete new `policy.py` in one ```python block.",
@@ -174,6 +111,17 @@ def user_prompt(turn: Turn) -> str:
     fmt = "file" if turn.phase == "synthesis" or turn.program is None else turn.granularity
     parts.append("## Answer format\n" + _FORMATS[fmt])
     return "\n\n".join(parts)
+
+
+def lesson_lines(store: LessonStore, sig: str) -> tuple[str, ...]:
+    """What the prompt says of earlier tasks with the same interface signature (`memory.carry_lessons`):
+    the last `LESSONS_SHOWN` lessons, then the mechanisms that won most often."""
+    same = [les for les in store.all() if les.signature == sig][-LESSONS_SHOWN:]
+    ranking = store.ranking(sig)
+    lines = [f"{les.env}: mechanism `{les.mechanism}` was best (train score {les.score:.4g})" for les in same]
+    if ranking:
+        lines.append("mechanisms that won most often on this interface: " + ", ".join(ranking[:LESSONS_SHOWN]))
+    return tuple(lines)
 
 
 def repair_prompt(reason: str, granularity: str, has_program: bool) -> str:
@@ -271,26 +219,12 @@ def _trajectory_tail(episode_dir: Path, window: int) -> str:
 def _compact(value: Any) -> str:
     if value is None:
         return "(external)"
-    flat = _flat_numbers(value)
+    flat = trajectory.flat_numbers(value)
     if flat is None:
         return _short_json(value, 160)
     shown = ",".join(_num(v) for v in flat[:OBS_PREVIEW_ITEMS])
     more = f",...({len(flat)} values)" if len(flat) > OBS_PREVIEW_ITEMS else ""
     return f"[{shown}{more}]" if isinstance(value, (list, tuple)) else shown
-
-
-def _flat_numbers(value: Any) -> list[Any] | None:
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        return [value]
-    if isinstance(value, (list, tuple)):
-        out: list[Any] = []
-        for item in value:
-            sub = _flat_numbers(item)
-            if sub is None:
-                return None
-            out += sub
-        return out
-    return None
 
 
 def _num(v: Any) -> str:

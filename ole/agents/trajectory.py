@@ -13,6 +13,7 @@ from __future__ import annotations
 import json
 import zipfile
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -72,6 +73,26 @@ def within(lines: list[str], max_chars: int) -> list[str]:
     return out[::-1]
 
 
+def flat_numbers(value: Any) -> list[int | float] | None:
+    """A step's observation or action as its numbers in order (nested lists flattened), or None
+    when it holds anything else (a bool, a string such as a non-finite float, a dict).
+
+    The numbers keep their type: a reader that wants floats converts them, and a prompt
+    shows an integer action as the integer it is.
+    """
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return [value]
+    if isinstance(value, (list, tuple)):
+        out: list[int | float] = []
+        for item in value:
+            sub = flat_numbers(item)
+            if sub is None:
+                return None
+            out += sub
+        return out
+    return None
+
+
 class _External:
     """Row access to an episode's observations.npy / observations.npz (opened lazily, once)."""
 
@@ -116,4 +137,4 @@ def _finite_strings(v):
     return v
 
 
-__all__ = ["tail_lines", "within"]
+__all__ = ["flat_numbers", "tail_lines", "within"]

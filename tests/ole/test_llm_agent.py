@@ -8,7 +8,7 @@ import pytest
 from ole.agents.edits import (EditRejected, apply_diff, edit_kind, parse_answer, scope_problem,
                               static_problems)
 from ole.agents.llm import CALL_LOG, LLMAgent
-from ole.agents.prompts import BASELINE_POLICY
+from ole.agents.llm import BASELINE_POLICY
 from ole.llm import read_store
 from ole.loop_policy import LoopPolicy
 from tests.ole.agent_host import serve

@@ -81,22 +81,6 @@ def _tail_lines(path: Path, window: int, budget: int) -> list[str]:
     return trajectory.within(path.read_text(errors="replace").splitlines()[-window:], budget)
 
 
-def _flat_numbers(value) -> list[float] | None:
-    if isinstance(value, bool):
-        return None
-    if isinstance(value, (int, float)):
-        return [float(value)]
-    if isinstance(value, list):
-        out: list[float] = []
-        for item in value:
-            sub = _flat_numbers(item)
-            if sub is None:
-                return None
-            out += sub
-        return out
-    return None
-
-
 def _sample(lines: list[str]) -> Sample | None:
     """The window as arrays, when every step has a flat numeric observation and action."""
     obs, acts, rews = [], [], []
@@ -105,7 +89,8 @@ def _sample(lines: list[str]) -> Sample | None:
             step = json.loads(line)
         except json.JSONDecodeError:
             continue
-        o, a, r = _flat_numbers(step.get("obs")), _flat_numbers(step.get("action")), step.get("reward")
+        o, a = trajectory.flat_numbers(step.get("obs")), trajectory.flat_numbers(step.get("action"))
+        r = step.get("reward")
         if o is None or a is None or not isinstance(r, (int, float)):
             return None
         obs.append(o), acts.append(a), rews.append(float(r))
