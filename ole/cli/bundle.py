@@ -8,7 +8,8 @@ from __future__ import annotations
 import argparse
 from pathlib import Path
 
-from ole.bundle import EDGES, GENERAL_SCOPE, check_hash, diff_bundles, dump_bundle_yaml, load_bundle_yaml, parse_ref
+from ole.bundle import (EDGES, GENERAL_SCOPE, check_hash, diff_bundles, dump_bundle_yaml, format_ref, load_bundle_yaml,
+                        parse_ref)
 from ole.cli.common import Output, leaf, noun, open_registry, table
 from ole.errors import Conflict, OleError, ValidationError
 
@@ -58,7 +59,7 @@ def _parent_version(text: str, name: str) -> int:
                                    "(parents are earlier versions of the same name)")
     if given != name:
         raise ValidationError(f"--parent {text} names bundle `{given}`, but the file is bundle `{name}`",
-                              hint=f"parents are earlier versions of the same name, e.g. {name}@{version}")
+                              hint=f"parents are earlier versions of the same name, e.g. {format_ref(name, version)}")
     return version
 
 
@@ -124,7 +125,7 @@ def show(args: argparse.Namespace) -> Output:
     prov = entry.bundle.provenance
     data = entry.model_dump(mode="json")
     data["events"] = [e.model_dump(mode="json") for e in events]
-    parents = ", ".join([f"{entry.name}@{p}" for p in prov.parents]
+    parents = ", ".join([format_ref(entry.name, p) for p in prov.parents]
                         + [f"external {h[:12]}" for h in prov.external_parents]) or "none (seed)"
     header = [f"{entry.ref}  [{entry.status}]  content {entry.content_hash[:12]}",
               f"registered {entry.registered_at:%Y-%m-%d %H:%M:%S}Z  parents {parents}  edge {prov.edge or '-'}"
@@ -216,6 +217,6 @@ def import_file(args: argparse.Namespace) -> Output:
     if existed:
         return Output(data, f"identical content is already registered as {entry.ref} ({entry.status}); "
                             "nothing recorded")
-    lineage = ", ".join([f"{entry.name}@{p}" for p in prov.parents] + [f"external {h[:12]}" for h in external])
+    lineage = ", ".join([format_ref(entry.name, p) for p in prov.parents] + [f"external {h[:12]}" for h in external])
     return Output(data, f"imported {entry.ref} (content {entry.content_hash[:12]}, verified; parents "
                         f"{lineage or 'none'})\nnext: ole release {entry.ref} --reason \"...\"")

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import argparse
 
-from ole.bundle import GENERAL_SCOPE, parse_scope
+from ole.bundle import GENERAL_SCOPE, HOSTS, parse_scope
 from ole.cli.common import Output, leaf, noun, open_registry, parse_time, table
 from ole.errors import NotFound, OleError, ValidationError
 from ole.registry.lineage import Lineage
@@ -26,7 +26,7 @@ def register(subparsers) -> None:
     p = leaf(verbs, "show", show, "a channel's champions and pending releases, or (--env) which bundle a task gets")
     _channel(p)
     p.add_argument("--env", metavar="ENV", help="show which bundle a task on this env would get, and why")
-    p.add_argument("--host", default="builtin", choices=("builtin", "llm", "command"),
+    p.add_argument("--host", default="builtin", choices=HOSTS,
                    help="host agent of that task (default %(default)s)")
     p.add_argument("--budget", type=int, metavar="N", help="episode budget of that task (default: the profile's)")
     p.add_argument("--profile", default="quick", help="host profile whose budget is used without --budget")

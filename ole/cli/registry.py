@@ -7,6 +7,7 @@ from pathlib import Path
 
 from ole.cli.common import Output, leaf, open_registry
 from ole.errors import ValidationError
+from ole.registry.records import EVENT_KINDS
 
 DEFAULT_TRACES = "traces"
 """The trace archive `ole run` and `ole evolve` write by default (relative to the current directory)."""
@@ -24,8 +25,7 @@ def register(subparsers) -> None:
                         f"(default: {DEFAULT_TRACES} when it exists)")
     p = leaf(subparsers, "events", events, "the append-only event record, oldest first")
     p.add_argument("--name", help="only events of this bundle name")
-    p.add_argument("--kind", choices=["registration", "evaluation", "gate_decision", "release",
-                                      "activation", "rollback", "stage"])
+    p.add_argument("--kind", choices=EVENT_KINDS)
     p.add_argument("--channel", help="only events of this channel")
 
 

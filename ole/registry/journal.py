@@ -55,7 +55,10 @@ CRASH_POINTS = ("blob_temp_written", "blob_fsynced", "blob_renamed", "register_b
 LEASES_SCHEMA = ("CREATE TABLE IF NOT EXISTS leases (name TEXT PRIMARY KEY, holder TEXT NOT NULL, "
                  "expires_at REAL NOT NULL)")
 """The one mutable table: who holds which lease until when (`ole.registry.lease`)."""
-_SCHEMA = f"""
+_APPEND_ONLY = {"event_keys": "event keys are append-only", "events": "events are append-only",
+                "bundles": "bundle versions are immutable"}
+"""Tables whose rows are never updated or deleted, and the error SQLite raises on an attempt."""
+_SCHEMA = """
 CREATE TABLE IF NOT EXISTS events (
   seq INTEGER PRIMARY KEY AUTOINCREMENT, ts TEXT NOT NULL, kind TEXT NOT NULL,
   name TEXT NOT NULL, version INTEGER NOT NULL, channel TEXT, payload TEXT NOT NULL);
@@ -64,20 +67,9 @@ CREATE TABLE IF NOT EXISTS bundles (
   registered_seq INTEGER NOT NULL, PRIMARY KEY (name, version), UNIQUE (name, content_hash));
 CREATE TABLE IF NOT EXISTS event_keys (
   key TEXT PRIMARY KEY, seq INTEGER NOT NULL);
-CREATE TRIGGER IF NOT EXISTS event_keys_no_update BEFORE UPDATE ON event_keys
-  BEGIN SELECT RAISE(ABORT, 'event keys are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS event_keys_no_delete BEFORE DELETE ON event_keys
-  BEGIN SELECT RAISE(ABORT, 'event keys are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS events_no_update BEFORE UPDATE ON events
-  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS events_no_delete BEFORE DELETE ON events
-  BEGIN SELECT RAISE(ABORT, 'events are append-only'); END;
-CREATE TRIGGER IF NOT EXISTS bundles_no_update BEFORE UPDATE ON bundles
-  BEGIN SELECT RAISE(ABORT, 'bundle versions are immutable'); END;
-CREATE TRIGGER IF NOT EXISTS bundles_no_delete BEFORE DELETE ON bundles
-  BEGIN SELECT RAISE(ABORT, 'bundle versions are immutable'); END;
-{LEASES_SCHEMA};
-"""
+""" + "".join(f"CREATE TRIGGER IF NOT EXISTS {table}_no_{op.lower()} BEFORE {op} ON {table}\n"
+              f"  BEGIN SELECT RAISE(ABORT, '{why}'); END;\n"
+              for table, why in _APPEND_ONLY.items() for op in ("UPDATE", "DELETE")) + f"{LEASES_SCHEMA};\n"
 _EVENT_COLUMNS = "seq, ts, kind, name, version, channel"
 
 
