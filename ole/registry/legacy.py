@@ -44,8 +44,11 @@ class Planned:
     """One event to append: kind, version, payload (on the release's channel)."""
 
     kind: str
+    """`rollback` or `release`."""
     key: Key
+    """The version it names."""
     payload: dict[str, Any]
+    """Its payload, naming the release it bounds (`bounds_release`)."""
 
 
 def legacy_releases(events: Sequence[Event], applicability_of: Callable[[str], Applicability]) -> list[LegacyRelease]:

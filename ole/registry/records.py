@@ -72,7 +72,9 @@ class IndexRow(NamedTuple):
     """One row of the `bundles` index: where a registered version's bytes are."""
 
     name: str
+    """Bundle name."""
     version: int
+    """Version index assigned at registration."""
     content_hash: str
     """sha256 of loop policy + applicability (`Bundle.content_hash`)."""
     blob_hash: str

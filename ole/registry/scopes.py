@@ -46,9 +46,13 @@ class Route:
     """The pure outcome of routing: which scope's champion, the matches, the reason."""
 
     scope: str
+    """Scope key whose champion the task gets (`general` when no scope champion matched)."""
     key: Key
+    """That champion's (name, version)."""
     matched: tuple[str, ...]
+    """Scope keys whose champion matched the task, most specific first (`general` last)."""
     reason: str
+    """The reason sentence (`Selection.reason` before notes on pending changes)."""
 
 
 def route(channel: str, ctx: TaskContext, champions: dict[str, Key]) -> Route:

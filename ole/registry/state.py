@@ -47,8 +47,11 @@ class State:
     """Derived view: base statuses, active pointers and pending targets per (channel, scope)."""
 
     default_channel: str
+    """The channel others inherit pointers from (`default`)."""
     base: dict[Key, Status] = field(default_factory=dict)
+    """Status of each version from its own events, before `active` and `canary` (`status_of`)."""
     first: Key | None = None
+    """The first registered version: the general champion of `default` until an activation."""
     pointers: dict[Slot, Key | None] = field(default_factory=dict)
     """Own pointer of a (channel, scope) after its last activation; None = removed."""
     pending: dict[Slot, Event] = field(default_factory=dict)
