@@ -1,8 +1,8 @@
 """The shared Loop Policy decisions (`ole.agents.decisions`), one field at a time.
 
 Each test changes one field and shows the decision change; the agent-level sensitivity
-tests (`test_loop_policy_sensitivity.py`, `test_llm_agent_policy.py`) show the same
-fields changing what each agent does.
+test (`test_loop_policy_sensitivity.py`, over both agents) shows the same fields
+changing what each agent does.
 """
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Field by field: every loop-policy field the LLM agent reads changes its prompts or its actions.
+"""The LLM agent's side of the field-by-field test (`test_loop_policy_sensitivity.py`).
 
 One scripted scenario (a failing mechanism, garbage output, an improvement, a regression,
 plateaus) runs against a real host under a baseline policy and under one variant per
@@ -9,8 +9,6 @@ after the agent returns (scoring is covered in test_llm_agent.py).
 from __future__ import annotations
 
 import json
-
-import pytest
 
 from ole.agents.llm import CALL_LOG, LLMAgent
 from ole.lessons import Lesson, LessonStore
@@ -129,40 +127,24 @@ def signature(tmp_path, pol: LoopPolicy, name: str, script_answers=SCRIPT, budge
     return prompts, actions, result.finish_reason
 
 
-@pytest.fixture(scope="module")
-def baseline(tmp_path_factory):
+DEFAULT_TIER = {("observation", "worst_k_episodes"), ("action", "index_selection"), ("recovery", "on_regression"),
+                ("budget", "max_llm_calls")}
+"""A few fields run by default (about 4 s each); the full sweep (every field) runs with -m slow."""
+
+
+def baseline_signature(tmp_path_factory) -> tuple:
+    """The scenario's signature under the base policy, checked to repeat exactly."""
     first = signature(tmp_path_factory.mktemp("base"), make_policy(), "base")
     again = signature(tmp_path_factory.mktemp("again"), make_policy(), "base")
     assert first == again, "the scenario is not deterministic: a difference would prove nothing"
     return first
 
 
-def test_every_field_is_covered():
-    fields = {(c, f) for c in COMPONENTS for f in getattr(LoopPolicy(), c).model_fields}
-    assert fields - NOT_READ == set(VARIANTS)
-
-
-def test_baseline_scenario_exercises_the_loop(baseline):
-    prompts, actions, reason = baseline
-    verdicts = [a[3] for a in actions]
-    assert "init_error" in verdicts and verdicts.count("ok") >= 4
-    assert {a[0] for a in actions} >= {"synthesis", "tuning", "verification"}
-    assert {a[0] for a in actions} >= {"confirmation"} and reason in ("budget_spent", "finished_early")
-
-
-DEFAULT_TIER = {("observation", "worst_k_episodes"), ("action", "index_selection"), ("recovery", "on_regression"),
-                ("budget", "max_llm_calls")}
-"""A few fields run by default (about 4 s each); the full sweep (every field) runs with -m slow."""
-
-
-@pytest.mark.parametrize("field", [f if f in DEFAULT_TIER else pytest.param(f, marks=pytest.mark.slow)
-                                   for f in sorted(VARIANTS)], ids=lambda f: ".".join(f))
-def test_field_changes_prompts_or_actions(tmp_path, baseline, field):
+def pair(tmp_path, field: tuple[str, str], baseline: tuple) -> tuple[tuple, tuple]:
+    """The signature under the base policy and under it with `field` changed (its own scenario when
+    the field needs close, noisy rivals)."""
     if field in OWN_SCENARIO:
         answers, base, value = OWN_SCENARIO[field]
-        baseline = signature(tmp_path, make_policy(base=base), "own", answers, budget=12)
-        variant = signature(tmp_path, make_policy(field, value, base), "ownv", answers, budget=12)
-        assert variant != baseline, f"changing {'.'.join(field)} left the LLM agent's prompts and actions unchanged"
-        return
-    variant = signature(tmp_path, make_policy(field, VARIANTS[field]), "v")
-    assert variant != baseline, f"changing {'.'.join(field)} left the LLM agent's prompts and actions unchanged"
+        return (signature(tmp_path, make_policy(base=base), "own", answers, budget=12),
+                signature(tmp_path, make_policy(field, value, base), "ownv", answers, budget=12))
+    return baseline, signature(tmp_path, make_policy(field, VARIANTS[field]), "v")
