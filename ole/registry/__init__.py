@@ -6,6 +6,7 @@ Modules, each importing only those listed before it (no circle, no arrow back up
     journal   the SQLite event log, the version index and the content-addressed blobs
     state     statuses and champion pointers folded from the events (a pure view)
     scopes    routing a task to the most specific matching scope champion (pure), task contexts
+    boundary  the events a task boundary records: activations, canary starts (planned from the state)
     seeds     the root's seed files
     legacy    bounding releases recorded before evidence bounded them (planned from events)
     fsck      check and repair, through the journal's public API

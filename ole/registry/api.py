@@ -31,10 +31,11 @@ from ole.registry import fsck as fsck_check
 from ole.registry import scopes
 from ole.registry.journal import Journal, now, sha256
 from ole.registry.legacy import LegacyRelease, bounding_events, legacy_releases
+from ole.registry.boundary import boundary_events
 from ole.registry.records import (DEFAULT_CHANNEL, Event, FsckReport, IndexRow, Key, RegisteredBundle,
                                   ScopeChampion, Selection)
 from ole.registry.seeds import edited_seed, seed_files
-from ole.registry.state import State, derive_state, is_staged
+from ole.registry.state import State, derive_state
 from ole.roots import REGISTRY_DIR, resolve
 
 Step = Literal["look", "promoted", "rolled_back"]
@@ -435,30 +436,10 @@ class Registry:
         _check_channel(channel)
         with self.journal.write("activation"):
             state = self.state()
-            pending = [s for s in state.scopes(channel) if state.is_pending(channel, s)]
-            for scope in pending:  # an inherited champion may be pinned
-                cause = state.target_event(channel, scope)
-                assert cause is not None, "a pending scope has a release or rollback"
-                if is_staged(cause):
-                    self._start_canary(state, cause, channel, scope)
-                else:
-                    self._activate(state, cause, channel, scope)
-            return self.state() if pending else state
-
-    def _start_canary(self, state: State, cause: Event, channel: str, scope: str) -> None:
-        control = state.champion(channel, scope)
-        self.journal.append("stage", *cause.key, {
-            "stage": "canary", "scope": scope, "release_seq": cause.seq, "exposure": cause.payload["exposure"],
-            "analysis": cause.payload.get("analysis"), "control": format_ref(*control) if control else None,
-            "reason": cause.payload.get("reason", "")}, channel)
-
-    def _activate(self, state: State, cause: Event, channel: str, scope: str) -> None:
-        current = state.champion(channel, scope)
-        payload = {"from": format_ref(*current) if current else None, "cause_seq": cause.seq, "cause": cause.kind,
-                   "reason": cause.payload.get("reason", ""), "scope": scope}
-        if cause.payload.get("clear"):
-            payload["clear"] = True  # the scope's pointer goes; the event names the removed champion
-        self.journal.append("activation", *cause.key, payload, channel)
+            planned = boundary_events(state, channel)
+            for event in planned:
+                self.journal.append(event.kind, *event.key, event.payload, channel)
+            return self.state() if planned else state
 
     def stage(self, channel: str, scope: str, step: Step, *, reason: str,
               monitor: dict[str, Any] | None = None, key: str | None = None) -> Event:

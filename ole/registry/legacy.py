@@ -18,7 +18,7 @@ from typing import Any
 from ole.bundle import GENERAL_SCOPE, Applicability, format_ref, parse_ref
 from ole.coverage import bound_for_release, decision_event
 from ole.errors import OleError, ValidationError
-from ole.registry.records import DEFAULT_CHANNEL, Event, Key
+from ole.registry.records import DEFAULT_CHANNEL, Event, Planned
 from ole.registry.scopes import family_of
 from ole.registry.state import State, derive_state
 
@@ -37,18 +37,6 @@ class LegacyRelease:
     """What bounds it (`ole.coverage.bound_for_release`), or the decision's seq when nothing does."""
     why: str
     """Why it is bounded, in words."""
-
-
-@dataclass(frozen=True)
-class Planned:
-    """One event to append: kind, version, payload (on the release's channel)."""
-
-    kind: str
-    """`rollback` or `release`."""
-    key: Key
-    """The version it names."""
-    payload: dict[str, Any]
-    """Its payload, naming the release it bounds (`bounds_release`)."""
 
 
 def legacy_releases(events: Sequence[Event], applicability_of: Callable[[str], Applicability]) -> list[LegacyRelease]:

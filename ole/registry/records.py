@@ -83,6 +83,19 @@ class IndexRow(NamedTuple):
     """Seq of the version's registration event."""
 
 
+@dataclass(frozen=True)
+class Planned:
+    """An event planned from the record (by a task boundary, or by bounding a legacy release), not
+    yet appended; the registry appends it on the channel it acts on."""
+
+    kind: EventKind
+    """Kind of the event."""
+    key: Key
+    """The version it names."""
+    payload: dict[str, Any]
+    """Its payload."""
+
+
 class RegisteredBundle(BaseModel):
     """A registered bundle version with its current (derived) status."""
 
