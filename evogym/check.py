@@ -55,7 +55,7 @@ def check_policy(system_dir: Path, env: str, *, isolation: str = DEFAULT_ISOLATI
         result.steps.append(("snapshot", "ok", f"{sum(1 for p in code.rglob('*') if p.is_file())} files"))
         static = validate_snapshot(code)
         if static is not None:
-            result.steps.append(("parse and class Policy", static.category, static.message))
+            result.steps.append(("parse and class Policy", static.category or "import_error", static.message))
             return result
         result.steps.append(("parse and class Policy", "ok", "policy.py defines class Policy"))
         denied = denied_imports(code)

@@ -43,14 +43,14 @@ import stat
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path, PurePosixPath
-from typing import Any, Literal
+from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
 from evogym import pyast
 from evogym.errors import ConfigError, DataError
 
-SCHEMA_VERSION = "0.1"
+SCHEMA_VERSION: Final = "0.1"
 SKIP_DIRS = frozenset({"__pycache__", ".pytest_cache", ".mypy_cache", ".ruff_cache"})
 SKIP_FILES = frozenset({".keep", "_meta.json", "metrics.json"})
 MAX_FILES = 2000
@@ -374,7 +374,8 @@ class _Scan:
         self._walk(tree)
 
     def _walk(self, tree: ast.Module) -> None:
-        stack: list[tuple[ast.AST, int, _Chain, bool]] = [(tree, 1, (), False)]
+        # nodes typed Any: they are dispatched on their exact type (`kind`), which mypy does not narrow on
+        stack: list[tuple[Any, int, _Chain, bool]] = [(tree, 1, (), False)]
         while stack:
             node, depth, chain, in_class = stack.pop()
             if depth > self.max_depth:
@@ -510,7 +511,7 @@ _NUMBERS = frozenset({int, float, complex})
 _NUMBER_TOKEN = "#number"
 
 
-def _is_number(node: ast.AST, kind: type) -> bool:
+def _is_number(node: Any, kind: type) -> bool:
     """A numeric literal, optionally signed: `3`, `-0.5`, `+2j` (never a bool).
 
     Signs are folded in so that flipping a gain's sign is tuning, not synthesis.

@@ -180,8 +180,9 @@ def _discover_max_steps(gym_id: str) -> int:
         ) from exc
     try:
         inner = env.unwrapped
-        if isinstance(getattr(inner, "max_steps", None), int):
-            return int(inner.max_steps)
+        max_steps = getattr(inner, "max_steps", None)
+        if isinstance(max_steps, int):
+            return int(max_steps)
         config = getattr(inner, "config", None)
         if isinstance(config, dict) and "duration" in config and "policy_frequency" in config:
             return int(config["duration"] * config["policy_frequency"])

@@ -163,7 +163,7 @@ def evaluate(jobs: Sequence[EpisodeJob], run: Evaluate, cache: EvalCache | None
     """
     if cache is None:
         return run(list(jobs)), ["run"] * len(jobs)
-    results: list[BatchResult | None] = [None] * len(jobs)
+    results: dict[int, BatchResult] = {}
     source = ["run"] * len(jobs)
     keys: list[str | None] = []
     for job in jobs:
@@ -171,7 +171,8 @@ def evaluate(jobs: Sequence[EpisodeJob], run: Evaluate, cache: EvalCache | None
             keys.append(job_key(job))
         except (OSError, ValueError):
             keys.append(None)
-    mine, later = [], []
+    mine: list[int] = []
+    later: list[tuple[int, str]] = []
     with contextlib.ExitStack() as claims:
         for i, key in enumerate(keys):
             if key is not None and (hit := cache.get(key)) is not None:
@@ -182,18 +183,19 @@ def evaluate(jobs: Sequence[EpisodeJob], run: Evaluate, cache: EvalCache | None
                 else:
                     mine.append(i)
             else:
-                later.append(i)
+                later.append((i, key))
         for i, batch in zip(mine, run([jobs[i] for i in mine]) if mine else []):
             results[i] = batch
-            if keys[i] is not None and cache.put(keys[i], batch):
+            key = keys[i]
+            if key is not None and cache.put(key, batch):
                 source[i] = "stored"
-    for i in later:
-        with cache.claim(keys[i], wait=True):
-            hit = cache.get(keys[i])
+    for i, key in later:
+        with cache.claim(key, wait=True):
+            hit = cache.get(key)
             if hit is not None:
                 results[i], source[i] = hit, "hit"
             else:
                 results[i] = run([jobs[i]])[0]
-                if cache.put(keys[i], results[i]):
+                if cache.put(key, results[i]):
                     source[i] = "stored"
-    return results, source  # type: ignore[return-value]
+    return [results[i] for i in range(len(jobs))], source

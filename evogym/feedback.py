@@ -156,13 +156,14 @@ def externalize(observations) -> tuple[str, bytes] | None:
     if columns is not None:
         if not len(next(iter(columns.values()), [])):
             return None
-        arrays = {k: _stack(col) for k, col in columns.items()}
-        if any(a is None for a in arrays.values()):
+        stacked = {k: _stack(col) for k, col in columns.items()}
+        arrays = {k: a for k, a in stacked.items() if a is not None}
+        if len(arrays) < len(stacked):
             return None
         if sum(a.nbytes for a in arrays.values()) <= EXTERNAL_THRESHOLD_BYTES:
             return None
         buf = io.BytesIO()
-        np.savez_compressed(buf, **arrays)
+        np.savez_compressed(buf, allow_pickle=True, **arrays)  # numpy's default, named: a key cannot take its place
         return "observations.npz", buf.getvalue()
     if not len(observations):
         return None
@@ -329,7 +330,7 @@ def _syncer() -> "queue.Queue":
 def _sync_forever(jobs: "queue.Queue") -> None:
     while True:
         target, rels = jobs.get()
-        dirs = set()
+        dirs: set[Path] = set()
         for rel in rels:
             path = target / rel
             try:

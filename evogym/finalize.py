@@ -24,7 +24,7 @@ from concurrent.futures.process import BrokenProcessPool
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import numpy as np
 
@@ -105,7 +105,7 @@ def heldout_sandbox(host, ckpt: Path) -> PolicyProcess | None:
     episode launches cold on the checkpoint itself (`job.code_dir`)."""
     spare = getattr(host.judge, "spare", None)
     proc = spare.take() if spare is not None else None
-    if proc is None:
+    if spare is None or proc is None:
         return None
     try:
         if proc.report.get("prestarted") and shadowed(ckpt, proc.report["preload_modules"]):
@@ -198,11 +198,11 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     job = host.hidden_job(first, host.pools.heldout)
     spare = getattr(host.judge, "spare", None)
     launched = heldout_sandbox(host, Path(job.code_dir))
-    release = spare.retire if launched is not None else PolicyProcess.close
+    release = spare.retire if spare is not None and launched is not None else PolicyProcess.close
     try:
         (held,), (source,) = evalcache.evaluate([job], lambda todo: _evaluate_here(todo, launched, release), cache)
     finally:
-        if launched is not None:
+        if spare is not None and launched is not None:
             spare.retire(launched)  # idempotent; the sandbox a cache hit left unused
     if cache is not None:
         run.event("eval.run", kind="final", snap=best, cache=source)
@@ -226,7 +226,7 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
 
 
 def _outcome(status: str, **fields) -> dict:
-    out = {"status": status, "final_score": None, "normalized_score": None, "best_submit_index": None,
+    out: dict[str, Any] = {"status": status, "final_score": None, "normalized_score": None, "best_submit_index": None,
            "val_scores": None, "val_failures": None, "heldout_mean_return": None, "heldout_returns": None,
            "heldout_std_return": None, "heldout_failures": None, "error": None, "auxiliary": {}}
     out.update(fields)
@@ -241,7 +241,7 @@ def error_doc(host, message: str) -> dict:
 
 
 def _versions() -> dict:
-    out = {}
+    out: dict[str, str | None] = {}
     for name in PACKAGES:
         try:
             out[name] = metadata.version(name)

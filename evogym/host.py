@@ -83,7 +83,7 @@ class Host:
         self.agents_md_hash = "sha256:" + hashlib.sha256(agents_md_text().encode()).hexdigest()
         self.auto_finalize = auto_finalize
         self.judge = Judge(self.run, config, self.pools.train, on_exhausted=self._exhausted, prestart=prestart)
-        self.finalization = {"status": "pending"}
+        self.finalization: dict[str, str | None] = {"status": "pending"}
         self.named_candidates: tuple[int, ...] | None = None
         """The candidates the agent named when it finished (agent-session/v3), in its order."""
         self.done = threading.Event()

@@ -249,6 +249,7 @@ class Judge:
             return 409, {"status": "run_closed", "error": {"message": "run is not open"}}
         refusal = self.refusal(req.count, req.out_of_range)
         if refusal is None:
+            assert req.ids is not None, "parse() expands every request of up to EXPAND_LIMIT (65,536) episodes"
             return self._execute(req.ids, started, started_at)
         status, _, msg = refusal
         index = self._next_index()
@@ -395,13 +396,14 @@ class Judge:
         whose staging directory is renamed to it, else one launched on it now (either way
         it comes up while the snapshot is copied and checked; the worker reads nothing of
         the policy before start())."""
-        proc = self.spare.take() if self.spare is not None else None
-        if proc is not None:
+        spare = self.spare
+        proc = spare.take() if spare is not None else None
+        if spare is not None and proc is not None:
             try:
                 os.rename(proc.code_dir, ckpt)
                 proc.rebind(ckpt)
             except BaseException:
-                self.spare.retire(proc)
+                spare.retire(proc)
                 raise
             return proc
         ckpt.mkdir(parents=True)
@@ -434,8 +436,9 @@ class Judge:
         if static is not None or denied:
             release(proc)
         if static is not None:
-            return static.category, None, [error_line(static.category, f"{static.category}: {static.message}",
-                                                      utc_stamp(), static.traceback)]
+            category = static.category or "import_error"  # a static failure always names one (snapshot.py)
+            return category, None, [error_line(category, f"{category}: {static.message}", utc_stamp(),
+                                               static.traceback)]
         if denied:
             return "denied_import", None, [error_line("denied_import", f"denied_import: {', '.join(denied)} "
                                                       "may not be imported by policies", utc_stamp())]

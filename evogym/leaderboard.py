@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -41,10 +42,11 @@ def rank_scores(values: dict[str, float]) -> dict[str, float]:
 
 def build(results: dict[str, float | None], name: str = "ours") -> dict:
     """results: env slug -> our held-out mean (None = no score). Returns the board."""
-    rows, scores = [], {e: [] for e in (name, *PAPER_ENTRANTS)}
+    rows: list[dict[str, Any]] = []
+    scores: dict[str, list[float]] = {e: [] for e in (name, *PAPER_ENTRANTS)}
     for slug, ours in results.items():
         paper = PAPER_ROWS.get(slug)
-        row = {"env": slug, "family": family_of(slug), name: ours, "paper": paper}
+        row: dict[str, Any] = {"env": slug, "family": family_of(slug), name: ours, "paper": paper}
         if paper is not None and ours is not None:
             s = rank_scores({name: ours, **paper})
             row["rank_score"] = s
@@ -71,7 +73,7 @@ def results_v1(runs: dict[str, dict], *, config_id: str, entry: dict, generated_
     upstream `assessment_mean_return`) under the one test configuration `config_id`, whose
     settings are the runs' run-record/v8 config (assessment sizes per env, as MiniGrid's may
     differ). Unscored runs have no score."""
-    first = next((doc["config"] for doc in runs.values() if doc.get("config")), {})
+    first: dict = next((doc["config"] for doc in runs.values() if doc.get("config")), {})
     configuration = {"id": config_id, "profile": next((doc.get("profile") for doc in runs.values()), None),
                      **{k: first.get(k) for k in ("episode_budget", "episode_pool_size", "max_submissions",
                                                   "max_episodes_per_submission", "finish_budget_policy",

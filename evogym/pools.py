@@ -238,7 +238,8 @@ def pools_for(slug: str, prof: Profile | str, pool_seed: int = 0, data_dir: Path
         prof = prof.model_copy(update={"heldout": heldout})
     texts = _split_texts(slug, pool_seed, data_dir)
     source = str(_slug_dir(data_dir, slug)) if data_dir is not None else f"generated pools of {slug}"
-    seeds = {s: parse_split(texts[s], source=f"{source}/{s}.json", env=slug, split=s) for s in SPLITS}
+    seeds: dict[str, list[int]] = {s: parse_split(texts[s], source=f"{source}/{s}.json", env=slug, split=s)
+                                   for s in SPLITS}
     check_disjoint(seeds, source)
     for split, want in (("valid", prof.valid), ("heldout", prof.heldout)):
         if len(seeds[split]) < want:

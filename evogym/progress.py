@@ -48,7 +48,7 @@ class Progress:
         """`n` more steps done (the bar may exceed an upper-bound total: it then grows it)."""
         self.done += n
         if self.bar is not None:
-            if self.total is not None and self.done > self.bar.total:
+            if self.bar.total is not None and self.done > self.bar.total:
                 self.bar.total = self.done
             self.bar.update(n)
 

@@ -20,6 +20,7 @@ import threading
 from concurrent.futures import CancelledError, Future, ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -208,10 +209,11 @@ class EpisodeRecorder:
         """Record step t: `obs` is what the policy saw, `raw` its answer as it arrived (or its
         description, beyond the recording limits: `kept_action`)."""
         raw = kept_action(raw, self.action_limit)
-        store = self.obs
+        # typed Any: the inlined common case reaches into an ObsStore by its `buf` (a DictObsStore has none)
+        store: Any = self.obs
         if store is None:
             store = self.obs = DictObsStore(self.capacity, obs) if type(obs) is dict else ObsStore(self.capacity)
-        buf = getattr(store, "buf", None)
+        buf: Any = getattr(store, "buf", None)
         n = store.n if buf is not None else -1
         if 0 <= n < len(buf) and type(obs) is np.ndarray and obs.dtype is buf.dtype and obs.shape == buf.shape[1:]:
             buf[n] = obs  # the common case, inlined: one row copy
@@ -407,7 +409,8 @@ def _receive(stream):
 
 def _stop(proc: subprocess.Popen) -> None:
     try:
-        proc.stdin.close()
+        if proc.stdin is not None:
+            proc.stdin.close()
     except OSError:
         pass
     try:
@@ -430,6 +433,7 @@ def _serve() -> None:
             job = _receive(stdin)
         except EOFError:
             return
+        answer: list[str] | str
         try:
             answer = [] if job is None else _write_episode(*job)
         except OSError as exc:  # the tree was aborted meanwhile; the host decides what that means

@@ -89,8 +89,8 @@ def submit_rows(run_dir: Path, doc: dict) -> list[dict]:
         index = s.get("submit_index")
         used += int(s.get("n_episodes") or 0)
         m = metrics.get(str(index)) or {}
-        edits = {k: (m[k] - previous[k]) for k in METRIC_COLUMNS
-                 if previous is not None and isinstance(m.get(k), int) and isinstance(previous.get(k), int)}
+        edits: dict[str, int] = {k: (m[k] - previous[k]) for k in METRIC_COLUMNS
+                 if isinstance(m.get(k), int) and isinstance(previous.get(k), int)} if previous is not None else {}
         if m:
             previous = m
         rows.append({"submit": index, "status": s.get("status"), "episodes": s.get("n_episodes"), "used": used,
@@ -112,7 +112,7 @@ def curve_svg(doc: dict, rows: list[dict]) -> str | None:
     matplotlib.rcParams.update({"svg.fonttype": "none", "font.size": 9, "axes.spines.top": False,
                                 "axes.spines.right": False, "svg.hashsalt": "evogym-report"})
     fig, ax = plt.subplots(figsize=(7.0, 3.2))
-    ax.scatter(*zip(*points), s=18, color="#1e88e5", label="train mean return (each submit)", zorder=3)
+    ax.scatter([x for x, _ in points], [y for _, y in points], s=18, color="#1e88e5", label="train mean return (each submit)", zorder=3)
     best, xs, ys = None, [], []
     for r in rows:
         if r["validation"] is not None:
@@ -126,8 +126,9 @@ def curve_svg(doc: dict, rows: list[dict]) -> str | None:
     if final is not None:
         ax.axhline(final, color="#6a1b9a", lw=1.0, label=f"held-out score {final:.4g}")
     slug = doc["env"]
-    if random_baseline(slug) is not None:
-        ax.axhline(random_baseline(slug), ls=":", color="#757575", lw=0.9, label="random (measured here)")
+    baseline = random_baseline(slug)
+    if baseline is not None:
+        ax.axhline(baseline, ls=":", color="#757575", lw=0.9, label="random (measured here)")
     paper = PAPER_ROWS.get(slug)
     if paper:
         agent = max(AGENTS, key=lambda a: paper[a])

@@ -136,7 +136,8 @@ class _Session:
         self.start_failure: CallResult | None = None
         self.launched, self.release = launched, release
 
-    def ensure(self) -> CallResult | None:
+    def ensure(self) -> PolicyProcess | CallResult:
+        """The started policy process, or the failure of its start (the same one until `drop`)."""
         if self.proc is None:
             self.proc, self.launched = self.launched or PolicyProcess(
                 Path(self.job.code_dir), isolation=self.job.isolation, limits=self.job.limits), None
@@ -144,7 +145,7 @@ class _Session:
             if not res.ok:
                 self.start_failure = res
                 return res
-        return self.start_failure
+        return self.proc if self.start_failure is None else self.start_failure
 
     def drop(self) -> None:
         for proc in (self.proc, self.launched):
@@ -157,11 +158,10 @@ class _Session:
 def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> EpisodeResult:
     ep = EpisodeResult()
     t0 = time.monotonic()
-    failure = sess.ensure()
-    if failure is not None:
-        _fail(ep, failure.category or "init_error", failure)
+    proc = sess.ensure()
+    if isinstance(proc, CallResult):
+        _fail(ep, proc.category or "init_error", proc)
         return ep
-    proc = sess.proc
     env = envs.make_env(spec)
     steps = sess.job.max_steps or spec.max_steps
     try:
@@ -173,7 +173,7 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
             return ep
         res = proc.reset(index)
         if not res.ok:
-            category = EPISODE_CATEGORY.get(res.category, "reset_error")
+            category = EPISODE_CATEGORY.get(res.category or "", "reset_error")
             _fail(ep, category, res)
             if res.category in FATAL:
                 sess.drop()
@@ -182,7 +182,7 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
             return ep
         if record:
             ep.recorder = EpisodeRecorder(steps, _action_limit(env.action_space))
-        _run_steps(sess, env, obs, ep, steps)
+        _run_steps(sess, proc, env, obs, ep, steps)
     finally:
         env.close()
         if sess.proc is not None:
@@ -200,13 +200,13 @@ def _action_limit(space) -> int:
         return ACTION_VALUES
 
 
-def _run_steps(sess: _Session, env, obs, ep: EpisodeResult, steps: int) -> None:
+def _run_steps(sess: _Session, proc: PolicyProcess, env, obs, ep: EpisodeResult, steps: int) -> None:
     """The hot loop: one act() round trip and one env step per iteration; recording only
     appends (see `recording`). Returns at the end of the episode or at a failure (after which
     a `play_out` job plays the episode to its end with sampled actions)."""
     space = env.action_space
     coerce = spaces.action_coercer(space)
-    act, step, rec = sess.proc.act, env.step, ep.recorder
+    act, step, rec = proc.act, env.step, ep.recorder
     ret, length = 0.0, 0
     try:
         for _ in range(steps):
@@ -289,11 +289,11 @@ def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], Non
     sess = _Session(job, meta["obs_space"], meta["action_space"], launched, release)
     try:
         t0 = time.monotonic()
-        failure = sess.ensure()
+        started = sess.ensure()
         start_s = time.monotonic() - t0
         init_out, init_err = sess.proc.take_output_counted() if sess.proc is not None else (("", 0), ("", 0))
-        if failure is not None:  # import or __init__ failed: the whole batch fails, no episode runs
-            return BatchResult(failure, [], init_out[0], init_err[0], start_s=start_s)
+        if isinstance(started, CallResult):  # import or __init__ failed: the whole batch fails, no episode runs
+            return BatchResult(started, [], init_out[0], init_err[0], start_s=start_s)
         episodes = []
         for i, seed in enumerate(job.seeds):
             try:

@@ -157,7 +157,7 @@ def build_app(host: Host, credential: Credential) -> "Guard":
         return _error(404, "not_found", "unknown endpoint")
 
     async def method_not_allowed(request: Request, exc=None):
-        allowed = next((sorted(r.methods - {"HEAD"}) for r in routes if r.path == request.url.path), [])
+        allowed = next((sorted((r.methods or set()) - {"HEAD"}) for r in routes if r.path == request.url.path), [])
         response = _error(405, "method_not_allowed", f"{request.method} {request.url.path} is not allowed; "
                           f"use {' or '.join(allowed)}")
         response.headers["Allow"] = ", ".join(allowed)
@@ -218,7 +218,7 @@ class GuardedH11(H11Protocol):
     for its head. uvicorn alone has neither: a connection that never finishes its head stays
     open, and its `limit_concurrency` answers 503 to everyone once enough of them are open."""
 
-    def connection_made(self, transport) -> None:  # type: ignore[override]
+    def connection_made(self, transport) -> None:
         super().connection_made(transport)
         self._head_timer: asyncio.TimerHandle | None = None
         self._awaiting_since = 0.0

@@ -34,6 +34,7 @@ import socket
 import threading
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import cast
 
 from evogym.credential import private_dir
 from evogym.errors import ConfigError
@@ -103,7 +104,7 @@ class Session:
         bad = _bad_indices(indices, self.host.config.n_env_instances)
         if bad is not None:
             return error(*bad)
-        answer = self.host.judge.submit_ids(list(indices))  # type: ignore[arg-type]
+        answer = self.host.judge.submit_ids(list(cast("list[int]", indices)))  # _bad_indices checked: a list of ints
         if isinstance(answer[0], str):
             return error(answer[0], answer[1].removeprefix("budget_invalid: ").removeprefix("invalid_env_instance: "))
         status, payload = answer
@@ -210,7 +211,7 @@ class Gateway:
         self._loop: asyncio.AbstractEventLoop | None = None
         self._stopped = threading.Event()
         self._thread = threading.Thread(target=self._serve, name="session", daemon=True)
-        self._turn: asyncio.Lock | None = None
+        self._turn = asyncio.Lock()  # binds to the serving loop at its first use (Python 3.10+)
         self._prepare_workspace()
 
     def _prepare_workspace(self) -> None:
@@ -244,7 +245,6 @@ class Gateway:
 
     def _serve(self) -> None:
         loop = self._loop = asyncio.new_event_loop()
-        self._turn = asyncio.Lock()
         server = loop.run_until_complete(asyncio.start_unix_server(self._connection, sock=self._sock))
         self._ready.set()
         try:

@@ -49,8 +49,9 @@ def space_schema(space: gs.Space) -> dict:
             out["start"] = space.start.tolist()
         return out
     if isinstance(space, gs.MultiBinary):
-        n = space.n
-        return {"type": "MultiBinary", "n": int(n) if np.isscalar(n) else [int(x) for x in n]}
+        size: Any = space.n  # an int, or a shape as given (a sequence or an array): gymnasium keeps it as it came
+        scalar = bool(np.isscalar(size))  # a plain bool: numpy's isscalar narrows `size` to types int() refuses
+        return {"type": "MultiBinary", "n": int(size) if scalar else [int(x) for x in size]}
     if isinstance(space, gs.Tuple):
         return {"type": "Tuple", "spaces": [space_schema(s) for s in space.spaces]}
     if isinstance(space, gs.Dict):
@@ -233,7 +234,7 @@ class _FlatBox:
     def __init__(self, space: gs.Box) -> None:
         self.space, self.n, self.dtype = space, int(space.shape[0]), space.dtype
         self.typecode = "f" if space.dtype == np.float32 else "d"
-        big = float(np.finfo(space.dtype).max)  # finite bounds: "in bounds" then also means "finite"
+        big = float(np.finfo(np.float32 if self.typecode == "f" else np.float64).max)  # finite bounds: "in bounds" then also means "finite"
         low = np.maximum(space.low.astype(np.float64), -big).tolist()
         high = np.minimum(space.high.astype(np.float64), big).tolist()
         self.bounds = list(zip(low, high))
@@ -303,7 +304,7 @@ def _coerce_discrete(space: gs.Discrete, raw: Any) -> tuple[int, bool]:
     return clamped, bool(clamped != raw)
 
 
-def _coerce_array(space: gs.Space, raw: Any, low: Any, high: Any, *, float_ok: bool) -> tuple[np.ndarray, bool]:
+def _coerce_array(space: gs.Box | gs.MultiDiscrete | gs.MultiBinary, raw: Any, low: Any, high: Any, *, float_ok: bool) -> tuple[np.ndarray, bool]:
     shape = tuple(space.shape)
     if not _numeric_tree(raw, max_depth=len(shape), max_leaves=max(1, math.prod(shape)), float_ok=float_ok):
         return _fallback(space), True

@@ -71,20 +71,21 @@ class WarmHost:
         return self.returncode
 
     def wait(self, timeout: float | None = None) -> int:
-        if self.returncode is None:
-            if not select.select([self._status], [], [], timeout)[0]:
-                raise subprocess.TimeoutExpired(self.args, timeout)
-            self._collect()
-        return self.returncode
+        if self.returncode is not None:
+            return self.returncode
+        if not select.select([self._status], [], [], timeout)[0]:  # only with a timeout: select blocks
+            raise subprocess.TimeoutExpired(self.args, timeout or 0.0)
+        return self._collect()
 
-    def _collect(self) -> None:
+    def _collect(self) -> int:
         data = self._status.recv(_EXIT.size)
         if len(data) == _EXIT.size:
-            self.returncode = _EXIT.unpack(data)[0]
+            self.returncode = code = int(_EXIT.unpack(data)[0])
         else:  # the template died before the host: wait for the host by its pid
-            self.returncode = _wait_foreign(self.pid)
+            self.returncode = code = _wait_foreign(self.pid)
         self._status.close()
         self.stdout.close()
+        return code
 
 
 def _wait_foreign(pid: int) -> int:
@@ -193,7 +194,8 @@ class _Template:
         signal.signal(signal.SIGCHLD, lambda *_: None)
         while True:
             try:
-                ready = select.select([self.ctrl, self.wake_r, *self.channels], [], [])[0]
+                watched: list[socket.socket | int] = [self.ctrl, self.wake_r, *self.channels]
+                ready = select.select(watched, [], [])[0]
             except InterruptedError:
                 continue
             if self.wake_r in ready:
@@ -323,7 +325,7 @@ def _finish(code: int) -> int:
     """What interpreter exit does for a program: join non-daemon threads, run atexit, flush."""
     import atexit as _atexit
     try:
-        threading._shutdown()  # the same call multiprocessing makes at the end of a child process
+        threading._shutdown()  # type: ignore[attr-defined]  # private, as multiprocessing calls it at a child's end
     finally:
         _atexit._run_exitfuncs()
         for stream in (sys.stdout, sys.stderr):

@@ -26,18 +26,19 @@ import re
 from collections.abc import Callable
 from datetime import datetime
 from pathlib import Path
-from typing import Literal
+from typing import Any, Final, Literal, get_args
 
 import pydantic
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
+from pydantic_core import ErrorDetails
 
 from ole.errors import ValidationError
 from ole.loop_policy import COMPONENTS, LoopPolicy
 from ole.yamlio import dump_yaml, load_yaml, read_yaml_file
 
-SCHEMA_VERSION = "1"
-HOSTS = ("builtin", "llm", "command")
+SCHEMA_VERSION: Final = "1"
 Host = Literal["builtin", "llm", "command"]
+HOSTS: tuple[Host, ...] = get_args(Host)
 Edge = Literal["online", "offline_mutation", "recombination", "manual", "specialization"]
 EDGES: tuple[str, ...] = ("online", "offline_mutation", "recombination", "manual", "specialization")
 Mode = Literal["online", "offline", "manual"]
@@ -372,7 +373,7 @@ class Bundle(_Record):
         return hashlib.sha256(canonical.encode()).hexdigest()
 
 
-def _one_error(item: dict) -> str:
+def _one_error(item: ErrorDetails) -> str:
     where = ".".join(str(p) for p in item["loc"]) or "(top level)"
     got = item.get("input")
     got_text = "" if item["type"] in ("missing", "extra_forbidden") or isinstance(got, dict) else f" (got {got!r})"
@@ -415,7 +416,7 @@ def load_bundle_yaml(text_or_path: str | Path) -> Bundle:
     if is_path:
         path = Path(text_or_path)
         return bundle_from_data(read_yaml_file(path), source=str(path))
-    return bundle_from_data(load_yaml(text_or_path, source="<bundle>"), source="<bundle>")
+    return bundle_from_data(load_yaml(str(text_or_path), source="<bundle>"), source="<bundle>")
 
 
 def dump_bundle_yaml(bundle: Bundle) -> str:
@@ -478,7 +479,8 @@ def diff_bundles(a: Bundle, b: Bundle) -> list[Change]:
     parts = [(c, getattr(a.loop_policy, c), getattr(b.loop_policy, c)) for c in COMPONENTS]
     parts.append(("applicability", a.applicability, b.applicability))
     for component, left, right in parts:
-        old, new = {}, {}
+        old: dict[str, Any] = {}
+        new: dict[str, Any] = {}
         _flatten("", left.model_dump(mode="json"), old)
         _flatten("", right.model_dump(mode="json"), new)
         for field in sorted(set(old) | set(new)):

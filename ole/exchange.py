@@ -20,7 +20,7 @@ from __future__ import annotations
 
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -28,8 +28,8 @@ from ole.bundle import Bundle, check_hash, format_ref, validate_data
 from ole.errors import IntegrityError, ValidationError
 from ole.yamlio import dump_yaml, read_yaml_file
 
-FORMAT = "ole-bundle-export"
-SCHEMA_VERSION = "1"
+FORMAT: Final = "ole-bundle-export"
+SCHEMA_VERSION: Final = "1"
 
 
 class ExportedBundle(BaseModel):

@@ -8,11 +8,11 @@ field, that changing a field changes what the agent does.
 """
 from __future__ import annotations
 
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION: Final = "1"
 
 SUMMARY_FIELDS = (
     "status", "mean_return", "std_return", "min_return", "max_return", "returns",

@@ -104,8 +104,9 @@ class _Builder:
             return
         if isinstance(event, ev.AliasEvent) or getattr(event, "anchor", None) is not None:
             raise ValidationError(f"{where}: anchors and aliases are not allowed", hint="write values out in full")
-        if getattr(event, "tag", None) is not None:
-            raise ValidationError(f"{where}: explicit tag `{event.tag}` is not allowed", hint="remove the tag")
+        tag = getattr(event, "tag", None)
+        if tag is not None:
+            raise ValidationError(f"{where}: explicit tag `{tag}` is not allowed", hint="remove the tag")
         if isinstance(event, (ev.MappingEndEvent, ev.SequenceEndEvent)):
             self.stack.pop()
             return

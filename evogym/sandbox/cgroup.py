@@ -42,13 +42,20 @@ SWEEP_WAIT_S = 2.0
 """How long a sweep waits for a dead server's sandbox processes to be reaped before leaving the group."""
 
 
-def cgroup_support() -> dict[str, bool]:
-    """Which v1 controllers this process may create child groups in."""
-    support = {}
+def usable_dirs() -> dict[str, Path]:
+    """This process's own group of each v1 controller it may create child groups in."""
+    usable = {}
     for controller in LIMIT_FILES:
         d = own_dir(controller)  # the root group has no limit file, so probe cgroup.procs
-        support[controller] = bool(d and (d / "cgroup.procs").exists() and os.access(d, os.W_OK))
-    return support
+        if d and (d / "cgroup.procs").exists() and os.access(d, os.W_OK):
+            usable[controller] = d
+    return usable
+
+
+def cgroup_support() -> dict[str, bool]:
+    """Which v1 controllers this process may create child groups in."""
+    usable = usable_dirs()
+    return {controller: controller in usable for controller in LIMIT_FILES}
 
 
 def _write(path: Path, value: int | str) -> None:
@@ -82,14 +89,13 @@ def _remove_when_empty(d: Path, wait_s: float) -> None:
 
 def sweep_orphans() -> None:
     """Remove this process's sibling groups whose host process is gone (a SIGKILLed server)."""
-    for controller, ok in cgroup_support().items():
-        if ok:
-            _sweep(own_dir(controller))
+    for parent in usable_dirs().values():
+        _sweep(parent)
 
 
 def find_groups(tag: str) -> list[Path]:
     """Existing groups (any owner) of the sandbox `tag` under this process's own groups."""
-    return [d for c, ok in cgroup_support().items() if ok for d in own_dir(c).glob(f"{PREFIX}*-{tag}")]
+    return [d for parent in usable_dirs().values() for d in parent.glob(f"{PREFIX}*-{tag}")]
 
 
 def _members(d: Path) -> list[int]:
@@ -159,14 +165,14 @@ class Cgroup:
 
     @classmethod
     def create(cls, tag: str, memory_bytes: int, max_pids: int) -> "Cgroup":
-        support = cgroup_support()
+        usable = usable_dirs()
         name = f"{PREFIX}{os.getpid()}-{tag}"
-        dirs = {}
+        dirs: dict[str, Path | None] = {}
         for controller, value in (("memory", memory_bytes), ("pids", max_pids)):
-            if not support[controller]:
+            parent = usable.get(controller)
+            if parent is None:
                 dirs[controller] = None
                 continue
-            parent = own_dir(controller)
             _sweep(parent)
             d = parent / name
             d.mkdir()

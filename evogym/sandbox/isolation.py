@@ -126,7 +126,7 @@ def _probe() -> tuple[tuple[str, object], ...]:
     libseccomp = any(glob.glob(d + "/libseccomp.so.2") for d in
                      ("/usr/lib/x86_64-linux-gnu", "/usr/lib/aarch64-linux-gnu", "/usr/lib64", "/usr/lib", "/lib"))
     cg = cgroup_support()
-    return (("bwrap", bwrap), ("userns", bool(bwrap) and _userns_works(bwrap)),
+    return (("bwrap", bwrap), ("userns", bwrap is not None and _userns_works(bwrap)),
             ("seccomp", bool(seccomp_py and libseccomp and os.path.exists("/proc/sys/kernel/seccomp"))),
             ("seccomp_module", str(seccomp_py) if seccomp_py else None),
             ("cgroup_memory", cg["memory"]), ("cgroup_pids", cg["pids"]),

@@ -191,6 +191,7 @@ class PolicyProcess:
         self._bound = (st.st_dev, st.st_ino)
         self._prepared = True
         self._launch()
+        assert self._ch is not None  # _launch made it
         self._send("prepare", self._ch.send_value, transport.OP_PREPARE, list(preload))
         result = self._await_announced("prepare", t0 + self.limits.init_wall_s)
         value = result.value if result.ok else None
@@ -252,6 +253,7 @@ class PolicyProcess:
         policy_dir = str(self.code_dir) if self.isolation == "none" else POLICY_MOUNT
         request = {"obs_space": obs_space, "action_space": action_space, "env_meta": env_meta,
                    "policy_dir": policy_dir}
+        assert self._ch is not None  # launch made it
         self._send("start", self._ch.send_value, transport.OP_START, request)
         result = self._await("start", t0 + self.limits.init_wall_s)
         claims = start_report(result.value) if result.ok else None
@@ -302,6 +304,7 @@ class PolicyProcess:
         self._armed = False
         if (dead := self._check("reset")) is not None:
             return dead
+        assert self._ch is not None  # started and not dead: the channel is open
         self._ch.send_int(transport.OP_RESET, int(episode_index))
         return self._await("reset", self._call_deadline())
 
@@ -315,6 +318,7 @@ class PolicyProcess:
             self._armed = False
         if (dead := self._check("act")) is not None:
             return dead
+        assert self._ch is not None  # started and not dead: the channel is open
         self._send("act", self._ch.send_obs, obs)
         return self._await("act", self._call_deadline())
 
@@ -339,12 +343,13 @@ class PolicyProcess:
 
     def _check(self, phase: str) -> CallResult | None:
         if self._dead is not None:
-            return failure(self._dead.category, self._dead.message, self._dead.traceback)
+            return failure(self._dead.category or "crashed", self._dead.message, self._dead.traceback)
         if not self._started:
             raise ProtocolError(f"{phase}() before start()", hint="call start() first")
         return None
 
     def _call_deadline(self) -> float:
+        assert self._deadline is not None  # reset() and act() begin the episode first
         return min(self._deadline, time.monotonic() + self.limits.act_wall_s)
 
     def _send(self, phase: str, send, *args) -> None:
@@ -418,6 +423,7 @@ class PolicyProcess:
         """Wait for the reply to the request just sent: spin, then block in poll() (draining
         stdout/stderr meanwhile) until the reply, the worker's death, or the deadline."""
         ch = self._ch
+        assert ch is not None  # a request was just sent on it
         t0 = time.monotonic()
         if not ch.spin():
             failure = self._block(phase, deadline)
@@ -433,6 +439,7 @@ class PolicyProcess:
         sandbox start-up (0.1-0.5 s) does not take the GIL from the thread stepping the
         current submit (it did: that submit's episodes took 62 -> 150 ms)."""
         ch = self._ch
+        assert ch is not None  # a request was just sent on it
         while not ch.ready():
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -451,6 +458,7 @@ class PolicyProcess:
 
     def _block(self, phase: str, deadline: float) -> CallResult | None:
         ch = self._ch
+        assert ch is not None  # a request was just sent on it
         try:
             while not ch.begin_block():
                 remaining = deadline - time.monotonic()
@@ -475,6 +483,7 @@ class PolicyProcess:
         """The reply now in shared memory as a `CallResult`. Every field the worker wrote is
         checked by type and size before it is used: a frame the worker could not have sent
         (the policy forged it) is a `protocol_error` that ends the sandbox, never an exception."""
+        assert self._ch is not None  # the reply is in its shared memory
         try:
             status, kind, value = self._ch.reply()
         except (ValueError, RecursionError, MemoryError) as exc:  # UnicodeDecodeError is a ValueError
@@ -498,6 +507,7 @@ class PolicyProcess:
     def _died(self, phase: str) -> CallResult:
         """The worker closed its end: classify the death (oom vs crash), then clean up."""
         proc = self._h.proc
+        assert proc is not None  # launched: the worker that died
         try:
             code = proc.wait(1.0)
         except subprocess.TimeoutExpired:

@@ -126,7 +126,7 @@ class Spare:
         target = self.depth if wanted is None else max(0, min(self.depth, wanted))
         with self._lock:
             while not (self._closed or self.disabled) and len(self._slots) < target:
-                future = Future()
+                future: Future[PolicyProcess | None] = Future()
                 self._slots.append(future)
                 self._jobs.put(("prepare", future, source))
 
@@ -152,7 +152,7 @@ class Spare:
         try:
             proc = future.result(timeout=self.depth * (self.limits.init_wall_s + JOIN_S))
         except TimeoutError:  # the keeper is stuck: start cold, and retire the spare if it ever comes
-            future.add_done_callback(lambda f: f.result() and self.retire(f.result()))
+            future.add_done_callback(self._retire_late)
             return None
         if proc is None:
             return None
@@ -187,6 +187,12 @@ class Spare:
                 self._jobs.put(("close", proc))
                 return
         self._close(proc)  # the keeper is gone: clean up here
+
+    def _retire_late(self, future: Future[PolicyProcess | None]) -> None:
+        """A spare that came up after take() gave up waiting for it: retired unused."""
+        proc = future.result()
+        if proc is not None:
+            self.retire(proc)
 
     def close(self) -> None:
         """Kill the waiting or starting spare and everything being reaped; idempotent."""

@@ -45,6 +45,7 @@ import platform
 import select
 import struct
 import time
+from typing import Any
 
 import numpy as np
 
@@ -235,7 +236,7 @@ class Channel:
         n = arr.nbytes
         if offset + n > self.frame_bytes:
             raise Oversized(f"{offset + n} bytes")
-        self.req[offset:offset + n] = memoryview(arr).cast("B")
+        self.req[offset:offset + n] = arr.data.cast("B")
         ctl = self.ctl
         ctl[REQ_FMT] = ord(fmt)
         ctl[REQ_NDIM] = arr.ndim
@@ -247,7 +248,10 @@ class Channel:
     def _put_dict(self, obs: dict) -> bool:
         """A dict observation: marshalled skeleton, then each numeric array raw (8-byte aligned)."""
         from evogym.spaces import to_jsonable
-        keys, values, arrays, blobs = [], [], [], []
+        keys: list[str] = []
+        values: list[Any] = []
+        arrays: list[list[Any]] = []
+        blobs: list[tuple[int, np.ndarray]] = []
         offset = 0
         for i, (key, value) in enumerate(obs.items()):
             keys.append(str(key))
@@ -268,7 +272,7 @@ class Channel:
             raise Oversized(f"{base + offset} bytes")
         self.req[:len(skeleton)] = skeleton
         for at, value in blobs:
-            self.req[base + at:base + at + value.nbytes] = memoryview(value).cast("B")
+            self.req[base + at:base + at + value.nbytes] = value.data.cast("B")
         self.ctl[REQ_AUX] = len(skeleton)
         self.ctl[REQ_LEN] = base + offset
         return True
