@@ -20,13 +20,13 @@ from __future__ import annotations
 
 import hashlib
 from collections.abc import Callable, Iterable, Sequence
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
 from ole.trace import Iteration, Trace
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION: Final = "1"
 
 WASTE_SHARE = 0.1
 """Share of charged episodes on failed verdicts above which budget counts as wasted."""
@@ -96,7 +96,7 @@ def _item(detector: str, direction: str, metric: str, delta: float, component: s
     digest = hashlib.sha256(f"{detector}|{direction}|{component}|{metric}|{','.join(ids)}".encode()).hexdigest()[:10]
     return EvidenceItem(evidence_id=f"ev-{detector}-{digest}", detector=detector, direction=direction,
                         metric=metric, delta=round(float(delta), 6), component=component, trace_ids=ids,
-                        sentence=sentence, hints=tuple(hints))  # type: ignore[arg-type]
+                        sentence=sentence, hints=tuple(hints))
 
 
 def _submits(t: Trace) -> list[Iteration]:
@@ -157,7 +157,7 @@ def _built_on_regressions(t: Trace) -> tuple[int, int]:
     next. Without it (agents that do not say), the next submit not being a revert counts.
     """
     subs, best, n = _submits(t), None, 0
-    regressed: set[int] = set()
+    regressed: set[int | None] = set()
     with_base = any(it.base_submit is not None for it in subs)
     for cur, nxt in zip(subs, [*subs[1:], None]):
         if cur.mean_return is not None and best is not None and cur.role in (None, "candidate"):
@@ -294,7 +294,7 @@ def verification_misses(traces: Sequence[Trace]) -> list[EvidenceItem]:
         if not subs or t.outcome.best_submit_index is None:
             continue
         judged += 1
-        top = max(subs, key=lambda it: it.mean_return)
+        top = max(subs, key=lambda it: it.mean_return or 0.0)  # every one has a mean (filtered above)
         if top.submit_id != t.outcome.best_submit_index:
             hit.append(t)
     if not judged or len(hit) / judged < MISS_SHARE:
@@ -415,17 +415,17 @@ def phase_yield(traces: Sequence[Trace]) -> list[EvidenceItem]:
     for t in traces:
         if not _has_roles(t):
             continue
-        subs = [it for it in _submits(t) if it.mean_return is not None]
-        if len(subs) < 2:
+        means = [it.mean_return for it in _submits(t) if it.mean_return is not None]
+        if len(means) < 2:
             continue
-        best = None
+        best: float | None = None
         for it in _submits(t):
             episodes[it.phase] = episodes.get(it.phase, 0) + it.episodes_charged
             if it.mean_return is None or it.role not in ("candidate", "retest"):
                 continue
             if best is not None and it.mean_return > best:
-                lo = min(x.mean_return for x in subs)
-                span = max(x.mean_return for x in subs) - lo
+                lo = min(means)
+                span = max(means) - lo
                 gains[it.phase] = gains.get(it.phase, 0.0) + (it.mean_return - best) / max(span, 1e-9)
             best = it.mean_return if best is None else max(best, it.mean_return)
         used.append(t)

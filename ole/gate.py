@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Literal
+from typing import Final, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -35,8 +35,12 @@ from ole.paired import COST_RESOURCES, Pair, PairStats, instance_key, pair_stats
 from ole.trace import utc_now
 from ole.verdicts import Verdict, is_release
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION: Final = "1"
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("gate.yaml")
+
+
+CriterionName = Literal["benefit", "evidence", "tail", "cost"]
+"""The gate's four criteria (OLE Eq. 10), in the order they are judged."""
 
 
 class _Record(BaseModel):
@@ -132,7 +136,7 @@ class GateStats(PairStats):
 class Criterion(_Record):
     """Outcome of one gate criterion."""
 
-    name: Literal["benefit", "evidence", "tail", "cost"]
+    name: CriterionName
     """Which criterion."""
     passed: bool
     """True when the criterion holds."""
@@ -287,8 +291,8 @@ def holds_tail_and_cost(stats: PairStats, cfg: GateConfig) -> bool:
     return _tail(stats, cfg).passed and _cost(stats, cfg).passed
 
 
-def _check(name: str, failures: list[str]) -> Criterion:
-    return Criterion(name=name, passed=not failures, reasons=tuple(failures))  # type: ignore[arg-type]
+def _check(name: CriterionName, failures: list[str]) -> Criterion:
+    return Criterion(name=name, passed=not failures, reasons=tuple(failures))
 
 
 def _benefit(s: GateStats, c: GateConfig, alpha: float) -> Criterion:

@@ -314,7 +314,7 @@ class LLMClient:
             try:
                 response = litellm.completion(model=self.model, messages=list(messages), timeout=self.timeout_s,
                                               num_retries=0, max_retries=0, **params)
-            except Exception as exc:  # litellm maps every provider error onto openai's tree
+            except Exception as exc:  # noqa: BLE001 - litellm maps every provider error onto openai's tree
                 attempts += 1
                 self.usage.failed_attempts += 1
                 last = exc
@@ -354,7 +354,7 @@ def _cost(litellm: Any, response: Any) -> float:
     if cost is None:
         try:
             cost = litellm.completion_cost(completion_response=response)
-        except Exception:  # unknown model price: litellm raises rather than returning 0
+        except Exception:  # noqa: BLE001 - unknown model price: litellm raises rather than returning 0
             cost = 0.0
     return float(cost or 0.0)
 

@@ -28,6 +28,7 @@ from pydantic import BaseModel, ConfigDict, Field
 from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole.bundle import Bundle
 from ole.chosen import ChosenVersion, as_chosen
+from ole.executors import Executor
 from ole.jobs import EvalJob
 from ole.trace import RunCondition, RunSpend, TaskSpec, Trace
 
@@ -47,6 +48,14 @@ CONTRACT_RESOURCES = ("episodes", "wall_time_s", "llm_calls", "tokens", "usd")
 budget's own names: `wall_time_s` is the limit `budget.wall_time_s`, met by the measured `wall_s`)."""
 
 
+QSource = Literal["normalized", "raw", "none"]
+"""Where a run's q came from: the normalized held-out score, the raw one, or none (a failed run)."""
+PairSource = Literal["normalized", "raw"]
+"""How both sides of a pair were scored (never mixed)."""
+Failure = Literal["none", "challenger", "champion", "both"]
+"""Which side of a pair failed to score."""
+
+
 class _Record(BaseModel):
     model_config = ConfigDict(frozen=True, extra="forbid")
 
@@ -60,7 +69,7 @@ class RunResult(RunSpend):
     """Content hash of the bundle that worked the task."""
     q: float | None
     """Value score: normalized held-out score, raw held-out score outside the anchors, None on failure."""
-    q_source: Literal["normalized", "raw", "none"]
+    q_source: QSource
     """Where q came from (`raw` is not comparable across envs: r stays meaningful, q does not)."""
     score: float | None = None
     """Raw held-out mean return (None on failure); pairs recompute q from it with one anchor set."""
@@ -90,7 +99,7 @@ class Pair(_Record):
     """The run condition both runs shared."""
     family: str
     """Env family of the task (for coverage checks)."""
-    q_source: Literal["normalized", "raw"] = "normalized"
+    q_source: PairSource = "normalized"
     """How both sides' q were computed for this pair (always the same for both)."""
     champion: RunResult
     """The champion's run."""
@@ -100,7 +109,7 @@ class Pair(_Record):
     """q_challenger − q_champion (0 when either failed; see `r` for the failure-aware change)."""
     r: float
     """Relative change δ / max(|q_champion|, ε), clipped to ±R_BOUND, or ±FAIL_R / 0 on failures."""
-    failure: Literal["none", "challenger", "champion", "both"]
+    failure: Failure
     """Which side failed to score."""
 
 
@@ -207,7 +216,7 @@ def regressions(r: Iterable[float], tail_tau: float) -> int:
     return int(np.sum(np.array(list(r), dtype=float) < -tail_tau))
 
 
-def value_score(trace: Trace) -> tuple[float | None, Literal["normalized", "raw", "none"]]:
+def value_score(trace: Trace) -> tuple[float | None, QSource]:
     """q of a run: normalized held-out score where anchors exist, raw score otherwise."""
     out = trace.outcome
     if out.status != "completed" or out.final_score is None:
@@ -237,14 +246,14 @@ def run_result(trace: Trace) -> RunResult:
     breaches = tuple(f"{k}: {usage[k]:g} > {bounds[k]:g}" for k in CONTRACT_RESOURCES
                      if k in bounds and usage[k] > bounds[k])
     host_recorded = trace.verified or (out.status != "completed" and trace.run_json_sha256.startswith("sha256:"))
-    score = float(out.final_score) if q is not None else None
+    score = float(out.final_score) if q is not None and out.final_score is not None else None
     return RunResult(trace_id=trace.trace_id, bundle_hash=trace.bundle_hash, q=q, q_source=source,
                      score=score, status=out.status, verified=host_recorded, episodes=out.episodes_used,
                      wall_s=out.wall_s, llm_calls=out.llm_calls, tokens=out.tokens, usd=out.usd,
                      within_contract=not breaches, contract_breaches=breaches)
 
 
-def relative_change(q_champion: float | None, q_challenger: float | None) -> tuple[float, float, str]:
+def relative_change(q_champion: float | None, q_challenger: float | None) -> tuple[float, float, Failure]:
     """(δ, r, failure) for one pair, with the bounded failure-aware change on failures."""
     if q_champion is None and q_challenger is None:
         return 0.0, 0.0, "both"
@@ -257,7 +266,7 @@ def relative_change(q_champion: float | None, q_challenger: float | None) -> tup
     return delta, max(-R_BOUND, min(R_BOUND, r)), "none"
 
 
-def pair_q(env: str, champion: RunResult, challenger: RunResult) -> tuple[float | None, float | None, str]:
+def pair_q(env: str, champion: RunResult, challenger: RunResult) -> tuple[float | None, float | None, PairSource]:
     """q of both sides computed the same way: normalized with today's anchors, else raw.
 
     Both runs' raw scores are re-mapped with one anchor set, so a pair never mixes a
@@ -265,19 +274,21 @@ def pair_q(env: str, champion: RunResult, challenger: RunResult) -> tuple[float 
     """
     from evogym.anchors import anchors, normalized
     if any(r.score is None and r.q is not None for r in (champion, challenger)):
-        source = "raw" if "raw" in (champion.q_source, challenger.q_source) else "normalized"
+        source: PairSource = "raw" if "raw" in (champion.q_source, challenger.q_source) else "normalized"
         return champion.q, challenger.q, source  # results recorded without raw scores
     if anchors(env) is not None:
-        return (*(None if r.score is None else normalized(env, r.score) for r in (champion, challenger)), "normalized")
+        q_champ, q_chall = (None if r.score is None else normalized(env, r.score) for r in (champion, challenger))
+        return q_champ, q_chall, "normalized"
     return champion.score, challenger.score, "raw"
 
 
 def make_pair(task: TaskSpec, condition: RunCondition, family: str,
               champion: RunResult, challenger: RunResult) -> Pair:
+    """The pair of two runs on one task and condition: both q mapped alike (`pair_q`), then δ and r."""
     q_champ, q_chall, source = pair_q(task.env, champion, challenger)
     delta, r, failure = relative_change(q_champ, q_chall)
     return Pair(task=task, condition=condition, family=family, q_source=source, champion=champion,
-                challenger=challenger, delta=delta, r=r, failure=failure)  # type: ignore[arg-type]
+                challenger=challenger, delta=delta, r=r, failure=failure)
 
 
 def instance_key(task: TaskSpec, condition: RunCondition) -> str:
@@ -351,7 +362,7 @@ class PairedEvaluation:
     hook); `on_result` with each new result (progress and cost accounting).
     """
 
-    def __init__(self, executor, store: ResultStore, evaluate: Callable[[EvalJob], Trace], *,
+    def __init__(self, executor: Executor, store: ResultStore, evaluate: Callable[[EvalJob], Trace], *,
                  traces_root: str, runs_root: str, isolation: str = DEFAULT_ISOLATION,
                  before_batch: Callable[[list[EvalJob]], None] = lambda jobs: None,
                  on_result: Callable[[EvalJob, RunResult], None] = lambda job, res: None) -> None:

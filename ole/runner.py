@@ -120,6 +120,7 @@ def _read_ready_line(proc: subprocess.Popen, timeout_s: float, stderr_path: Path
     box: dict = {}
 
     def read() -> None:
+        assert proc.stdout is not None  # started with stdout=PIPE
         box["line"] = proc.stdout.readline()
 
     reader = threading.Thread(target=read, daemon=True)

@@ -18,13 +18,13 @@ import os
 import tempfile
 from datetime import datetime, timezone
 from pathlib import Path
-from typing import Iterator, Literal
+from typing import Final, Iterator, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ole.errors import IntegrityError, NotFound, ValidationError
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION: Final = "1"
 QUARANTINE_DIR = "quarantine"
 """Where `TraceArchive.quarantine` moves damaged trace files (below the archive root)."""
 EditKind = Literal["synthesis", "tuning", "none", "revert"]

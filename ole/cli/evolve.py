@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ole.cli.common import (Output, agent_command, check_model, check_proposer, check_task_names, check_writable,
                             leaf, ListArg, open_registry)
-from ole.cost import CostCaps, estimate
+from ole.cost import CostCaps, CostMeter, estimate
 from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
 from ole.gate import ci_text
@@ -224,7 +224,7 @@ class _Progress:
     def __init__(self, episodes: int | None = None) -> None:
         from evogym.progress import Progress
         self.bar = Progress(episodes, "evolve", unit="episode") if episodes else None
-        self.meter = None
+        self.meter: CostMeter | None = None
 
     def __call__(self, line: str) -> None:
         if self.bar is None:
@@ -280,6 +280,7 @@ def evolve(args: argparse.Namespace) -> Output:
             progress.close()
         if tracker is not None:  # ole.tracking: metrics and artifacts of this evolve
             from ole.tracking import record_evolve
+            assert isinstance(output.data, dict), "an evolve's output data is its JSON summary"
             record_evolve(tracker, registry, output.data, [workdir])
         return output
 

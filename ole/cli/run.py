@@ -109,10 +109,10 @@ def run(args: argparse.Namespace) -> Output:
                          runs_dir=args.runs_dir, traces_dir=args.traces_dir,
                          channel=args.channel, lessons_path=args.lessons, isolation=args.isolation, progress=say,
                          force=args.force)
-        o = trace.outcome
+        o, chosen = trace.outcome, trace.selection
+        assert chosen is not None, "run_task records the selection with every trace"
         data.append({"env": env, "trace_id": trace.trace_id, "archived": trace.verified, "status": o.status,
-                     "bundle": trace.selection.ref, "scope": trace.selection.scope, "forced": trace.selection.forced,
-                     "why": trace.selection.reason,
+                     "bundle": chosen.ref, "scope": chosen.scope, "forced": chosen.forced, "why": chosen.reason,
                      "final_score": o.final_score, "normalized_score": o.normalized_score,
                      "episodes_used": o.episodes_used, "n_submits": o.n_submits, "run_dir": trace.run_dir})
         rows.append([env, o.status, _num(o.final_score), _num(o.normalized_score),

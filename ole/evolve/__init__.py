@@ -240,12 +240,13 @@ class Engine:
             self.rejections.append(proposal)
             self.progress(f"  rejected proposal from {proposal.parents}: {proposal.rejection}")
             return None
-        assert proposal.bundle is not None
         proposal = self._anchored(proposal)
-        if proposal.bundle.content_hash == champion.content_hash:
+        bundle = proposal.bundle
+        assert bundle is not None, "a valid proposal carries its bundle"
+        if bundle.content_hash == champion.content_hash:
             return None
-        known = self.registry.find_content(proposal.bundle.name, proposal.bundle.content_hash)
-        reg = known or self.registry.register(proposal.bundle)
+        known = self.registry.find_content(bundle.name, bundle.content_hash)
+        reg = known or self.registry.register(bundle)
         what = f"same content as {reg.ref}" if known else f"registered {reg.ref}"
         self.progress(f"  {what} ({proposal.edge} of {', '.join(proposal.parents)}): {proposal.note[:120]}")
         return Candidate(ChosenVersion(reg.ref, reg.bundle), proposal)

@@ -21,7 +21,7 @@ from ole.chosen import ChosenVersion
 from ole.errors import ValidationError
 from ole.evolve import Candidate, Engine
 from ole.paired import Instance, instance_key, pair_stats
-from ole.proposers import accepted, child_bundle
+from ole.proposers import Edge, accepted, child_bundle
 
 
 def _values(policy: dict, fields: Sequence[str]) -> dict:
@@ -78,7 +78,7 @@ def _variant(engine: Engine, champion: ChosenVersion, cand: Candidate, policy: d
     Without its last unit a candidate is the champion: mean r 0 by definition, nothing run.
     """
     prov = cand.bundle.provenance
-    edge = "online" if prov.edge == "online" else "offline_mutation"  # a variant is made where its source was
+    edge: Edge = "online" if prov.edge == "online" else "offline_mutation"  # a variant is made where its source was
     try:
         bundle = child_bundle([champion], policy, edge=edge, evidence_ids=prov.evidence_ids,
                               generation=prov.generation, proposer=engine.proposer.name,

@@ -47,8 +47,9 @@ def host_task(doc: dict, info: dict, workspace: Path) -> TaskSpec:
         raise RunnerError(f"run.json beside {workspace} describes env {env!r} budget {budget}, but the host serves "
                           f"{info['env_meta'].get('env')!r} budget {info.get('episode_budget')}",
                           hint="the workspace is not the host's run; run `ole agent work` inside the harness")
+    budget = int(info["episode_budget"])  # equal to run.json's (checked just above)
     dims = doc.get("experiment_dimensions") or {}
-    pool_seed, name = int(dims.get("pool_seed") or 0), doc.get("profile")
+    pool_seed, name = int(dims.get("pool_seed") or 0), str(doc.get("profile") or "")
     task = TaskSpec(env=env, profile=name if name in PROFILES else EXTERNAL_PROFILE, budget=budget, pool_seed=pool_seed)
     if task.profile == EXTERNAL_PROFILE:
         return task

@@ -249,7 +249,7 @@ class OnlineEvolution:
             "canary": a.canary, "control": a.control, "scope": a.scope})
         self.events.worked.append((n - 1, a.chosen.ref, q))
         if a.canary is not None:
-            self._monitor(n, a)
+            self._monitor(n, a.canary, a.chosen.ref, a.scope)
         if n % self.online.every_k == 0:
             self._round(n // self.online.every_k)
 
@@ -258,15 +258,15 @@ class OnlineEvolution:
         """The reproducible stream tasks (n, row) the canary worked, in finish order."""
         return [(n, p) for n, p in self.e.store.tasks() if p.get("canary") == canary and p["reproducible"]]
 
-    def _monitor(self, n: int, a: Assignment) -> None:
+    def _monitor(self, n: int, canary: int, ref: str, scope: str) -> None:
         """Pair every finished task of the canary with its control (also any pair a crashed process
         left unmade), then look."""
         rows = self.e.store.tasks()
         if not rows[n - 1][1]["reproducible"]:
             self.e.progress(f"task {n} cannot be rerun by OLE (profile {EXTERNAL_PROFILE}): not monitored")
-        for m, row in self._canary_rows(a.canary):
-            self._pair(m, row, a.canary)
-        self._look(n, a.canary, a.chosen.ref, a.scope)
+        for m, row in self._canary_rows(canary):
+            self._pair(m, row, canary)
+        self._look(n, canary, ref, scope)
 
     def _pair(self, n: int, row: dict, canary: int) -> None:
         """The monitor pair of stream task n: the control reruns its identical task (recorded once)."""
@@ -458,6 +458,7 @@ def run_stream(evo: OnlineEvolution, work: Callable[[Assignment], Trace]) -> Onl
 def engine_worker(engine: Engine) -> Callable[[Assignment], Trace]:
     """Work stream tasks through the engine's evaluation path (stored, costed, archived)."""
     def work(a: Assignment) -> Trace:
+        assert a.task is not None, "a synthetic stream task (the harness works its own tasks)"
         (res, _), = engine.paired.run([a.chosen], [(a.task, a.condition)]).values()
         return engine.paired.traces.get(res.trace_id) or engine.archive.get(res.trace_id)
     return work

@@ -23,6 +23,13 @@ from __future__ import annotations
 from collections import defaultdict
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ole.ablation import Ablation
+    from ole.chosen import ChosenVersion
+    from ole.evolve import Candidate, Engine
+    from ole.paired import Pair
 
 SCOPE_GAIN = 0.05
 """Mean r over a candidate's search pairs on one env at which that env becomes its target (the
@@ -42,7 +49,7 @@ class EnvGain:
     """At least one pair differed (r != 0)."""
 
 
-def env_gains(pairs) -> dict[str, EnvGain]:
+def env_gains(pairs: Sequence[Pair]) -> dict[str, EnvGain]:
     """Per env: mean r, pairs, and whether any pair differed."""
     by: dict[str, list[float]] = defaultdict(list)
     for p in pairs:
@@ -54,8 +61,8 @@ def env_gains(pairs) -> dict[str, EnvGain]:
 class ScopePlan:
     """One scope to gate: the candidate and the envs it is the best bet for."""
 
-    candidate: object
-    """The `ole.evolve.Candidate` (finished the search cascade)."""
+    candidate: Candidate
+    """The candidate (it finished the search cascade)."""
     envs: list[str] = field(default_factory=list)
     """Target envs, sorted."""
     gains: dict[str, float] = field(default_factory=dict)
@@ -66,11 +73,11 @@ class ScopePlan:
         return sum(self.gains.values())
 
 
-def plan(cands: Sequence, *, max_scopes: int,
-         feasible: Callable[[object, Sequence[str]], bool] = lambda c, envs: True) -> list[ScopePlan]:
+def plan(cands: Sequence[Candidate], *, max_scopes: int,
+         feasible: Callable[[Candidate, Sequence[str]], bool] = lambda c, envs: True) -> list[ScopePlan]:
     """The scopes to gate, largest total search gain first (module docstring)."""
     gains = {c.ref: env_gains(c.pairs) for c in cands}
-    targets: dict[str, list[tuple[float, object]]] = defaultdict(list)
+    targets: dict[str, list[tuple[float, Candidate]]] = defaultdict(list)
     for c in cands:
         for env, g in gains[c.ref].items():
             if g.informative and g.mean_r >= SCOPE_GAIN and feasible(c, [env]):
@@ -99,7 +106,7 @@ def plan(cands: Sequence, *, max_scopes: int,
     return plans[:max_scopes]
 
 
-def holds_tail_and_cost(engine, cand, envs: Sequence[str]) -> bool:
+def holds_tail_and_cost(engine: Engine, cand: Candidate, envs: Sequence[str]) -> bool:
     """Would the candidate's pairs on these envs pass the gate's tail and cost criteria?"""
     from ole import gate
     from ole.paired import pair_stats
@@ -107,8 +114,8 @@ def holds_tail_and_cost(engine, cand, envs: Sequence[str]) -> bool:
     return bool(pairs) and gate.holds_tail_and_cost(pair_stats(pairs, engine.gate.cvar_alpha), engine.gate)
 
 
-def specialize(engine, champion, minimal, scope: ScopePlan, ablation=None, *, keep_pairs: bool = True,
-               basis: str = "search"):
+def specialize(engine: Engine, champion: ChosenVersion, minimal: Candidate, scope: ScopePlan,
+               ablation: Ablation | None = None, *, keep_pairs: bool = True, basis: str = "search") -> Candidate | None:
     """`minimal`'s policy registered as a `specialization` of `champion` (a `ChosenVersion`) on the scope's
     env ids, or None when nothing narrower can be registered (the champion is already that scope).
 
@@ -128,7 +135,7 @@ def specialize(engine, champion, minimal, scope: ScopePlan, ablation=None, *, ke
         bundle = child_bundle([champion], minimal.bundle.loop_policy.model_dump(mode="json"),
                               edge="specialization", evidence_ids=prov.evidence_ids, generation=prov.generation,
                               proposer=engine.proposer.name, note=note, applicability=data)
-    except Exception as exc:  # a champion whose scope is already these envs: nothing narrower to register
+    except Exception as exc:  # noqa: BLE001 - e.g. a champion already scoped to these envs: nothing narrower
         engine.progress(f"  cannot scope {minimal.ref} to {', '.join(scope.envs)} under {champion.ref}: {exc}")
         return None
     cand = engine.register(accepted(engine.proposer.name, "specialization", [champion], bundle), champion.bundle)

@@ -84,8 +84,8 @@ def package_versions() -> dict[str, str | None]:
         out["openloopevolve"] = metadata.version("openloopevolve")
     except metadata.PackageNotFoundError:  # running from a source tree that is not installed
         requires, out["openloopevolve"] = [], None
-    names = [re.match(r"[A-Za-z0-9_.\-]+", r).group(0) for r in requires
-             if "extra ==" not in r or "'llm'" in r or '"llm"' in r]
+    names = [m.group(0) for r in requires if "extra ==" not in r or "'llm'" in r or '"llm"' in r
+             if (m := re.match(r"[A-Za-z0-9_.\-]+", r)) is not None]
     for name in sorted(set(names)):
         try:
             out[name.lower()] = metadata.version(name)
@@ -105,7 +105,7 @@ def source_digest() -> str:
     import ole
     h = hashlib.sha256()
     for pkg in (ole, evogym):
-        root = Path(pkg.__file__).parent
+        root = Path(str(pkg.__file__)).parent
         for path in sorted(root.rglob("*.py")):
             h.update(str(path.relative_to(root.parent)).encode() + b"\0" + path.read_bytes() + b"\0")
     return h.hexdigest()

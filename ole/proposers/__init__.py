@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Sequence
-from typing import Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,7 +21,7 @@ from ole.evidence import EvidenceItem
 from ole.loop_policy import COMPONENTS
 from ole.paired import Objectives
 
-SCHEMA_VERSION = "1"
+SCHEMA_VERSION: Final = "1"
 Edge = Literal["online", "offline_mutation", "recombination", "specialization"]
 
 

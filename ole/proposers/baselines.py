@@ -15,6 +15,7 @@ an already-scored policy is told that policy's value at once.
 from __future__ import annotations
 
 import random
+from typing import Any
 from collections.abc import Sequence
 
 from ole.bundle import Bundle
@@ -72,6 +73,7 @@ def _encode(d: space.Dim):
         return CategoricalDistribution([False, True])
     off = space.log_offset(d)
     low = float(d.low if d.low is not None else 0.0) + off + (1e-3 if d.strict_low else 0.0)
+    assert d.high is not None, f"numeric dimension {d.path} has no upper bound"  # space.dims bounds every one
     high = float(d.high) + off
     if d.kind == "int":
         return IntDistribution(int(low), int(high), log=d.log)
@@ -97,7 +99,7 @@ class TPEProposer(Proposer):
         self.dims = space.dims(host)
         self.study = optuna.create_study(direction="maximize", sampler=optuna.samplers.TPESampler(seed=seed))
         self.dists = {d.path: _encode(d) for d in self.dims}
-        self.trials: dict[str, object] = {}
+        self.trials: dict[str, Any] = {}
         """Content hash -> the open trial that proposed it."""
         self.last: dict[str, tuple[int, float]] = {}
         """Content hash -> (rung, value) last observed for an open trial."""

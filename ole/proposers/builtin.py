@@ -59,6 +59,7 @@ def _numeric(value, direction: str, component: str, field: str, factor: float | 
         return not value
     if factor is None:
         factor = STEP_FACTOR if direction == "up" else 1 / STEP_FACTOR
+    new: float
     if isinstance(value, int):
         new = round(value * factor)
         if new == value:

@@ -59,8 +59,8 @@ def parse_reply(text: str, known_ids: set[str]) -> tuple[dict, tuple[str, ...], 
     unknown = sorted(set(ids) - known_ids)
     if unknown:
         raise ValidationError(f"reply cites unknown evidence ids {unknown}", hint="cite only the ids given")
-    note = doc.get("note") if isinstance(doc.get("note"), str) else ""
-    return policy, tuple(ids), note
+    note = doc.get("note")
+    return policy, tuple(ids), note if isinstance(note, str) else ""
 
 
 class LLMProposer(Proposer):

@@ -67,17 +67,19 @@ def generations_chart(versions: Sequence[Version]) -> str | None:
     every gated candidate, each moved off the labels placed before it (a 25-version evolve
     stacked two dozen names on one spot before).
     """
-    search = [(v.generation, score, v) for v in versions if v.parents and (score := search_score(v)) is not None]
+    search: list[tuple[float, float, Version]] = [
+        (float(v.generation), score, v) for v in versions if v.parents and (score := search_score(v)) is not None]
     if not search:
         return None
     fig, axes = _figure(6.5, 2.8)
     ax = axes[0][0]
     ax.axhline(0.0, ls="--", lw=0.8, color="#616161", label="champion (r = 0)")
     spread: dict[int, list[str]] = {}
-    for g, _, v in search:  # candidates of one generation side by side, not on top of each other
-        spread.setdefault(g, []).append(v.ref)
+    for _, _, v in search:  # candidates of one generation side by side, not on top of each other
+        spread.setdefault(v.generation, []).append(v.ref)
     width = 0.7 / max(len(refs) for refs in spread.values())  # a generation's dots stay within ±0.35 of it
-    search = [(g + width * (spread[g].index(v.ref) - (len(spread[g]) - 1) / 2), r, v) for g, r, v in search]
+    search = [(g + width * (spread[v.generation].index(v.ref) - (len(spread[v.generation]) - 1) / 2), r, v)
+              for g, r, v in search]
     for status in sorted({v.status for _, _, v in search}):
         mine = [(x, r) for x, r, v in search if v.status == status]
         ax.scatter([x for x, _ in mine], [r for _, r in mine], s=28, color=STATUS_COLORS.get(status, "#000"),
@@ -99,7 +101,7 @@ def generations_chart(versions: Sequence[Version]) -> str | None:
 def _place_labels(fig, ax, points) -> None:
     """Annotate each (x, r, version) with its ref at the first offset whose box overlaps no earlier label."""
     renderer = fig.canvas.get_renderer()
-    placed = []
+    placed: list = []
     for x, r, v in points:
         label = ax.annotate(v.ref, (x, r), textcoords="offset points", xytext=LABEL_OFFSETS[0], fontsize=7,
                             color="#424242", gid=f"gen-label-{v.ref.replace('@', '-')}")

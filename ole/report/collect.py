@@ -22,7 +22,7 @@ from pathlib import Path
 
 from typing import ClassVar
 
-from ole.bundle import Applicability, dump_bundle_yaml, diff_bundles, format_ref
+from ole.bundle import Applicability, Bundle, dump_bundle_yaml, diff_bundles, format_ref
 from ole.errors import OleError
 from ole.verdicts import Verdict, is_release, verdict_of
 from ole.registry.lineage import Lineage
@@ -422,7 +422,7 @@ def _display_status(status: str, seed: bool, damaged: bool) -> str:
 
 def _versions(registry, events, gates: Sequence[Gate]) -> list[Version]:
     state = registry.state()
-    loaded: dict[str, object] = {}
+    loaded: dict[str, Bundle] = {}
     damage: dict[str, str] = {}
     registrations = [e for e in events if e.kind == "registration"]
     for e in registrations:
@@ -439,7 +439,7 @@ def _versions(registry, events, gates: Sequence[Gate]) -> list[Version]:
         interval = own_gates[-1].interval if own_gates else None
         if interval is None and evaluations and evaluations[-1].mean_r is not None:
             last = evaluations[-1]
-            interval = Interval(mean_r=float(last.mean_r), low=None, high=None, level=None, n=last.n,
+            interval = Interval(mean_r=float(last.mean_r or 0.0), low=None, high=None, level=None, n=last.n,
                                 source=last.stage)
         scope, scope_fields = scope_of(bundle.applicability) if bundle is not None else ("unknown (damaged)", ())
         prov = bundle.provenance if bundle is not None else None
@@ -509,7 +509,7 @@ def env_anchors(envs: Sequence[str]) -> list[EnvAnchors]:
     for env in sorted(set(envs)):
         row = PAPER_ROWS.get(env)
         best = max(AGENTS, key=lambda a: row[a]) if row else None
-        out.append(EnvAnchors(env=env, random=random_baseline(env), paper_best=row[best] if row else None,
+        out.append(EnvAnchors(env=env, random=random_baseline(env), paper_best=row[best] if row and best else None,
                               paper_best_agent=best))
     return out
 

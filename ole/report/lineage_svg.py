@@ -16,7 +16,7 @@ sits in a collapsed section below.
 """
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Sequence, Set
 from html import escape
 
 from ole.report.charts import STATUS_COLORS
@@ -74,7 +74,7 @@ def siblings(versions: Sequence[Version]) -> list[tuple[Version, list[Version]]]
             sorted(children.items(), key=lambda kv: (by_ref[kv[0]].name, by_ref[kv[0]].version)) if ref in keep]
 
 
-def _positions(versions: Sequence[Version], first: set[str] = frozenset()) -> dict[str, tuple[float, int]]:
+def _positions(versions: Sequence[Version], first: Set[str] = frozenset()) -> dict[str, tuple[float, int]]:
     """Slot (x) and depth of every version; children in `first` take the leftmost slots under their parent."""
     by_ref = {v.ref: v for v in versions}
     children: dict[str, list[str]] = {v.ref: [] for v in versions}
@@ -86,7 +86,7 @@ def _positions(versions: Sequence[Version], first: set[str] = frozenset()) -> di
         else:
             roots.append(v.ref)
     pos: dict[str, tuple[float, int]] = {}
-    slot = [0]
+    slot = [0.0]
 
     def place(ref: str, depth: int) -> float:
         kids = sorted(children[ref], key=lambda r: (r not in first, by_ref[r].version))

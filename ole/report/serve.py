@@ -30,7 +30,8 @@ class ReportServer:
     @property
     def url(self) -> str:
         host, port = self.httpd.server_address[:2]
-        return f"http://{host}:{port}/index.html"
+        name = host.decode() if isinstance(host, bytes) else host  # an AF_INET address: always str here
+        return f"http://{name}:{port}/index.html"
 
     def start(self) -> "ReportServer":
         self.thread.start()
