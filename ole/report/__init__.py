@@ -1,6 +1,7 @@
 """The evolution report: a static HTML view of a registry and its evolve workdirs.
 
-`build_report(registry, workdirs, out)` reads (`collect.py`), then writes (`render.py`)
+`build_report(registry, workdirs, out)` reads (`collect.py`, into the records of `records.py`),
+then writes (`render.py`)
 `out/index.html` — lineage with statuses, scopes and paired mean r, gate decisions,
 score per generation, best-so-far curves against the anchors, champion history — plus
 one page per version (YAML diff against its parents) and per gate decision (per-pair
@@ -12,7 +13,8 @@ from __future__ import annotations
 from collections.abc import Sequence
 from pathlib import Path
 
-from ole.report.collect import ReportData, collect
+from ole.report.collect import collect
+from ole.report.records import ReportData
 from ole.report.render import render
 
 

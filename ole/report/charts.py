@@ -11,7 +11,7 @@ import itertools
 import re
 from collections.abc import Sequence
 
-from ole.report.collect import EnvAnchors, RunCurve, Version
+from ole.report.records import EnvAnchors, RunCurve, Version
 
 STATUS_COLORS = {
     "seed": "#9e9e9e", "registered": "#64b5f6", "evaluated": "#9575cd", "rejected": "#e53935",

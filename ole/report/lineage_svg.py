@@ -20,7 +20,7 @@ from collections.abc import Sequence, Set
 from html import escape
 
 from ole.report.charts import STATUS_COLORS
-from ole.report.collect import STATUS_TEXT, Version
+from ole.report.records import STATUS_TEXT, Version
 
 BOX_W, BOX_H = 200, 58
 GAP_X, GAP_Y = 18, 46

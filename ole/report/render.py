@@ -12,7 +12,7 @@ import tempfile
 from pathlib import Path
 
 from ole.report.charts import STATUS_COLORS, curves_chart, generations_chart
-from ole.report.collect import STATUS_TEXT, STATUSES, Interval, ReportData
+from ole.report.records import STATUS_TEXT, STATUSES, Interval, ReportData
 from ole.report.lineage_svg import DARK_TEXT, champion_paths, interval_text, lineage_svg, siblings
 
 
