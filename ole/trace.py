@@ -203,7 +203,8 @@ class Trace(_Record):
     schema_version: Literal["1"] = SCHEMA_VERSION
     """Trace schema version."""
     trace_id: str
-    """Stable id: `<env-slug>-<bundle>@<version>-s<seed>-<utc stamp>-<short hash>`."""
+    """Stable id: the host run id, `<env-slug>-<bundle>@<version>-s<seed>-<utc stamp>-<hex>`
+    (`ole.runner.run_id_for`)."""
     created_at: str
     """UTC ISO-8601 time the trace was archived."""
     task: TaskSpec
@@ -242,13 +243,6 @@ class Trace(_Record):
 
 def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
-
-
-def make_trace_id(task: TaskSpec, bundle: str, version: int, seed: int, salt: str) -> str:
-    slug = "".join(c if c.isalnum() or c in "._-" else "_" for c in task.env)
-    stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%S")
-    short = hashlib.sha256(f"{task.model_dump_json()}|{bundle}|{version}|{seed}|{salt}|{stamp}".encode()).hexdigest()[:8]
-    return f"{slug}-{bundle}@{version}-s{seed}-{stamp}-{short}"
 
 
 class TraceArchive:
