@@ -5,17 +5,18 @@ top-level package also named `evogym`. Installed into one environment, the two o
 each other's files, and the failure would surface later as an ImportError deep inside
 either. `evogym_conflict()` finds it first, from the installed metadata and the source of
 the package that `import evogym` would load (nothing is imported), so both `ole` and the
-`evogym` command refuse with one line that says what happened and what to do.
+`evogym` command refuse with one line that says what happened and what to do. Both console
+scripts enter through `ole.entry`, which asks here before importing either CLI: `ole`'s own
+modules import `evogym` when they load, so this module imports nothing of either package.
 """
 from __future__ import annotations
 
 import importlib.metadata
 import importlib.util
-import sys
 from pathlib import Path
 
-from ole.extras import DISTRIBUTION
-
+DISTRIBUTION = "openloopevolve"
+"""The name `pip install` knows this project by."""
 OTHER_EVOGYM = "evogym"
 """Distribution name of Evolution Gym on PyPI, whose import package is also `evogym`."""
 OUR_MARK = "EvoPolicyGym"
@@ -60,13 +61,3 @@ def evogym_conflict() -> str | None:
                 f"{DISTRIBUTION})")
     return (f"{where} is not this project's EvoPolicyGym host: it was overwritten or removed "
             f"(hint: reinstall {DISTRIBUTION}: pip install --force-reinstall {DISTRIBUTION})")
-
-
-def evogym_main() -> None:
-    """The `evogym` console script: refuse a name conflict in one line, else run `evogym.cli.main`."""
-    problem = evogym_conflict()
-    if problem is not None:
-        print(f"evogym: error: {problem}", file=sys.stderr)
-        sys.exit(1)
-    from evogym.cli import main
-    sys.exit(main())

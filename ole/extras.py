@@ -12,10 +12,9 @@ import importlib
 import importlib.util
 from types import ModuleType
 
+from ole.distribution import DISTRIBUTION
 from ole.errors import OleError
 
-DISTRIBUTION = "openloopevolve"
-"""The distribution name users install (`pip install 'openloopevolve[llm]'`)."""
 EXTRAS: dict[str, str] = {
     "llm": "litellm",          # ole.llm: the LLM coding agent and the LLM proposer (live models)
     "ray": "ray",              # ole.executors: --executor ray

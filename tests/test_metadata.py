@@ -93,3 +93,24 @@ def test_the_readme_online_example_is_read_by_its_report_line():
     assert workdirs
     for workdir in workdirs:
         assert re.search(rf"ole report --workdir {re.escape(workdir)}\b", readme), workdir
+
+
+def test_an_overwritten_evogym_is_refused_before_any_module_imports_it(tmp_path: Path) -> None:
+    """`ole`'s own modules import `evogym` when they load; the script checks first, in one line."""
+    fake = tmp_path / "evogym"
+    fake.mkdir()
+    (fake / "__init__.py").write_text('"""Evolution Gym: soft robots."""\nraise ImportError("not the host")\n')
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": f"{tmp_path}:{CHECKOUT}", "HOME": str(tmp_path)}
+    # -S: no site-packages, so the fake shadows ours as an overwrite would (an editable install's
+    # finder would otherwise win); the script's entry point is called as the console script calls it
+    entry = "from ole.entry import ole_main; import sys; sys.argv = ['ole', 'bundle', 'list']; ole_main()"
+    done = subprocess.run([sys.executable, "-S", "-c", entry], env=env, cwd=tmp_path, capture_output=True, text=True,
+                          timeout=60)
+    lines = done.stderr.strip().splitlines()
+    assert done.returncode == 1 and len(lines) == 1, done.stderr
+    assert lines[0].startswith("ole: error: the `evogym` package at") and "reinstall openloopevolve" in lines[0]
+    unguarded = subprocess.run([sys.executable, "-S", "-c", "import ole.cli"], env=env, capture_output=True,
+                               text=True, timeout=60, cwd=tmp_path)
+    assert unguarded.returncode == 1 and "not the host" in unguarded.stderr  # what the check spares the user
+    scripts = PYPROJECT["project"]["scripts"]
+    assert scripts == {"ole": "ole.entry:ole_main", "evogym": "ole.entry:evogym_main"}

@@ -1,6 +1,4 @@
-"""`python -m ole.cli` = the `ole` command."""
-import sys
+"""`python -m ole.cli` = the `ole` command (through the same name-conflict check as the script)."""
+from ole.entry import ole_main
 
-from ole.cli import main
-
-sys.exit(main())
+ole_main()
