@@ -84,7 +84,7 @@ class LessonStore:
 
     def ranking(self, sig: str) -> list[str]:
         """Mechanisms that won on this signature, most frequent (then most recent) first."""
-        matching = [l for l in self.all() if l.signature == sig]
-        counts = Counter(l.mechanism for l in matching)
-        last = {l.mechanism: i for i, l in enumerate(matching)}
+        matching = [les for les in self.all() if les.signature == sig]
+        counts = Counter(les.mechanism for les in matching)
+        last = {les.mechanism: i for i, les in enumerate(matching)}
         return sorted(counts, key=lambda m: (-counts[m], -last[m]))

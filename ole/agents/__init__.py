@@ -6,6 +6,7 @@ asked for, so the built-in agent works without their optional dependencies.
 from __future__ import annotations
 
 import importlib
+from typing import Any
 
 from ole.agents.base import HostAgent
 from ole.errors import NotFound
@@ -18,7 +19,7 @@ AGENTS = {
 """Agent name -> (module, class), resolved lazily."""
 
 
-def get_agent(name: str, **options) -> HostAgent:
+def get_agent(name: str, **options: Any) -> HostAgent:
     """An agent instance by name; unknown names raise NotFound with the known ones."""
     if name not in AGENTS:
         import difflib

@@ -391,7 +391,7 @@ def _exactly(conn: socket.socket, n: int) -> bytes:
 def _ids(env_instances: list[int] | str) -> list[int]:
     """Episode ids of a v0.1.0 request (`[0, 1]` or `"0-3,7"`)."""
     if isinstance(env_instances, str):
-        out = []
+        out: list[int] = []
         for token in env_instances.split(","):
             lo, _, hi = token.strip().partition("-")
             out.extend(range(int(lo), int(hi or lo) + 1))

@@ -147,7 +147,7 @@ def _pump(stream: IO[bytes] | None, path: Path, cap: int) -> threading.Thread:
         kept = dropped = 0
         with open(path, "wb") as out:
             assert stream is not None
-            for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[union-attr]
+            for chunk in iter(lambda: stream.read1(65536), b""):  # type: ignore[attr-defined]  # a Popen pipe is buffered
                 room = max(0, cap - kept)
                 out.write(chunk[:room])
                 kept += min(room, len(chunk))

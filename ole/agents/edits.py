@@ -108,6 +108,7 @@ def _hunks(diff: str) -> list[tuple[int, list[str], list[str]]]:
     out: list[tuple[int, list[str], list[str]]] = []
     old: list[str] | None = None
     new: list[str] = []
+    start = 0
     for raw in diff.splitlines():
         m = _HUNK.match(raw)
         if m:

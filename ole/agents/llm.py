@@ -235,7 +235,7 @@ class LLMSession(Session):
         return False
 
     def _turn(self, phase: str) -> Turn:
-        extra = ()
+        extra: tuple[str, ...] = ()
         if phase == "recovery":
             extra = (f"Failed attempts in a row: {self.progress.failures}.",)
         best = tuple((k.mechanism, float(k.mean()), k.submit_ids[-1] if k.submit_ids else -1)  # type: ignore[arg-type]

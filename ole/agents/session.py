@@ -153,7 +153,7 @@ class Session:
 
     def share_of(self, phase: str) -> Phase:
         """The budget share a submit recorded under trace phase `phase` spends."""
-        return phase if phase in PHASES else "tuning"  # type: ignore[return-value]
+        return phase if phase in PHASES else "tuning"
 
     # ---- budget and clock -------------------------------------------------------------------
     def room(self, want: int | None = None) -> int:

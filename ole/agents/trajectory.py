@@ -109,7 +109,7 @@ class _External:
         except (OSError, ValueError, zipfile.BadZipFile, EOFError):
             self.array, self.columns = None, None
 
-    def row(self, t: int):
+    def row(self, t: int) -> Any:
         if t < 0:
             return None
         if self.array is not None:
@@ -121,7 +121,7 @@ class _External:
         return None
 
 
-def _plain(value: np.ndarray):
+def _plain(value: np.ndarray) -> Any:
     """A row as JSON values: numbers, strings, nested lists (non-finite floats as the host's strings)."""
     value = np.asarray(value)
     if value.dtype.kind == "f" and not np.all(np.isfinite(value)):
@@ -129,7 +129,7 @@ def _plain(value: np.ndarray):
     return value.tolist()
 
 
-def _finite_strings(v):
+def _finite_strings(v: Any) -> Any:
     if isinstance(v, list):
         return [_finite_strings(x) for x in v]
     if isinstance(v, float) and not np.isfinite(v):

@@ -122,7 +122,7 @@ class SimHost:
             with contextlib.redirect_stdout(out):
                 exec(compile(source, "policy.py", "exec"), module.__dict__)
                 policy = module.Policy(self.obs_space, self.act_space, {})
-        except Exception:
+        except Exception:  # noqa: BLE001 - any failure at import or init is the program's init_error, as on the host
             return "init_error", None, None
         returns, lengths = [], []
         for local, case in enumerate(indices):

@@ -13,7 +13,7 @@ import json
 from ole.agents.llm import CALL_LOG, LLMAgent
 from ole.lessons import Lesson, LessonStore
 from ole.llm import read_store
-from ole.loop_policy import COMPONENTS, LoopPolicy
+from ole.loop_policy import LoopPolicy
 from tests.ole.agent_host import serve
 from tests.ole.test_llm_agent import as_file, gain_diff, program
 

@@ -14,6 +14,7 @@ import functools
 import hashlib
 import sys
 import types
+from typing import Any
 
 import numpy as np
 
@@ -49,7 +50,7 @@ def _numeric(node: ast.AST) -> bool:
         and not isinstance(node.value, bool)
 
 
-def sample_obs(schema: dict):
+def sample_obs(schema: dict) -> Any:
     """A valid observation for a compact schema (zeros moved inside the bounds)."""
     kind = schema.get("type")
     if kind == "Dict":
@@ -62,7 +63,7 @@ def sample_obs(schema: dict):
     return ""
 
 
-def _action_problem(schema: dict, action) -> str | None:
+def _action_problem(schema: dict, action: Any) -> str | None:
     kind = schema.get("type")
     if kind == "Discrete":
         start, n = int(schema.get("start", 0)), int(schema["n"])
@@ -107,7 +108,7 @@ def _dry_run(source: str, obs_space: dict, action_space: dict) -> list[str]:
         policy = module.Policy(obs_space, action_space, {"max_episode_steps": 1})
         policy.reset(0)
         action = policy.act(sample_obs(obs_space))
-    except Exception as err:  # the program is the agent's own; any failure is a finding
+    except Exception as err:  # noqa: BLE001 - the program is the agent's own; any failure is a finding
         return [f"dry run failed: {type(err).__name__}: {err}"]
     problem = _action_problem(action_space, action)
     return [f"dry run: {problem}"] if problem else []

@@ -31,7 +31,8 @@ def obs_vector_size(schema: dict) -> int | None:
     if kind in ("Dict", "Tuple"):
         subs = schema.get("spaces", {})
         sizes = [obs_vector_size(s) for s in (subs.values() if isinstance(subs, dict) else subs)]
-        return None if not sizes or any(s is None for s in sizes) else sum(sizes)
+        known = [s for s in sizes if s is not None]
+        return sum(known) if sizes and len(known) == len(sizes) else None
     if kind == "MultiBinary":
         n = schema.get("n")
         return int(np.prod(n)) if isinstance(n, (int, list)) else None

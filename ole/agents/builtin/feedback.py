@@ -93,7 +93,9 @@ def _sample(lines: list[str]) -> Sample | None:
         r = step.get("reward")
         if o is None or a is None or not isinstance(r, (int, float)):
             return None
-        obs.append(o), acts.append(a), rews.append(float(r))
+        obs.append(o)
+        acts.append(a)
+        rews.append(float(r))
     if len(obs) < MIN_SAMPLE_STEPS or len({len(o) for o in obs}) != 1 or len({len(a) for a in acts}) != 1:
         return None
     return Sample(np.asarray(obs, float), np.asarray(acts, float), np.asarray(rews, float))

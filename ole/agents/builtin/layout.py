@@ -112,7 +112,8 @@ def _error_block(samples: Sequence[Sample], exclude: set[int]) -> tuple[int, ...
     if np.std(r) < 1e-9:
         return ()
     n = x.shape[1]
-    best, best_fit = (), ERROR_FIT
+    best: tuple[int, ...] = ()
+    best_fit = ERROR_FIT
     for width in (2, 3):
         for start in range(n - width + 1):
             block = tuple(range(start, start + width))

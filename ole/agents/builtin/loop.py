@@ -21,7 +21,7 @@ from ole.agents.builtin.feedback import Digest, Sample, read_submit
 from ole.agents.builtin.mechanism import Mechanism, Program, render
 from ole.agents.builtin.search import Search
 from ole.agents.client import SubmitAnswer
-from ole.agents.decisions import ProgramResults
+from ole.agents.decisions import Phase, ProgramResults
 from ole.agents.session import Host, Observed, Session, Stop, StopReason
 from ole.trace import EditKind, SubmitRole
 
@@ -121,7 +121,8 @@ class Worker(Session):
         return done.value, self.digest
 
     # -- recovery ---------------------------------------------------------------------------
-    def after_failure(self, value, prog, phase, indices, search_round=None):
+    def after_failure(self, value: float | None, prog: Program, phase: str, indices: list[int],
+                      search_round: int | None = None) -> float | None:
         """`recovery.on_error_verdict` / `max_retries` after a charged failure; returns the final score.
 
         A program refused by the agent's own static checks was never charged: nothing to
@@ -145,19 +146,20 @@ class Worker(Session):
     def revert(self) -> None:
         """Back to the best program of the mechanism being tuned (`decisions.revert_target`):
         the search is re-centred on it with the same step and shape."""
-        if self.search is None:
+        search, tuned = self.search, self.mech
+        if search is None or tuned is None:
             return
-        target = self.revert_target(self.mech.name)
+        target = self.revert_target(tuned.name)
         if target is None:
             return
         prog = self.programs[target.source]
         mech = self.by_name.get(prog.mechanism)
         if mech is None or mech.dim == 0:
             return
-        if mech.name != self.mech.name:
+        if mech.name != tuned.name:
             self.start_search(mech, np.asarray(prog.x), target.first_submit)
             return
-        self.search.recenter(np.asarray(prog.x), keep_shape=True)
+        search.recenter(np.asarray(prog.x), keep_shape=True)
         self.center_submit = target.first_submit
 
     def switch_mechanism(self) -> bool:
@@ -229,7 +231,7 @@ class Worker(Session):
             if not self.tuning_round():
                 return
 
-    def restart_point(self):
+    def restart_point(self) -> tuple[ProgramResults, Program, Mechanism] | None:
         """(results, program, mechanism) to start the next search from, or None."""
         points = [self.incumbent] if self.incumbent is not None else []
         points += [r for r in self.top() if r is not self.incumbent
@@ -245,6 +247,7 @@ class Worker(Session):
     def tuning_round(self) -> bool:
         """One CMA-ES generation raced on shared ids, then tell; False when a plateau ends tuning."""
         search, mech, base = self.search, self.mech, self.center_submit
+        assert search is not None and mech is not None  # tuning runs on a started search
         round_id = self.rounds
         self.rounds += 1
         xs = search.ask()
@@ -259,7 +262,7 @@ class Worker(Session):
         self.after_round(outcome.improved, outcome.best_submit)
         return self.on_plateau()
 
-    def race(self, progs: list[Program], phase: str, base: int | None, round_id: int | None, *, share: str,
+    def race(self, progs: list[Program], phase: str, base: int | None, round_id: int | None, *, share: Phase,
              notes: list[str], k: int | None = None) -> "Round":
         """Evaluate one round of candidates on shared ids: screening, then the survivors' full evaluation.
 
@@ -329,16 +332,17 @@ class Worker(Session):
             done += 1
         del progs[self.lp.planning.max_mechanisms:], notes[self.lp.planning.max_mechanisms:]
 
-    def rank_fitness(self, progs, screen, full, ids) -> list[float]:
+    def rank_fitness(self, progs: list[Program], screen: list[float | None], full: dict[int, float | None],
+                     ids: set[int]) -> list[float]:
         """Search fitness of a raced round: fully evaluated candidates by their full mean, above
         the screened-out ones by their screening mean; failures last (only the order matters)."""
-        keyed = []
+        keyed: list[tuple[int, float, int]] = []
         for j, prog in enumerate(progs[: len(screen)]):
-            rec = self.results.get(prog.source)
+            rec, first = self.results.get(prog.source), screen[j]
             if j in full and full[j] is not None and rec is not None:
                 keyed.append((2, rec.mean(ids) or -np.inf, j))
-            elif screen[j] is not None:
-                keyed.append((1, screen[j], j))
+            elif first is not None:
+                keyed.append((1, first, j))
             else:
                 keyed.append((0, 0.0, j))
         order = sorted(keyed, key=lambda t: (t[0], t[1]))
@@ -377,9 +381,12 @@ class Worker(Session):
             return False
         if action == "restructure":
             return self.switch_mechanism()
+        assert self.search is not None  # plateaus are acted on in tuning
         sigma = self.search.sigma * WIDEN
-        self.revert()
-        self.search.recenter(self.search.center, sigma)
+        self.revert()  # may start a search on another mechanism: widen the one it leaves
+        search = self.search
+        assert search is not None
+        search.recenter(search.center, sigma)
         return True
 
     # -- driver -------------------------------------------------------------------------

@@ -115,7 +115,7 @@ def _split(text: str) -> tuple[list[str], list[str]]:
     skip: set[int] = set()
     first = tree.body[0] if tree.body else None
     if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant) and isinstance(first.value.value, str):
-        skip.update(range(first.lineno, first.end_lineno + 1))
+        skip.update(range(first.lineno, (first.end_lineno or first.lineno) + 1))
     deps: list[str] = []
     for node in tree.body:
         line = text.splitlines()[node.lineno - 1]
@@ -124,10 +124,10 @@ def _split(text: str) -> tuple[list[str], list[str]]:
         elif isinstance(node, ast.ImportFrom) and line.rstrip().endswith(INLINE_MARK):
             if not (node.module or "").startswith(TEMPLATES + "."):
                 raise ValueError(f"an inlined import must name a module of {TEMPLATES}: {line.strip()}")
-            deps.append(node.module.rsplit(".", 1)[1])
-            skip.update(range(node.lineno, node.end_lineno + 1))
+            deps.append((node.module or "").rsplit(".", 1)[1])
+            skip.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
         elif line.rstrip().endswith(PARAMS_MARK):
-            skip.update(range(node.lineno, node.end_lineno + 1))
+            skip.update(range(node.lineno, (node.end_lineno or node.lineno) + 1))
     lines = [ln for i, ln in enumerate(text.splitlines(), 1) if i not in skip]
     return deps, lines
 
@@ -185,7 +185,7 @@ def render(mech: Mechanism, x: np.ndarray, *, inline: bool = False) -> Program:
         table = "PARAMS = {}\n"
         for name, v in values.items():
             text = repr(v) if len(repr(v)) <= 16 else "\n            " + _literal(v, 12)
-            body = re.sub(rf'P\["{name}"\]', lambda _m, text=text: f"np.array({text})", body)
+            body = re.sub(rf'P\["{name}"\]', lambda _m: f"np.array({text})", body)  # runs within re.sub
     head = f'"""Policy program written by the OLE built-in agent (mechanism: {mech.name})."""\n'
     imports, rest = _hoist_imports(body)
     source = head + imports + "\n\n" + table + "P = PARAMS\n\n\n" + rest.strip("\n") + "\n"
@@ -194,7 +194,8 @@ def render(mech: Mechanism, x: np.ndarray, *, inline: bool = False) -> Program:
 
 def _hoist_imports(body: str) -> tuple[str, str]:
     """Top-level import lines of the assembled body (stdlib, then third party), and everything else."""
-    imports, rest = [], []
+    imports: list[str] = []
+    rest: list[str] = []
     for ln in body.splitlines():
         (imports if re.match(r"^(import \S|from \S+ import )", ln) else rest).append(ln)
     std = sorted(ln for ln in imports if _top_module(ln) in sys.stdlib_module_names)

@@ -31,12 +31,15 @@ CONTROL_COST = 0.1
 """Control weight relative to the state cost (normalized action units)."""
 
 
-def _transitions(samples: Sequence[Sample], n: int, m: int):
+def _transitions(samples: Sequence[Sample], n: int, m: int) -> tuple[np.ndarray, ...] | None:
     xs, us, ys, rs = [], [], [], []
     for s in samples:
         if s.obs.shape[1] != n or s.actions.shape[1] != m or len(s.obs) < 3:
             continue
-        xs.append(s.obs[:-1]), us.append(s.actions[:-1]), ys.append(s.obs[1:]), rs.append(s.rewards[:-1])
+        xs.append(s.obs[:-1])
+        us.append(s.actions[:-1])
+        ys.append(s.obs[1:])
+        rs.append(s.rewards[:-1])
     if not xs:
         return None
     return tuple(np.concatenate(a) for a in (xs, us, ys, rs))
@@ -49,7 +52,8 @@ def _normalized(u: np.ndarray, action_space: dict) -> np.ndarray:
     return np.clip((u - (high + low) / 2) / np.maximum((high - low) / 2, 1e-9), -1.0, 1.0)
 
 
-def lqr_gain(samples: Sequence[Sample], obs_space: dict, action_space: dict):
+def lqr_gain(samples: Sequence[Sample], obs_space: dict,
+             action_space: dict) -> tuple[np.ndarray, np.ndarray] | None:
     """(K, x*) of the fitted regulator in observation units and normalized actions, or None."""
     n, m = obs_vector_size(obs_space), action_size(action_space)
     if action_space.get("type") != "Box" or n is None or n > MAX_STATE or not isinstance(action_space.get("low"), list):

@@ -8,7 +8,10 @@ so both senses are candidates.
 """
 from __future__ import annotations
 
+from collections.abc import Sequence
+
 from ole.agents.builtin.control import action_size
+from ole.agents.builtin.feedback import Sample
 from ole.agents.builtin.layout import Layout
 from ole.agents.builtin.mechanism import Mechanism, Param
 
@@ -23,7 +26,7 @@ def planar_reach(obs_space: dict, action_space: dict, layout: Layout) -> list[Me
         return None
     link = layout.error_scale / n
     fixed = (("pairs", tuple(float(i) for p in layout.pairs for i in p)),
-             ("rates", tuple(float(r) for r in layout.rates)), ("err", tuple(float(i) for i in layout.error)))
+             ("rates", tuple(float(r) for r in layout.rates if r is not None)), ("err", tuple(float(i) for i in layout.error)))
     out = []
     for sign in (-1.0, 1.0):
         out.append(Mechanism("planar_reach" if sign < 0 else "planar_reach_flipped", "planar_reach", (
@@ -36,7 +39,8 @@ def planar_reach(obs_space: dict, action_space: dict, layout: Layout) -> list[Me
     return out
 
 
-def informed(obs_space: dict, action_space: dict, layout: Layout, samples=()) -> list[Mechanism]:
+def informed(obs_space: dict, action_space: dict, layout: Layout,
+             samples: Sequence[Sample] = ()) -> list[Mechanism]:
     """Every data-informed mechanism the layout and the trajectories support, best guess first."""
     from ole.agents.builtin.model import lqr_affine
     found = list(planar_reach(obs_space, action_space, layout) or [])
