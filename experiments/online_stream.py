@@ -38,7 +38,6 @@ import time
 from collections import defaultdict
 from pathlib import Path
 
-import numpy as np
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))

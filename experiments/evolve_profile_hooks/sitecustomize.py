@@ -68,7 +68,7 @@ def timed(name: str, describe=lambda args, kwargs, out: {}):
             out = fn(*args, **kwargs)
             try:
                 fields = describe(args, kwargs, out)
-            except Exception as exc:  # a description must never break the profiled call
+            except Exception as exc:  # noqa: BLE001 - a description must never break the profiled call
                 fields = {"describe_error": repr(exc)}
             emit(name, t0=t0, t1=time.time(), **fields)
             return out
