@@ -6,8 +6,11 @@ field of the bundle's Loop Policy. Modules: `programs/` (the program templates, 
 `.py` files), `mechanism` (parameters and rendering), `control`/`goal`/`grid`/`vision`
 (mechanism families: which template, which parameters), `library` (which fit a task),
 `search` (CMA-ES tuning), `feedback` (reading submits), `checks` (pre-submit checks,
-AST topology hash), `loop` (the agent loop). What each field decides is decided by the
-shared `ole.agents.decisions` (docs/loop-policy.md); the agent carries it out:
+AST topology hash), `loop` (the edits: synthesis rounds, CMA-ES tuning rounds, retries).
+Submit, judge, recover, confirm, finish and lessons are the shared
+`ole.agents.session.Session` the `loop.Worker` drives (the LLM agent's too), and what each
+field decides is decided by the shared `ole.agents.decisions` (docs/loop-policy.md); the
+agent carries it out:
 
 - observation: the fields read (scores, the paired test), the worst trajectories
   (saturated actuators shrink the search step, a stall widens it), `read_stdout` (a
@@ -25,7 +28,7 @@ shared `ole.agents.decisions` (docs/loop-policy.md); the agent carries it out:
   it go on, `restructure` switches mechanism after a round without a gain);
 - stopping and budget: as decided; no LLM calls, so the three LLM caps are not read.
 
-tests/ole/test_loop_policy_sensitivity.py shows each field changing the agent's actions.
+tests/ole/test_loop_policy_sensitivity.py shows each field changing the actions of both agents.
 """
 from __future__ import annotations
 
