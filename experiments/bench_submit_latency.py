@@ -244,7 +244,7 @@ def one_agent_run(episodes: int, mode: str, workdir: Path, baseline: Path | None
             os.environ["PYTHONPATH"] = env_before
     o = trace.outcome
     assert o.status == "completed", o
-    return {"agent_wall": o.wall_time_s, "agent_cpu": cpu, "total": total, "submits": o.n_submits,
+    return {"agent_wall": o.wall_s, "agent_cpu": cpu, "total": total, "submits": o.n_submits,
             "score": o.final_score}
 
 

@@ -37,13 +37,14 @@ import json, os, sys, time
 from pathlib import Path
 from ole.jobs import EvalJob, run_job
 from ole.registry import Registry
+from ole.chosen import ChosenVersion
 from ole.trace import RunCondition, TaskSpec
 root, out, plan = Path(sys.argv[1]), Path(sys.argv[2]), json.loads(sys.argv[3])
 usage = os.environ.get("RUN_COST_CPU_USAGE")
 cpu = lambda: int(Path(usage).read_text()) * 1e-9 if usage else None
 champ = Registry(root / "bundles").champion()
 for env, budget, pool, counted in plan:
-    job = EvalJob(bundle_ref=champ.ref, bundle=champ.bundle, task=TaskSpec(env=env, budget=budget, pool_seed=pool),
+    job = EvalJob(chosen=ChosenVersion(ref=champ.ref, bundle=champ.bundle), task=TaskSpec(env=env, budget=budget, pool_seed=pool),
                   condition=RunCondition(host="builtin"), runs_root=str(root / "runs"))
     c0, t0 = cpu(), time.time()
     trace = run_job(job)

@@ -30,7 +30,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ole.cost import CostCaps, CostMeter  # noqa: E402
-from ole.evolve import Engine, EvolveConfig, Suite, summarize  # noqa: E402
+from ole.evolve import Engine, EvolveConfig, Suite  # noqa: E402
 from ole.evolve.offline import OfflineEvolution  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
@@ -110,7 +110,7 @@ def one_search(args, name: str, seed: int, executor, shared: EvaluationStore, wo
         from ole.evolve.offline import nondominated
         retained = nondominated([*retained, *finished])
         spent = sum(charged.values())
-        best = max(retained, key=lambda c: summarize(c.pairs)["mean_r"], default=None)
+        best = max(retained, key=lambda c: c.stats.mean_r, default=None)
         verdict, gate_r = None, None
         if best is not None:
             d = engine.decide_gate(evo.champ, _fresh(best), evo.gate_looks, evo.seen_keys(traces), stage=f"oracle-g{g}")
@@ -119,7 +119,7 @@ def one_search(args, name: str, seed: int, executor, shared: EvaluationStore, wo
                 first_pass = first_pass or spent
                 best_pass = gate_r if best_pass is None else max(best_pass, gate_r)
         points.append({"generation": g, "episodes": spent, "best": best.ref if best else None,
-                       "search_mean_r": summarize(best.pairs)["mean_r"] if best else None,
+                       "search_mean_r": best.stats.mean_r if best else None,
                        "oracle_verdict": verdict, "oracle_mean_r": gate_r, "best_passing_mean_r": best_pass})
         print(f"{name} seed {seed} gen {g}: {spent} episodes, best {best.ref if best else '-'} "
               f"-> oracle {verdict} (mean r {gate_r if gate_r is None else round(gate_r, 3)})", flush=True)
@@ -129,7 +129,7 @@ def one_search(args, name: str, seed: int, executor, shared: EvaluationStore, wo
 def _fresh(candidate):
     """The candidate with its search pairs set aside (the oracle gate pairs it on its own instances)."""
     from ole.evolve import Candidate
-    return Candidate(candidate.ref, candidate.bundle, candidate.proposal)
+    return Candidate(candidate.chosen, candidate.proposal)
 
 
 def write(args, results: list[dict], wall: float) -> str:

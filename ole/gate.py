@@ -33,7 +33,7 @@ from ole.errors import ValidationError
 from ole.monitor import AnalysisConfig
 from ole.paired import COST_RESOURCES, Pair, PairStats, instance_key, pair_stats, regressions
 from ole.trace import utc_now
-from ole.verdicts import Verdict, is_release
+from ole.verdicts import Verdict
 
 SCHEMA_VERSION: Final = "1"
 DEFAULT_CONFIG_PATH = Path(__file__).with_name("gate.yaml")
@@ -205,9 +205,9 @@ class GateDecision(_Record):
         return self.coverage if self.coverage is not None else coverage(self.pairs)
 
     def event_payload(self) -> dict[str, object]:
-        """The record as the registry's `gate_decision` payload: the decision plus `accepted`, the
-        registry's status key, which is the verdict said as a flag (`ole.verdicts.is_release`)."""
-        return {**self.model_dump(mode="json"), "accepted": is_release(self.verdict)}
+        """The record as the registry's `gate_decision` payload (its `verdict` is the word the
+        registry derives the version's status from, `ole.verdicts`)."""
+        return self.model_dump(mode="json")
 
 
 def look_alpha(cfg: GateConfig, n: int, n_prev: int) -> float:

@@ -184,8 +184,8 @@ def _patch(module) -> None:
     if name == "ole.jobs":
         _patch_attr(module, "run_job", timed("run_job", _job))
     elif name == "ole.runner":
-        _patch_attr(module, "run_bundle", timed("run_bundle", lambda a, k, out: {
-            "run_dir": out.run_dir, "env": out.task.env, "wall_agent": out.outcome.wall_time_s}))
+        _patch_attr(module, "run_version", timed("run_bundle", lambda a, k, out: {
+            "run_dir": out.run_dir, "env": out.task.env, "wall_agent": out.outcome.wall_s}))
         _patch_attr(module, "_read_ready_line", timed("ready", lambda a, k, out: {"run_dir": out.get("run_dir"),
                                                                                   "url": out.get("url")}))
         _patch_attr(module, "work_agent", timed("agent", lambda a, k, out: {"workspace": str(a[2].workspace)}))

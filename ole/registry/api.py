@@ -37,6 +37,7 @@ from ole.registry.records import (DEFAULT_CHANNEL, Event, FsckReport, IndexRow, 
 from ole.registry.seeds import edited_seed, seed_files
 from ole.registry.state import State, derive_state
 from ole.roots import REGISTRY_DIR, resolve
+from ole.verdicts import verdict_of
 
 Step = Literal["look", "promoted", "rolled_back"]
 
@@ -285,18 +286,20 @@ class Registry:
     def record_gate_decision(self, ref: str, decision: dict[str, Any], *, key: str | None = None) -> int:
         """Append a release-gate decision; returns the event seq.
 
-        `decision` must say `accepted: true|false` or `decision: "accept"|"reject"`; a
-        rejection makes the status `rejected`, an acceptance `evaluated`.
+        `decision` must state a verdict (`ole.verdicts`: its `verdict`, or in older words
+        `accepted: true|false` or `decision: "accept"|"reject"`); it is stored as `verdict`. A
+        `release` makes the status `evaluated`, any other verdict `rejected`.
         """
-        accepted = decision.get("accepted", {"accept": True, "reject": False}.get(decision.get("decision", "")))
-        if not isinstance(accepted, bool):
-            raise ValidationError(f"gate decision needs accepted: true/false, got keys {sorted(decision)}",
-                                  hint='pass {"accepted": true, ...} or {"decision": "accept", ...}')
+        verdict = verdict_of(decision)
+        if verdict is None:
+            raise ValidationError("gate decision states no verdict (verdict: release|reject|indecisive, or in older "
+                                  f"words accepted: true/false), got keys {sorted(decision)}",
+                                  hint='pass {"verdict": "release"|"reject"|"indecisive", ...}')
         name, version = self._existing(ref)
         with self.journal.write("gate_decision"):
             done = self.journal.replayed(key)
             return done.seq if done else self.journal.append("gate_decision", name, version,
-                                                             {**decision, "accepted": accepted}, key=key)
+                                                             {**decision, "verdict": verdict}, key=key)
 
     def release(self, ref: str, *, channel: str = DEFAULT_CHANNEL, reason: str,
                 force: bool = False, key: str | None = None, exposure: float | None = None,

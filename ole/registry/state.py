@@ -3,7 +3,7 @@
 Status rules, applied in event order per version:
 
 * registration -> `registered`; evaluation -> `evaluated` (unless already further on);
-* gate decision -> `evaluated` when accepted, `rejected` when not;
+* gate decision -> `evaluated` when its verdict is `release`, `rejected` when not;
 * release -> `released`; rollback -> the version rolled back from becomes `rolled_back`
   and the target `released`;
 * activation -> the previously active version of that channel and scope becomes
@@ -28,6 +28,7 @@ from dataclasses import dataclass, field
 
 from ole.bundle import GENERAL_SCOPE, parse_ref
 from ole.registry.records import Event, Key, Slot, Status
+from ole.verdicts import is_release, verdict_of
 
 _ABSENT = object()
 
@@ -170,7 +171,7 @@ def _apply(state: State, event: Event) -> None:
     elif event.kind == "evaluation" and base.get(key) == "registered":
         base[key] = "evaluated"
     elif event.kind == "gate_decision":
-        base[key] = "evaluated" if event.payload.get("accepted") else "rejected"
+        base[key] = "evaluated" if is_release(verdict_of(event.payload)) else "rejected"
     elif event.kind == "release":
         base[key] = "released"
         state.pending[_slot(event)] = event

@@ -151,7 +151,6 @@ def test_cli_prints_the_estimate_first_and_rejects_overlapping_pools(capsys):
 
 # ----- staged evaluation, adaptive gate, specialisation ----------------------------------------------
 from ole.proposers import Proposer, accepted, child_bundle  # noqa: E402
-from synthetic import fake_evaluate  # noqa: E402
 
 
 class Scripted(Proposer):

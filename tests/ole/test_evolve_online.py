@@ -22,7 +22,8 @@ CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRoom
 GATE = GateConfig(min_pairs=6, min_families=2)
 
 
-def _online(tmp_path, online=OnlineConfig(tasks=6, every_k=3), *, evaluate=archive_fake, proposer=None):
+def _online(tmp_path, online=OnlineConfig(tasks=6, every_k=3), *, evaluate=archive_fake,  # noqa: B008 - frozen
+            proposer=None):
     root = tmp_path / "bundles"
     root.mkdir()
     shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")

@@ -183,10 +183,10 @@ def test_one_harness_task_leaves_a_verified_trace_read_from_the_hosts_run_json(t
     assert trace.task.profile == "quick" and trace.task.pool_seed == 0 and trace.task.budget == 4
     from ole.trace import run_json_digest
     assert trace.run_json_sha256 == run_json_digest(tmp / "run" / "run.json")
-    again = subprocess.run([PY, "-m", "evogym.cli", "run", "--env", "gym/acrobot", "--run-dir", str(tmp / "run2"),
-                            "--budget", "4", "--isolation", "none", "--",
-                            *_agent(tmp / "bundles", tmp / "work", "--every-k", "5").split()],
-                           capture_output=True, text=True, timeout=600, cwd=ROOT)
+    subprocess.run([PY, "-m", "evogym.cli", "run", "--env", "gym/acrobot", "--run-dir", str(tmp / "run2"),
+                   "--budget", "4", "--isolation", "none", "--",
+                   *_agent(tmp / "bundles", tmp / "work", "--every-k", "5").split()],
+                   capture_output=True, text=True, timeout=600, cwd=ROOT)
     log2 = (tmp / "run2" / "logs" / "agent.log").read_text()
     assert "another configuration" in log2 and "use a new --workdir" in log2  # one stream, one config
 

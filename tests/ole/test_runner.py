@@ -6,7 +6,6 @@ run including finalization takes seconds.
 from __future__ import annotations
 
 import json
-import os
 import re
 import pickle
 import shutil
