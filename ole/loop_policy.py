@@ -74,9 +74,12 @@ class Memory(_Component):
     """What the agent keeps within a run and carries across tasks."""
 
     top_k_programs: int = Field(3, ge=1, le=32)
-    """How many best programs are kept as revert targets and restart points."""
+    """How many best programs by mean are kept: revert targets, restart points, and what a confirmation
+    round re-tests (all but the best, each on fresh ids)."""
     edit_log_size: int = Field(20, ge=0, le=1000)
-    """How many past edits (kind, size, outcome) are kept and used (shown to an LLM, used for step adaptation)."""
+    """How many of the most recent candidates the next edit is informed by (`decisions.edit_window` over the
+    session's one edit log, one entry per candidate): the built-in agent adapts its search step by the 1/5th
+    success rule over them; an LLM is shown their one-line outcomes. 0 = none."""
     carry_lessons: bool = True
     """Read and write cross-task lessons (which mechanism worked for which observation/action signature)."""
 
@@ -142,7 +145,8 @@ class Budget(_Component):
     synthesis_fraction: float = Field(0.3, ge=0.0, le=1.0)
     """Share of the episode budget for structural synthesis."""
     confirmation_fraction: float = Field(0.15, ge=0.0, le=1.0)
-    """Share of the episode budget kept for confirmation at the end (the rest goes to tuning)."""
+    """Share of the episode budget kept for confirmation rounds at the end (the kept programs other than the best,
+    each re-tested on fresh ids); what is left after every share goes to the best program."""
     max_llm_calls: int = Field(64, ge=0, le=100000)
     """Hard cap on LLM calls in one task (LLM agents)."""
     max_tokens: int = Field(400000, ge=0, le=100000000)
