@@ -17,8 +17,9 @@ def did_you_mean(suggestions: Sequence[str]) -> str:
     return "did you mean " + " or ".join(f"`{s}`" for s in suggestions) + "?"
 
 
-class EvogymError(Exception):
-    """Base of all evogym errors; `hint` says what to do next."""
+class HintedError(Exception):
+    """An error of either tree (`EvogymError`, `ole.errors.OleError`): a one-line `message` and a
+    `hint` that says what to do next; `str()` is `message (hint: ...)`."""
 
     def __init__(self, message: str, *, hint: str = "") -> None:
         super().__init__(message)
@@ -31,18 +32,27 @@ class EvogymError(Exception):
         return self.message
 
 
-class ConfigError(EvogymError):
-    """A setting, flag or file given by the caller is invalid or missing."""
-
-
-class EnvNotFound(EvogymError):
-    """An environment id did not resolve; `suggestions` holds close known ids."""
+class UnknownName(HintedError):
+    """A name that did not resolve; `suggestions` holds close known ones, and the hint names them
+    unless the caller gave its own (mixed into each tree's not-found error)."""
 
     def __init__(self, message: str, *, suggestions: Sequence[str] = (), hint: str = "") -> None:
         self.suggestions = tuple(suggestions)
         if not hint and self.suggestions:
             hint = did_you_mean(self.suggestions)
         super().__init__(message, hint=hint)
+
+
+class EvogymError(HintedError):
+    """Base of all evogym errors; `hint` says what to do next."""
+
+
+class ConfigError(EvogymError):
+    """A setting, flag or file given by the caller is invalid or missing."""
+
+
+class EnvNotFound(UnknownName, EvogymError):
+    """An environment id did not resolve; `suggestions` holds close known ids."""
 
 
 class DataError(EvogymError):

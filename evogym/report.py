@@ -136,6 +136,13 @@ def curve_svg(doc: dict, rows: list[dict]) -> str | None:
     ax.set_xlabel("train episodes used")
     ax.set_ylabel("mean return")
     ax.legend(fontsize=7, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
+    return svg_of(fig)
+
+
+def svg_of(fig) -> str:
+    """A matplotlib figure as inline SVG (closed after): it shrinks with the page but never grows past
+    its drawn size (the viewBox is kept, the width becomes a max-width). `ole report` uses it too."""
+    import matplotlib.pyplot as plt
     buffer = io.StringIO()
     fig.savefig(buffer, format="svg", bbox_inches="tight")
     plt.close(fig)

@@ -8,24 +8,14 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from evogym.errors import did_you_mean
+from evogym.errors import HintedError, UnknownName
 
 
-class OleError(Exception):
+class OleError(HintedError):
     """Base of all OLE errors; `hint` says what to do next."""
 
     exit_code = 2
     """CLI exit status: 2 = the caller can fix it (bad input, wrong name, conflict)."""
-
-    def __init__(self, message: str, *, hint: str = "") -> None:
-        super().__init__(message)
-        self.message = message
-        self.hint = hint
-
-    def __str__(self) -> str:
-        if self.hint:
-            return f"{self.message} (hint: {self.hint})"
-        return self.message
 
 
 class ValidationError(OleError):
@@ -39,14 +29,8 @@ class ValidationError(OleError):
         self.details = tuple(details)
 
 
-class NotFound(OleError):
+class NotFound(UnknownName, OleError):
     """A name or version did not resolve; `suggestions` holds close known ones."""
-
-    def __init__(self, message: str, *, suggestions: Sequence[str] = (), hint: str = "") -> None:
-        self.suggestions = tuple(suggestions)
-        if not hint and self.suggestions:
-            hint = did_you_mean(self.suggestions)
-        super().__init__(message, hint=hint)
 
 
 class Conflict(OleError):

@@ -6,11 +6,10 @@ charts on one page never share clip-path ids.
 """
 from __future__ import annotations
 
-import io
 import itertools
-import re
 from collections.abc import Sequence
 
+from evogym.report import svg_of
 from ole.report.records import EnvAnchors, RunCurve, Version
 
 STATUS_COLORS = {
@@ -21,18 +20,6 @@ STATUS_COLORS = {
 """One colour per display status; the legend, the lineage and the charts all use this table."""
 
 _counter = itertools.count()
-
-
-def _svg(fig) -> str:
-    import matplotlib.pyplot as plt
-    buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
-    plt.close(fig)
-    text = buffer.getvalue()
-    text = text[text.index("<svg"):]
-    # shrink with the page but never grow past the drawn size: keep the viewBox, cap the width
-    return re.sub(r'<svg([^>]*?) width="([^"]*)" height="[^"]*"', r'<svg\1 class="chart" style="max-width: \2"',
-                  text, count=1)
 
 
 def _figure(width: float, height: float, ncols: int = 1, nrows: int = 1):
@@ -95,7 +82,7 @@ def generations_chart(versions: Sequence[Version]) -> str | None:
     ax.legend(fontsize=8, frameon=False, loc="center left", bbox_to_anchor=(1.0, 0.5))
     named = [p for p in search if p[2].ref in best.values() or p[2].status in LABELLED_STATUSES]
     _place_labels(fig, ax, sorted(named, key=lambda p: (-p[1], p[0])))
-    return _svg(fig)
+    return svg_of(fig)
 
 
 def _place_labels(fig, ax, points) -> None:
@@ -157,4 +144,4 @@ def curves_chart(curves: Sequence[RunCurve], anchors: Sequence[EnvAnchors], cham
     fig.tight_layout()
     fig.legend(fontsize=8, frameon=False, loc="lower center", ncol=min(8, len(bundles) + 3),
                bbox_to_anchor=(0.5, 1.0))
-    return _svg(fig)
+    return svg_of(fig)
