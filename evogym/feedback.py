@@ -23,6 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
+from evogym.durable import fsync_dir
 from evogym.spaces import to_jsonable
 
 SCHEMA_VERSION = "0.1"
@@ -54,14 +55,6 @@ def fsync_all(fds) -> None:
         if _fsync_pool is None:
             _fsync_pool = ThreadPoolExecutor(max_workers=FSYNC_BATCH // 4, thread_name_prefix="evogym-fsync")
     list(_fsync_pool.map(os.fsync, fds))
-
-
-def fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, durable_now: bool = True) -> None:

@@ -32,6 +32,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
+from evogym.durable import fsync_dir
 from ole import sqlite_open
 from ole.bundle import format_ref
 from ole.errors import IntegrityError, StorageError, ValidationError
@@ -100,14 +101,6 @@ def connect_leases(path: Path | str) -> sqlite3.Connection:
     except sqlite3.Error as exc:
         raise StorageError(f"cannot open the lease table in {path}: {exc}",
                            hint="check the registry's permissions and free space") from None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 def _event(row: tuple[Any, ...], payload: dict[str, Any], *, checked: bool = True) -> Event:
@@ -262,7 +255,7 @@ class Journal:
             os.chmod(temp, 0o444)
             os.replace(temp, final)
             crash_point("blob_renamed")
-            _fsync_dir(final.parent)
+            fsync_dir(final.parent)
         finally:
             temp.unlink(missing_ok=True)
 
