@@ -24,6 +24,7 @@ So a loop-policy field has one meaning whatever agent reads it
 """
 from __future__ import annotations
 
+import abc
 import time
 from dataclasses import dataclass
 from typing import Any, Literal, Protocol
@@ -86,7 +87,7 @@ class Submitted:
     """The submit's score (`decisions.submit_score`); None on a failure verdict or a refusal."""
 
 
-class Session:
+class Session(abc.ABC):
     """All state of one task, and the steps every agent takes the same way.
 
     Subclasses make the edits; the hooks below say how they read feedback and name edits.
@@ -135,13 +136,13 @@ class Session:
         self.t0 = time.monotonic()
 
     # ---- hooks ------------------------------------------------------------------------------
+    @abc.abstractmethod
     def observe(self, answer: SubmitAnswer) -> Observed:
-        """Read the feedback of a submit the host answered."""
-        raise NotImplementedError
+        """Read the feedback of a submit the host answered (each agent reads it its own way)."""
 
+    @abc.abstractmethod
     def classify(self, source: str, role: SubmitRole) -> EditKind:
         """The edit kind of a submit the session makes on its own (re-test, reference, confirmation)."""
-        raise NotImplementedError
 
     def precheck(self, source: str) -> list[str]:
         """Problems the agent's static check finds (read only under `verification.static_checks`)."""
