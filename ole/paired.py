@@ -79,6 +79,9 @@ class RunResult(RunSpend):
     """True when the host's run.json recorded the outcome (a scored run, or a host-recorded failure)."""
     episodes: int
     """Train episodes charged."""
+    submits: int = 0
+    """Submits that reached the host (each one a sandboxed evaluation the host paid for). 0 in
+    results stored before it was recorded: a pair with 0 on both sides has ratio 1."""
     within_contract: bool = True
     """True when every usage above stays within the task contract's resource budget β."""
     contract_breaches: tuple[str, ...] = ()
@@ -113,26 +116,33 @@ class Pair(_Record):
     """Which side failed to score."""
 
 
-COST_RESOURCES = ("episodes", "wall_s", "tokens", "usd")
+COST_RESOURCES = ("episodes", "submits", "wall_s", "tokens", "usd")
 """Resources whose challenger/champion totals a comparison reports (`PairStats.cost_ratio`)."""
+MEASURED_RESOURCES = frozenset({"wall_s"})
+"""Resources read off a clock: identical work measures differently with the machine's load (the
+same candidate's agent wall ratio moved 1.06 / 1.73 / 1.31 in three runs of one commit,
+experiments/results/refactor_release_check.md). The search ranks, retains and scopes on the
+others only (`ole.gate.holds_tail_and_cost(..., measured=False)`, `Objectives`), so the same
+inputs select the same candidates on any machine; the gate's verdict still checks them where
+its config bounds them (`GateConfig.cost_kappa`)."""
 CVAR_ALPHA = 0.25
 """Default tail share of CVaR (the gate config's `cvar_alpha` overrides it)."""
 WALL_NOISE_S = 5.0
-"""Seconds of agent wall time, summed over a candidate's pairs, that count as scheduling noise
-whatever their share: runs of a second or two differ by more than any relative tolerance on a
-loaded machine (`PairStats.wall_noise` states it as a share of the champion's total)."""
+"""Seconds of agent wall time, summed over a candidate's pairs, that are scheduling noise whatever
+their share: runs of a second or two differ by more than any relative tolerance on a loaded
+machine (`PairStats.wall_noise` states it as a share of the champion's total, for reports)."""
 
 
 class Objectives(TypedDict, total=False):
     """One comparison as a point of the search's objectives (`PairStats.objectives`): benefit and
-    tail up, episode and wall cost down. Without `wall` a point counts as the champion's wall."""
+    tail up, episode cost and submit count down — what the runs did, never a clock reading
+    (`MEASURED_RESOURCES`). Without `submits` a point counts as the champion's submits."""
 
     n: int
     mean_r: float
     cvar: float
     cost: float
-    wall: float
-    wall_noise: float
+    submits: float
 
 
 class PairStats(_Record):
@@ -172,20 +182,25 @@ class PairStats(_Record):
     cost_ratio: dict[str, float]
     """Per resource: challenger total / champion total (inf when the champion used none)."""
     wall_noise: float | None = None
-    """`WALL_NOISE_S` as a share of the champion's total wall time: wall ratios closer than this
-    are noise. None only in records made before it was stored."""
+    """`WALL_NOISE_S` as a share of the champion's total wall time: the resolution of the wall
+    ratio, reported beside it (the search does not read wall ratios: `MEASURED_RESOURCES`).
+    None only in records made before it was stored."""
 
     def objectives(self) -> Objectives:
         """The comparison as a point of the search's objectives (`ole.evolve.offline.dominates`)."""
         return Objectives(n=self.n_pairs, mean_r=self.mean_r, cvar=self.cvar, cost=self.cost_ratio["episodes"],
-                          wall=self.cost_ratio["wall_s"], wall_noise=self.wall_noise or 0.0)
+                          submits=self.cost_ratio.get("submits", 1.0))
 
 
 def _cost_ratio(pairs: Sequence[Pair]) -> dict[str, float]:
     out: dict[str, float] = {}
     for name in COST_RESOURCES:
-        champ = sum(float(getattr(p.champion, name)) for p in pairs)
-        chall = sum(float(getattr(p.challenger, name)) for p in pairs)
+        # submits: over the pairs whose two runs both recorded some (results stored before the
+        # field carry 0; a run that never reached a submit fails its pair, which r already charges)
+        counted = [p for p in pairs if p.champion.submits > 0 and p.challenger.submits > 0] \
+            if name == "submits" else pairs
+        champ = sum(float(getattr(p.champion, name)) for p in counted)
+        chall = sum(float(getattr(p.challenger, name)) for p in counted)
         out[name] = chall / champ if champ > 0 else (1.0 if chall == 0 else math.inf)
     return out
 
@@ -249,7 +264,7 @@ def run_result(trace: Trace) -> RunResult:
     score = float(out.final_score) if q is not None and out.final_score is not None else None
     return RunResult(trace_id=trace.trace_id, bundle_hash=trace.bundle_hash, q=q, q_source=source,
                      score=score, status=out.status, verified=host_recorded, episodes=out.episodes_used,
-                     wall_s=out.wall_s, llm_calls=out.llm_calls, tokens=out.tokens, usd=out.usd,
+                     submits=out.n_submits, wall_s=out.wall_s, llm_calls=out.llm_calls, tokens=out.tokens, usd=out.usd,
                      within_contract=not breaches, contract_breaches=breaches)
 
 

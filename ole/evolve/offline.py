@@ -8,7 +8,8 @@ candidate of each env that gains there, so a specialist is not lost to the overa
 move on to the next rung of twice as many instances, and so on to every search instance. The
 champion's runs are paid once and shared by every rung and generation. The retained set (the
 next generation's parents) is the champion plus the candidates that finished the cascade and
-no other point dominates on (benefit ↑, tail ↑, episode and wall cost ↓).
+no other point dominates on (benefit ↑, tail ↑, episode cost and submits ↓: what the runs did,
+never a clock reading).
 
 Then the gains are split by env (`ole.evolve.scoping`): each env where some finished
 candidate gains goes to the candidate that gains most there, and each such candidate becomes
@@ -105,26 +106,22 @@ class OfflineReport:
         return out
 
 
-WALL_TOLERANCE = 0.1
-"""Wall-time ratios closer than this count as equal when comparing candidates: agent wall time
-carries scheduling noise (two identical runs differ by several percent on a loaded machine),
-and a candidate must not be dropped, or kept, for noise. For short runs the tolerance is at
-least `ole.paired.WALL_NOISE_S` seconds over the candidate's pairs (`PairStats.wall_noise`)."""
-
-
 def dominates(a: Objectives, b: Objectives) -> bool:
-    """a is at least as good as b on (benefit, tail, episode cost, wall cost) and strictly better on one."""
-    aw, bw = a.get("wall", 1.0), b.get("wall", 1.0)
-    tol = max(WALL_TOLERANCE, a.get("wall_noise", 0.0), b.get("wall_noise", 0.0))
-    wall_le, wall_lt = aw <= bw + tol, aw < bw - tol
-    ge = a["mean_r"] >= b["mean_r"] and a["cvar"] >= b["cvar"] and a["cost"] <= b["cost"] and wall_le
-    gt = a["mean_r"] > b["mean_r"] or a["cvar"] > b["cvar"] or a["cost"] < b["cost"] or wall_lt
+    """a is at least as good as b on (benefit, tail, episode cost, submit count) and strictly better on one.
+
+    Every objective is what the runs did, never a clock reading: wall ratios of identical work
+    move with the machine's load (`ole.paired.MEASURED_RESOURCES`), so ranking on them kept
+    different parents in runs of the same inputs. The gate checks measured wall where its
+    config bounds it."""
+    a_sub, b_sub = a.get("submits", 1.0), b.get("submits", 1.0)
+    ge = a["mean_r"] >= b["mean_r"] and a["cvar"] >= b["cvar"] and a["cost"] <= b["cost"] and a_sub <= b_sub
+    gt = a["mean_r"] > b["mean_r"] or a["cvar"] > b["cvar"] or a["cost"] < b["cost"] or a_sub < b_sub
     return ge and gt
 
 
 DUPLICATE_RETRIES = 3
 """Attempts per population slot when a proposal repeats an existing candidate or is rejected."""
-CHAMPION_POINT = Objectives(mean_r=0.0, cvar=0.0, cost=1.0, wall=1.0)
+CHAMPION_POINT = Objectives(mean_r=0.0, cvar=0.0, cost=1.0, submits=1.0)
 """The champion against itself: no change, no tail loss, the same cost."""
 
 
@@ -138,11 +135,12 @@ def nondominated(cands: Sequence[Candidate]) -> list[Candidate]:
 def gate_feasible(c: Candidate, gate: GateConfig) -> bool:
     """Would the candidate's search pairs pass the gate's cost and tail criteria?
 
-    A candidate that buys its gain with more wall time or episodes than the gate allows, or
-    that regresses some instance beyond the tail bounds, is ranked below every feasible one:
-    the gate would reject it whatever its mean.
+    A candidate that buys its gain with more episodes (or another counted resource) than the
+    gate allows, or that regresses some instance beyond the tail bounds, is ranked below every
+    feasible one: the gate would reject it whatever its mean. Measured wall time is the gate's
+    to check, not the ranking's (`ole.paired.MEASURED_RESOURCES`).
     """
-    return bool(c.pairs) and holds_tail_and_cost(c.stats, gate)
+    return bool(c.pairs) and holds_tail_and_cost(c.stats, gate, measured=False)
 
 
 def rank_key(c: Candidate, gate: GateConfig | None = None) -> tuple[bool, float, float, int]:

@@ -107,11 +107,13 @@ def plan(cands: Sequence[Candidate], *, max_scopes: int,
 
 
 def holds_tail_and_cost(engine: Engine, cand: Candidate, envs: Sequence[str]) -> bool:
-    """Would the candidate's pairs on these envs pass the gate's tail and cost criteria?"""
+    """Would the candidate's pairs on these envs pass the gate's tail and cost criteria? (Counted
+    resources only: a scope must not move with the machine's load; the gate checks measured wall.)"""
     from ole import gate
     from ole.paired import pair_stats
     pairs = [p for p in cand.pairs if p.task.env in envs]
-    return bool(pairs) and gate.holds_tail_and_cost(pair_stats(pairs, engine.gate.cvar_alpha), engine.gate)
+    return bool(pairs) and gate.holds_tail_and_cost(pair_stats(pairs, engine.gate.cvar_alpha), engine.gate,
+                                                    measured=False)
 
 
 def specialize(engine: Engine, champion: ChosenVersion, minimal: Candidate, scope: ScopePlan,

@@ -130,7 +130,7 @@ class Proposer(abc.ABC):
 
     def observe(self, ref: str, bundle: Bundle, summary: Objectives, *, rung: int, final: bool) -> None:
         """How a candidate did on the search instances so far (`summary`: its `PairStats` as the
-        search's objectives: n, mean_r, cvar, cost, wall, wall_noise).
+        search's objectives: n, mean_r, cvar, cost, submits).
 
         Called after every rung of the staged evaluation, `final` on the last one. Model-based
         proposers (TPE) learn from it; the evidence-guided and random proposers ignore it. Gate

@@ -47,7 +47,7 @@ def test_pair_stats_are_the_gates_statistics(n):
     worst = sorted(p.r for p in pairs)[: -(-n // 4)]
     assert base.cvar == pytest.approx(sum(worst) / len(worst))
     point = base.objectives()
-    assert point["mean_r"] == base.mean_r and point["cost"] == 1.0 and point["wall"] == 1.0
+    assert point["mean_r"] == base.mean_r and point["cost"] == 1.0 and point["submits"] == 1.0 and "wall" not in point
 
 
 def test_verdicts_are_read_from_every_stored_form():
@@ -63,3 +63,24 @@ def test_measured_wall_time_is_wall_s_and_old_traces_still_read():
     old = Outcome.model_validate_json(json.dumps(doc))
     assert old.wall_s == 3.5 and "wall_time_s" not in old.model_dump()
     assert Outcome.model_validate(old.model_dump()) == old
+
+
+def test_the_search_reads_counted_costs_and_the_gate_also_reads_the_clock():
+    """Submits are counted per pair (old results without the count are left out of the ratio);
+    the search's feasibility skips measured wall, the gate's verdict checks it."""
+    from ole.gate import decide, holds_tail_and_cost
+
+    pairs = _pairs([0.2] * 8)
+    slow = [p.model_copy(update={"challenger": p.challenger.model_copy(update={"wall_s": 6.0, "submits": 6}),
+                                 "champion": p.champion.model_copy(update={"submits": 3 if i else 0})})
+            for i, p in enumerate(pairs)]
+    s = pair_stats(slow)
+    assert s.cost_ratio["wall_s"] == 3.0 and s.cost_ratio["submits"] == 2.0  # pair 0 (champion 0 submits) left out
+    assert s.objectives()["submits"] == 2.0
+    cfg = GateConfig()
+    assert holds_tail_and_cost(s, cfg, measured=False) and not holds_tail_and_cost(s, cfg)
+    d = decide(slow, cfg, champion="c@1", challenger="c@2")
+    assert d.verdict == "reject" and any("wall_s ratio 3.000" in r for c in d.criteria for r in c.reasons)
+    # a bound on submits is a counted resource: the search applies it too
+    bound = GateConfig(cost_kappa={"submits": 0.5})
+    assert not holds_tail_and_cost(s, bound, measured=False)
