@@ -10,6 +10,7 @@ its run, and is retried, cannot leave a second copy behind.
 from __future__ import annotations
 
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, model_validator
 
@@ -23,6 +24,19 @@ EVAL_CACHE_DIR = ".eval-cache"
 every run under one runs root (an evolution's champion and challengers on the same pools) validates
 an identical program on identical seeds once. It sits beside the run directories, never inside a
 workspace, and holds hashes, returns and lengths only."""
+EXECUTIONS = ("fast", "baseline")
+"""How a job's run is executed — never what it computes (same inputs, same run.json outcome:
+`tests/ole/test_runner.py`, `experiments/evolve_profile.py` compares whole evolves):
+
+- `fast` (default): the host is forked from the worker's warm template (`evogym.warm`), hidden
+  evaluation results are shared by every run under one runs root (`EVAL_CACHE_DIR`), and a batch
+  starts its longest runs first (`ole.paired.longest_first`);
+- `baseline`: how runs were executed before issue 21 made them cheap — a fresh `evogym serve`
+  process per run, nothing shared between runs, jobs started in the order the driver listed them.
+  Kept so the saving can be measured on the same decision, side by side, and to rule the fast
+  path in or out when a run misbehaves. The host's own per-submit changes (the shared-memory
+  policy transport, prestarted sandboxes, reused static checks) are not switchable: for those,
+  `experiments/run_fixed_cost.py` and `make bench` compare against older commits directly."""
 HOST_FAULT_RETRIES = 2
 """Extra attempts of a run whose host failed (not the agent: that is a recorded result). Under load
 the host can exit between finalization and the runner's last poll (seen once in ~200 runs on 2 cores)."""
@@ -43,6 +57,8 @@ class EvalJob(BaseModel):
     """Folder under which the host run directory is created (on the worker's machine)."""
     isolation: str = DEFAULT_ISOLATION
     """Sandbox isolation of the policy process (one of `evogym.sandbox.isolation.ISOLATIONS`)."""
+    execution: Literal["fast", "baseline"] = "fast"
+    """How the run is executed (`EXECUTIONS`); never changes its result."""
 
     @model_validator(mode="before")
     @classmethod
@@ -78,9 +94,12 @@ def run_job(job: EvalJob) -> Trace:
     from ole.agents.client import HostError
     from ole.runner import RunnerError, run_version
 
+    fast = job.execution == "fast"
+    serve_args = ("--eval-cache", str(Path(job.runs_root) / EVAL_CACHE_DIR)) if fast else ()
+
     def attempt() -> Trace:
         return run_version(job.task, job.chosen, job.condition, runs_dir=job.runs_root, isolation=job.isolation,
-                           serve_args=("--eval-cache", str(Path(job.runs_root) / EVAL_CACHE_DIR)))
+                           serve_args=serve_args, host_start="warm" if fast else "cold")
     for _ in range(HOST_FAULT_RETRIES):
         try:
             return attempt()

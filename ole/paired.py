@@ -380,11 +380,17 @@ class PairedEvaluation:
     def __init__(self, executor: Executor, store: ResultStore, evaluate: Callable[[EvalJob], Trace], *,
                  traces_root: str, runs_root: str, isolation: str = DEFAULT_ISOLATION,
                  before_batch: Callable[[list[EvalJob]], None] = lambda jobs: None,
-                 on_result: Callable[[EvalJob, RunResult], None] = lambda job, res: None) -> None:
+                 on_result: Callable[[EvalJob, RunResult], None] = lambda job, res: None,
+                 execution: str = "fast") -> None:
+        from ole.errors import ValidationError
+        from ole.jobs import EXECUTIONS
         from ole.trace import TraceArchive
+        if execution not in EXECUTIONS:
+            raise ValidationError(f"unknown execution {execution!r}; expected one of {list(EXECUTIONS)}",
+                                  hint="pass fast")
         self.executor, self.store, self.evaluate = executor, store, evaluate
         self.archive = TraceArchive(traces_root)
-        self.runs_root, self.isolation = runs_root, isolation
+        self.runs_root, self.isolation, self.execution = runs_root, isolation, execution
         self.before_batch, self.on_result = before_batch, on_result
         self.traces: dict[str, Trace] = {}
         """Traces of the runs made by this instance, by trace id."""
@@ -395,7 +401,7 @@ class PairedEvaluation:
 
     def _job(self, chosen: ChosenVersion, inst: Instance) -> EvalJob:
         return EvalJob(chosen=chosen, task=inst[0], condition=inst[1], runs_root=self.runs_root,
-                       isolation=self.isolation)
+                       isolation=self.isolation, execution=self.execution)
 
     def _keep(self, trace: Trace) -> None:
         """Archive a host-recorded trace once (a retried job or a resumed batch may return it again);
@@ -422,7 +428,7 @@ class PairedEvaluation:
                     jobs.append(self._job(chosen, inst))
                     keys.append(key)
         if jobs:
-            order = longest_first(jobs)
+            order = longest_first(jobs) if self.execution == "fast" else list(range(len(jobs)))
             jobs, keys = [jobs[i] for i in order], [keys[i] for i in order]
             self.before_batch(jobs)
             for i, trace in self.executor.run(self.evaluate, jobs):

@@ -23,6 +23,7 @@ from ole.cost import CostCaps, CostMeter, estimate
 from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
 from ole.gate import ci_text
+from ole.jobs import EXECUTIONS
 from ole.registry import DEFAULT_CHANNEL
 
 
@@ -134,6 +135,10 @@ def register(subparsers) -> None:
     r.add_argument("--executor", choices=("local", "ray"), default="local", help="where runs execute")
     r.add_argument("--address", default=None, help="Ray cluster address (--executor ray)")
     r.add_argument("--workers", type=int, default=None, help=f"parallel runs (default: {CFG.workers})")
+    r.add_argument("--execution", choices=EXECUTIONS, default=EXECUTIONS[0],
+                   help="how runs execute, never what they compute: fast (warm hosts, hidden-evaluation results "
+                        "shared across runs, longest runs first) or baseline (a fresh host per run, nothing shared, "
+                        "jobs in listed order: the execution before issue 21, to measure the saving)")
     r.add_argument("--workdir", default=None, help="resume store and host runs (default: runs/evolve-MODE)")
     r.add_argument("--traces", default="traces", help="trace archive (default: %(default)s)")
     r.add_argument("--max-episodes", type=int, default=None, help="cap on charged episodes")
@@ -269,7 +274,8 @@ def evolve(args: argparse.Namespace) -> Output:
             _track(args, cfg, registry) as tracker:
         engine = open_engine(registry=registry, workdir=workdir, traces_root=Path(args.traces), cfg=cfg,
                              evaluate=run_job, proposer=_proposer(args.proposer, workdir, cfg), gate=gate,
-                             executor=executor, progress=progress, driver=_driver(args))
+                             executor=executor, progress=progress, driver=_driver(args),
+                             execution=args.execution)
         progress.meter = engine.meter
         try:
             if args.mode == "offline":

@@ -387,11 +387,13 @@ def run_fingerprint(*, registry, traces_root, cfg: EvolveConfig, evaluate: Calla
 
 def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: Callable[[EvalJob], Trace],
                 proposer: Proposer, gate: GateConfig, executor, isolation: str = DEFAULT_ISOLATION,
-                progress: Callable[[str], None] = print, driver: dict | None = None) -> Engine:
+                progress: Callable[[str], None] = print, driver: dict | None = None,
+                execution: str = "fast") -> Engine:
     """Assemble the engine over a workspace folder (resume store and host runs live there).
 
     The store is bound to the run's fingerprint (`run_fingerprint`; `driver` adds the mode's
-    own settings): a workspace made under another configuration is refused.
+    own settings): a workspace made under another configuration is refused. `execution`
+    (`ole.jobs.EXECUTIONS`) is not part of it: it changes how runs execute, never their results.
     """
     from pathlib import Path
 
@@ -403,7 +405,7 @@ def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: 
     budget = cfg.suite.budget or profile(cfg.suite.profile).budget
     meter = CostMeter(cfg.caps, budget=budget, workers=cfg.workers)
     paired = PairedEvaluation(executor, store, evaluate, traces_root=str(traces_root), runs_root=str(workdir / "runs"),
-                              isolation=isolation,
+                              isolation=isolation, execution=execution,
                               before_batch=lambda jobs: meter.reserve([(j.task.env, j.task.budget) for j in jobs]),
                               on_result=on_result_counter(meter, progress))
     engine = Engine(registry, store, TraceArchive(traces_root), paired, proposer, gate, meter,

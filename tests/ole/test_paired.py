@@ -136,3 +136,30 @@ def test_batch_starts_the_longest_runs_first_and_pairs_do_not_depend_on_it():
     serial = _evaluator(MemoryStore(), fake_evaluate).pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
     assert [(p.task, p.r, p.champion.score) for p in out["coder@2"]] == \
         [(p.task, p.r, p.champion.score) for p in serial["coder@2"]]
+
+
+def test_baseline_execution_starts_jobs_as_listed_and_fast_longest_first(tmp_path):
+    """`execution` reaches every job; `fast` reorders a batch (longest runs first), `baseline`
+    keeps the listed order; an unknown execution is refused. Results are the same."""
+    from ole.chosen import ChosenVersion
+    from ole.errors import ValidationError
+
+    seen: dict[str, list] = {}
+
+    def make(execution):
+        def evaluate(job):
+            seen.setdefault(execution, []).append((job.task.env, job.execution))
+            return fake_evaluate(job)
+        return PairedEvaluation(LocalExecutor(1), MemoryStore(), evaluate, traces_root=str(tmp_path / execution),
+                                runs_root=str(tmp_path / execution), execution=execution)
+    instances = [(TaskSpec(env=e, budget=8, pool_seed=1), RunCondition(host="builtin"))
+                 for e in ("gym/acrobot", "gym/halfcheetah5")]
+    results = {}
+    for execution in ("fast", "baseline"):
+        out = make(execution).run([ChosenVersion(ref="coder@1", bundle=CHAMP)], instances)
+        results[execution] = {k: v[0].score for k, v in out.items()}
+    assert seen["baseline"] == [("gym/acrobot", "baseline"), ("gym/halfcheetah5", "baseline")]
+    assert seen["fast"] == [("gym/halfcheetah5", "fast"), ("gym/acrobot", "fast")]
+    assert results["fast"] == results["baseline"]
+    with pytest.raises(ValidationError, match="unknown execution"):
+        make("quick")

@@ -202,23 +202,39 @@ def test_an_unknown_env_is_refused_before_any_host_starts(tmp_path, registry_roo
 
 
 @pytest.mark.sandbox
-def test_warm_and_cached_runs_of_the_builtin_agent_score_as_the_cold_path(tmp_path, registry_root):
+def test_warm_and_cached_runs_of_the_builtin_agent_score_as_the_cold_path(tmp_path, registry_root, monkeypatch):
     """The run.json outcome of the path before warm hosts (a cold `evogym serve`, no shared hidden
-    evaluation), recorded here, is the outcome of a warm host, of a warm host that stores its hidden
-    batches and of one that reads them back: same seeds, same bundle, byte for byte."""
+    evaluation: a job's `baseline` execution), recorded here, is the outcome of a warm host, of a
+    warm host that stores its hidden batches and of one that reads them back (a job's `fast`
+    execution, twice under one runs root): same seeds, same bundle, byte for byte."""
+    from ole.chosen import ChosenVersion
+    from ole.jobs import EVAL_CACHE_DIR, EvalJob, run_job
     champ = Registry(registry_root).champion()
     task = TaskSpec(env="gym/pusher5", profile="quick", budget=4, pool_seed=3)
-    cache = ("--eval-cache", str(tmp_path / "cache"))
+    cond = RunCondition(host="builtin", seed=0)
+    starts: list[str] = []
+    real_start = runner.start_host
+
+    def recording_start(cmd, stderr, env_id, how="warm"):
+        starts.append(how)
+        return real_start(cmd, stderr, env_id, how)
+    monkeypatch.setattr(runner, "start_host", recording_start)
     outcomes, histories = [], []
-    for how, extra in (("cold", ()), ("warm", ()), ("warm", cache), ("warm", cache)):
-        trace = runner.run_bundle(task, champ.ref, champ.bundle, RunCondition(host="builtin", seed=0),
-                                  runs_dir=tmp_path / how, serve_args=extra, host_start=how)
+    for how in ("baseline", "warm", "fast", "fast"):
+        if how == "warm":  # a warm host that shares nothing
+            trace = runner.run_bundle(task, champ.ref, champ.bundle, cond, runs_dir=tmp_path / how, host_start="warm")
+        else:
+            trace = run_job(EvalJob(chosen=ChosenVersion(ref=champ.ref, bundle=champ.bundle), task=task, condition=cond,
+                                    runs_root=str(tmp_path / how), execution=how))
         out = json.loads((Path(trace.run_dir) / "run.json").read_text())["outcome"]
         out["auxiliary"].pop("mean_submit_wall_time")  # a wall-clock measurement
         outcomes.append(json.dumps(out, sort_keys=True))
         histories.append([(i.submit_id, i.mean_return, i.episodes_charged) for i in trace.history])
         events = [json.loads(x) for x in (Path(trace.run_dir) / "events.jsonl").read_text().splitlines()]
         sources = [e.get("cache") for e in events if e["event"] == "eval.run"]
+        if how == "baseline":
+            assert sources and set(sources) == {None} and not (tmp_path / how / EVAL_CACHE_DIR).exists()
+    assert starts == ["cold", "warm", "warm", "warm"]
     assert outcomes[0] and all(o == outcomes[0] for o in outcomes) and all(h == histories[0] for h in histories)
     assert json.loads(outcomes[0])["status"] == "completed"
     assert sources and set(sources) == {"hit"}  # the last run read every hidden batch
