@@ -19,7 +19,7 @@ release. Every look is kept in the decision record.
 """
 from __future__ import annotations
 
-from collections.abc import Collection, Iterable, Sequence
+from collections.abc import Iterable, Sequence
 from pathlib import Path
 from typing import Final, Literal
 
@@ -31,7 +31,7 @@ from ole.ablation import Ablation
 from ole.coverage import Coverage, coverage, evidence_bound
 from ole.errors import ValidationError
 from ole.monitor import AnalysisConfig
-from ole.paired import COST_RESOURCES, MEASURED_RESOURCES, Pair, PairStats, instance_key, pair_stats, regressions
+from ole.paired import COST_RESOURCES, Pair, PairStats, instance_key, pair_stats, regressions
 from ole.trace import utc_now
 from ole.verdicts import Verdict
 
@@ -285,12 +285,10 @@ def compute_stats(pairs: Sequence[Pair], cfg: GateConfig, seen_keys: Iterable[st
                      n_regressions=regressions(base.r, cfg.tail_tau), leaked_keys=leaked)
 
 
-def holds_tail_and_cost(stats: PairStats, cfg: GateConfig, *, measured: bool = True) -> bool:
+def holds_tail_and_cost(stats: PairStats, cfg: GateConfig) -> bool:
     """Would pairs with these statistics pass the gate's tail and cost criteria? (No test is run:
-    the ranking of a search asks this of every candidate at every rung.) `measured=False` leaves
-    out the clock-read resources (`ole.paired.MEASURED_RESOURCES`): what a search selects on must
-    not move with the machine's load."""
-    return _tail(stats, cfg).passed and _cost(stats, cfg, skip=() if measured else MEASURED_RESOURCES).passed
+    the ranking of a search asks this of every candidate at every rung.)"""
+    return _tail(stats, cfg).passed and _cost(stats, cfg).passed
 
 
 def _check(name: CriterionName, failures: list[str]) -> Criterion:
@@ -339,11 +337,9 @@ def _tail(s: PairStats, c: GateConfig) -> Criterion:
     return _check("tail", f)
 
 
-def _cost(s: PairStats, c: GateConfig, skip: Collection[str] = ()) -> Criterion:
+def _cost(s: PairStats, c: GateConfig) -> Criterion:
     f = [f"contract budget exceeded by {b}" for b in s.contract_breaches[:5]]
     for name, kappa in c.cost_kappa.items():
-        if name in skip:
-            continue
         ratio = s.cost_ratio.get(name, 1.0)
         if ratio > 1.0 + kappa:
             f.append(f"{name} ratio {ratio:.3f} > allowed {1.0 + kappa:.3f}")

@@ -118,13 +118,6 @@ class Pair(_Record):
 
 COST_RESOURCES = ("episodes", "submits", "wall_s", "tokens", "usd")
 """Resources whose challenger/champion totals a comparison reports (`PairStats.cost_ratio`)."""
-MEASURED_RESOURCES = frozenset({"wall_s"})
-"""Resources read off a clock: identical work measures differently with the machine's load (the
-same candidate's agent wall ratio moved 1.06 / 1.73 / 1.31 in three runs of one commit,
-experiments/results/refactor_release_check.md). The search ranks, retains and scopes on the
-others only (`ole.gate.holds_tail_and_cost(..., measured=False)`, `Objectives`), so the same
-inputs select the same candidates on any machine; the gate's verdict still checks them where
-its config bounds them (`GateConfig.cost_kappa`)."""
 CVAR_ALPHA = 0.25
 """Default tail share of CVaR (the gate config's `cvar_alpha` overrides it)."""
 WALL_NOISE_S = 5.0
@@ -136,7 +129,7 @@ machine (`PairStats.wall_noise` states it as a share of the champion's total, fo
 class Objectives(TypedDict, total=False):
     """One comparison as a point of the search's objectives (`PairStats.objectives`): benefit and
     tail up, episode cost and submit count down — what the runs did, never a clock reading
-    (`MEASURED_RESOURCES`). Without `submits` a point counts as the champion's submits."""
+    (`ole.evolve.offline.dominates`). Without `submits` a point counts as the champion's submits."""
 
     n: int
     mean_r: float
@@ -183,8 +176,8 @@ class PairStats(_Record):
     """Per resource: challenger total / champion total (inf when the champion used none)."""
     wall_noise: float | None = None
     """`WALL_NOISE_S` as a share of the champion's total wall time: the resolution of the wall
-    ratio, reported beside it (the search does not read wall ratios: `MEASURED_RESOURCES`).
-    None only in records made before it was stored."""
+    ratio, reported beside it (the search's objectives do not read wall ratios). None only in
+    records made before it was stored."""
 
     def objectives(self) -> Objectives:
         """The comparison as a point of the search's objectives (`ole.evolve.offline.dominates`)."""

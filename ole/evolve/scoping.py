@@ -107,13 +107,12 @@ def plan(cands: Sequence[Candidate], *, max_scopes: int,
 
 
 def holds_tail_and_cost(engine: Engine, cand: Candidate, envs: Sequence[str]) -> bool:
-    """Would the candidate's pairs on these envs pass the gate's tail and cost criteria? (Counted
-    resources only: a scope must not move with the machine's load; the gate checks measured wall.)"""
+    """Would the candidate's pairs on these envs pass the gate's tail and cost criteria? (As
+    `ole.evolve.offline.gate_feasible`: the measured wall ratio against the gate's wide bound.)"""
     from ole import gate
     from ole.paired import pair_stats
     pairs = [p for p in cand.pairs if p.task.env in envs]
-    return bool(pairs) and gate.holds_tail_and_cost(pair_stats(pairs, engine.gate.cvar_alpha), engine.gate,
-                                                    measured=False)
+    return bool(pairs) and gate.holds_tail_and_cost(pair_stats(pairs, engine.gate.cvar_alpha), engine.gate)
 
 
 def specialize(engine: Engine, champion: ChosenVersion, minimal: Candidate, scope: ScopePlan,
