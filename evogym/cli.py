@@ -117,17 +117,27 @@ def _gateway(args, host):
     return Gateway(host).start()
 
 
+def _stack_dumps() -> None:
+    """`kill -USR1 <host pid>` writes every thread's stack to stderr (the host log under a
+    harness): how a host that seems stuck is diagnosed without stopping it."""
+    import faulthandler
+    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+
+
 def cmd_serve(args) -> int:
     from evogym.progress import RunWatcher
     from evogym.server import Server
     host, sock, credential = _open_host(args)
     server = Server(host, args.bind, args.port, credential, sock=sock).start()
     gateway = _gateway(args, host)
+    # before the ready line: a harness may send SIGTERM as soon as it has read it, and the
+    # default action would end the run unscored
+    signal.signal(signal.SIGTERM, lambda *_: host.start_finalize("sigterm"))
+    _stack_dumps()
     print(json.dumps({"url": server.url, "workspace": str(host.run.workspace), "run_dir": str(host.run.root),
                       "token_file": str(server.credential.token_file),
                       "auth_header_file": str(server.credential.header_file),
                       "session_socket": str(gateway.path) if gateway else None}), flush=True)
-    signal.signal(signal.SIGTERM, lambda *_: host.start_finalize("sigterm"))
     # progress only for a person at a terminal: harnesses read stdout and keep stderr as a log
     watcher = RunWatcher(host.run.root, host.config.budget).start() if sys.stderr.isatty() else None
     try:
@@ -153,6 +163,7 @@ def cmd_run(args) -> int:
     host, sock, credential = _open_host(args)
     server = Server(host, args.bind, args.port, credential, sock=sock).start()
     gateway = _gateway(args, host)
+    _stack_dumps()
     ws = host.run.workspace
     env = {**os.environ, **agent_env(server.url, ws, server.credential), **(gateway.agent_env() if gateway else {})}
     agent_log = host.run.logs / "agent.log"

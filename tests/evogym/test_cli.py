@@ -9,6 +9,8 @@ import time
 import urllib.request
 from pathlib import Path
 
+import pytest
+
 
 EVOGYM = [sys.executable, "-m", "evogym.cli"]
 AGENT = r'''
@@ -63,6 +65,40 @@ def _serve(run_dir: Path):
     proc = subprocess.Popen(EVOGYM + ["serve", "--env", "gym/acrobot", "--run-dir", str(run_dir), "--budget", "8"],
                             stdout=subprocess.PIPE, text=True)
     return proc, json.loads(proc.stdout.readline())
+
+
+def _wait_or_dump(proc: subprocess.Popen, timeout: float) -> None:
+    """Wait for a host to exit; one that does not is made to write every thread's stack to its
+    stderr (`kill -USR1`, shown in the test's captured output), then killed: a hang fails with
+    where it hung."""
+    try:
+        proc.wait(timeout=timeout)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGUSR1)
+        time.sleep(2)
+        proc.kill()
+        proc.wait()
+        pytest.fail(f"the host did not exit within {timeout} s of SIGTERM; its thread stacks are in the stderr above")
+
+
+def test_a_host_writes_its_thread_stacks_on_sigusr1_and_keeps_serving(tmp_path):
+    run_dir = tmp_path / "stacks"
+    proc = subprocess.Popen(EVOGYM + ["serve", "--env", "gym/acrobot", "--run-dir", str(run_dir), "--budget", "8"],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        ready = json.loads(proc.stdout.readline())
+        proc.send_signal(signal.SIGUSR1)
+        info = json.load(urllib.request.urlopen(urllib.request.Request(ready["url"] + "/info", headers=_auth(ready))))
+        assert info["state"]["remaining_budget"] == 8  # still serving after the dump
+        proc.send_signal(signal.SIGTERM)
+        _, err = proc.communicate(timeout=120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert proc.returncode in (0, 1), err  # finalized on SIGTERM (1: no valid submission), not killed
+    assert "Thread 0x" in err and "cmd_serve" in err, err  # every thread, the main one waiting in cmd_serve
+    assert json.loads((run_dir / "run.json").read_text())["outcome"]["status"]
 
 
 def _auth(ready: dict) -> dict:
@@ -121,4 +157,4 @@ def test_server_sigkill_leaves_no_sandbox_and_restart_refunds(tmp_path):
         assert not staged & left and len(staged) <= 2, (staged, left)  # only the new host's spares
     finally:
         proc2.send_signal(signal.SIGTERM)
-        proc2.wait(timeout=120)
+        _wait_or_dump(proc2, 120)
