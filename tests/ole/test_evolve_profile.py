@@ -86,3 +86,20 @@ def test_run_fixed_cost_smoke(tmp_path):
                    check=True, cwd=ROOT, timeout=1800)
     text = out.read_text()
     assert "**fixed cost**" in text and "| gym/acrobot | " in text and "identical" in text
+
+
+def test_the_floor_removes_fixed_cost_and_divides_stepping_by_the_raw_ratio(tmp_path):
+    import evolve_floor as ef
+    runs = [{"wall": 10.0, "fixed": 2.0, "agent_compute": 1.0}, {"wall": 20.0, "fixed": 4.0, "agent_compute": 1.0}]
+    rows = [{"record": {"label": "new", "wall_s": 15.0, "summary": {"spent": {"episodes": 30}}}, "runs": runs},
+            {"record": {"label": "old", "wall_s": 30.0, "summary": {"spent": {"episodes": 30}}},
+             "runs": [{"wall": 60.0, "fixed": 30.0, "agent_compute": 0.0}]}]
+    path = tmp_path / "profile.json"
+    path.write_text(json.dumps(rows))
+    b = ef.bound(rows[0], 1.5)
+    assert b["stepping"] == 22.0 and b["floor_run_wall"] == 22.0 / 1.5 + 2.0
+    assert b["floor_evolve"] == 15.0 * b["floor_run_wall"] / 30.0
+    out = tmp_path / "floor.md"
+    assert ef.main([str(path), "--raw-ratio", "1.5", "--baseline", "old", "--out", str(out)]) == 0
+    ratio = b["floor_evolve"] / 30 / (30.0 / 30)
+    assert f"new at its bound vs old as measured, per charged episode: {ratio:.3f}" in out.read_text()
