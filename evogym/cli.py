@@ -117,6 +117,10 @@ def _gateway(args, host):
     return Gateway(host).start()
 
 
+SIGNAL_POLL_S = 0.1
+"""How often `evogym serve` looks for a SIGTERM its handler recorded (the longest a signal waits)."""
+
+
 def _stack_dumps() -> None:
     """`kill -USR1 <host pid>` writes every thread's stack to stderr (the host log under a
     harness): how a host that seems stuck is diagnosed without stopping it."""
@@ -131,8 +135,11 @@ def cmd_serve(args) -> int:
     server = Server(host, args.bind, args.port, credential, sock=sock).start()
     gateway = _gateway(args, host)
     # before the ready line: a harness may send SIGTERM as soon as it has read it, and the
-    # default action would end the run unscored
-    signal.signal(signal.SIGTERM, lambda *_: host.start_finalize("sigterm"))
+    # default action would end the run unscored. The handler only records the signal: it runs
+    # between two bytecodes of the main thread, and start_finalize takes locks (a second SIGTERM
+    # inside the first one's start_finalize deadlocked the host on its own lock)
+    terminated: list[int] = []
+    signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
     _stack_dumps()
     print(json.dumps({"url": server.url, "workspace": str(host.run.workspace), "run_dir": str(host.run.root),
                       "token_file": str(server.credential.token_file),
@@ -141,7 +148,9 @@ def cmd_serve(args) -> int:
     # progress only for a person at a terminal: harnesses read stdout and keep stderr as a log
     watcher = RunWatcher(host.run.root, host.config.budget).start() if sys.stderr.isatty() else None
     try:
-        host.done.wait()
+        while not host.done.wait(SIGNAL_POLL_S):
+            if terminated:
+                host.start_finalize("sigterm")  # idempotent: later signals change nothing
     except KeyboardInterrupt:
         host.start_finalize("interrupt")
         host.done.wait()

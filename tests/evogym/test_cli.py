@@ -81,6 +81,42 @@ def _wait_or_dump(proc: subprocess.Popen, timeout: float) -> None:
         pytest.fail(f"the host did not exit within {timeout} s of SIGTERM; its thread stacks are in the stderr above")
 
 
+def test_sigterm_twice_during_a_submit_still_finalizes_the_run(tmp_path):
+    """The first SIGTERM's finalize waits for the running submit (it holds the judge's lock); a
+    second SIGTERM then (a harness's `timeout`, a process-group kill) once re-entered the
+    finalize from the signal handler, on the same thread, and the host hung on its own lock."""
+    run_dir = tmp_path / "twice"
+    proc, ready = _serve(run_dir)
+    try:
+        (Path(ready["workspace"]) / "system" / "policy.py").write_text(
+            "import time\nclass Policy:\n    def __init__(self, o, a, m): self.n = 0\n    def reset(self, i): pass\n"
+            "    def act(self, obs):\n        self.n += 1\n        if self.n < 400:\n            time.sleep(0.004)\n"
+            "        return 0\n")  # slow for the submit's first 1.6 s of steps (and each hidden sandbox's)
+        req = urllib.request.Request(ready["url"] + "/submit", data=b'{"env_instances": [0]}',
+                                     headers={"Content-Type": "application/json", **_auth(ready)})
+        answers: list[int] = []
+        submit = threading.Thread(target=lambda: answers.append(urllib.request.urlopen(req, timeout=120).status))
+        submit.start()
+        events = run_dir / "events.jsonl"
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and not (events.is_file() and "submit.snapshot" in events.read_text()):
+            time.sleep(0.05)
+        proc.send_signal(signal.SIGTERM)
+        time.sleep(0.3)
+        proc.send_signal(signal.SIGTERM)
+        submit.join(timeout=120)
+        _wait_or_dump(proc, 120)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert answers == [200]  # the submit that was running completed, charged and answered
+    doc = json.loads((run_dir / "run.json").read_text())
+    assert doc["outcome"]["status"] != "error" and doc["outcome"]["final_score"] is not None, doc["outcome"]
+    closes = [json.loads(line) for line in events.read_text().splitlines() if '"run.close.start"' in line]
+    assert len(closes) == 1 and closes[0]["reason"] == "sigterm"
+
+
 def test_a_host_writes_its_thread_stacks_on_sigusr1_and_keeps_serving(tmp_path):
     run_dir = tmp_path / "stacks"
     proc = subprocess.Popen(EVOGYM + ["serve", "--env", "gym/acrobot", "--run-dir", str(run_dir), "--budget", "8"],
