@@ -215,7 +215,8 @@ class Judge:
     # -- the request ---------------------------------------------------------------
     def submit(self, body: dict, idempotency_key: str | None = None) -> tuple[int, dict]:
         """Run one submit request; a repeated `idempotency_key` with the same body answers the
-        first answer again (no charge), with another body 422 (nothing runs)."""
+        first answer again (no charge), with another body 422 (nothing runs). A 503 (the host
+        failed inside the submit and refunded it) is not remembered: its retry runs."""
         with self.lock:
             digest = _digest(body)
             if idempotency_key is not None and idempotency_key in self._idem:
@@ -226,7 +227,7 @@ class Judge:
                                    "use a new key for a new request"}}
                 return answer
             answer = self._submit_locked(body)
-            if idempotency_key is not None:
+            if idempotency_key is not None and answer[0] != 503:  # 503: nothing charged, a retry runs it
                 if len(self._idem) >= IDEMPOTENCY_KEYS_KEPT:
                     self._idem.pop(next(iter(self._idem)))
                 self._idem[idempotency_key] = (digest, answer)
@@ -311,15 +312,18 @@ class Judge:
         self.state.charged += 1
         self.run.event("submit.charge", submit=index, cost=cost, remaining=self.state.remaining)
         ckpt = self.run.checkpoints / self.run.submit_name(index)
-        tree = PartialTree(self.run.feedback / self.run.submit_name(index))
-        try:
+        tree: PartialTree | None = None
+        try:  # from the charge on, any host fault is refunded: making the feedback folder too
+            tree = PartialTree(self.run.feedback / self.run.submit_name(index))
             summary, status, timing = self._fill_tree(tree, index, ckpt, instances, cost, first, started,
                                                       started_at)
         except Exception as exc:  # noqa: BLE001 - a host fault (disk, sandbox start-up): refunded
-            tree.abort()
+            if tree is not None:
+                tree.abort()
             return self._refund(index, cost, instances, started, started_at, exc)
         except BaseException:
-            tree.abort()
+            if tree is not None:
+                tree.abort()
             raise
         self.run.event("submit.finish", durable=False, submit=index, status=status, cost=cost,
                        mean_return=summary["mean_return"], wall=summary["wall_time_seconds"],
@@ -334,10 +338,13 @@ class Judge:
         self.state.charged -= 1
         reason = f"{type(exc).__name__}: {exc}"[:2000]
         summary = self._summary(index, "host_interrupted", instances, started, started_at)
-        write_tree(self.run.feedback / self.run.submit_name(index), {
-            "summary.json": _pretty(summary), "errors.txt": (error_line(
-                "host_interrupted", f"host_interrupted: the host failed during this submit ({reason}); "
-                "it was not charged", utc_stamp()) + "\n").encode()})
+        try:
+            write_tree(self.run.feedback / self.run.submit_name(index), {
+                "summary.json": _pretty(summary), "errors.txt": (error_line(
+                    "host_interrupted", f"host_interrupted: the host failed during this submit ({reason}); "
+                    "it was not charged", utc_stamp()) + "\n").encode()})
+        except Exception as again:  # noqa: BLE001 - the same fault (e.g. feedback/ unwritable): refunded all the same
+            reason += f"; its feedback folder could not be written either ({type(again).__name__}: {again})"[:1000]
         self.run.event("submit.refund", submit=index, cost=cost, reason=reason, remaining=self.state.remaining)
         return 503, {"submit_id": index, "status": "host_interrupted", "summary": summary,
                      "error": {"message": f"the host failed during this submit and did not charge it: {reason}"}}

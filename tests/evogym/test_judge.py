@@ -255,3 +255,26 @@ def test_a_resubmitted_tree_reuses_its_static_results_and_gets_the_same_verdict_
     assert (live.run_dir / "code_metrics" / "submit_000.json").read_bytes() == \
         (live.run_dir / "code_metrics" / "submit_001.json").read_bytes()
     assert (ckpts / "submit_003" / "metrics.json").read_bytes() == (ckpts / "submit_004" / "metrics.json").read_bytes()
+
+
+def test_a_host_fault_making_the_feedback_folder_is_refunded_and_a_keyed_retry_runs(live_host):
+    """The feedback folder is made after the charge: a fault there (here feedback/ is a file; a
+    full disk would do the same) is the host's, refunded like any other, and an Idempotency-Key
+    does not pin the 503 (it says nothing was charged: the retry must run)."""
+    live = live_host(budget=8)
+    live.write_policy(ZERO_POLICY)
+    feedback = live.workspace / "feedback"
+    feedback.rmdir()
+    feedback.write_text("not a folder")
+    key = {"Idempotency-Key": "k1"}
+    status, body = live.submit([0, 1], headers=key)
+    assert status == 503 and body["status"] == "host_interrupted", body
+    assert "not charged" in body["error"]["message"] or "did not charge" in body["error"]["message"]
+    assert live.get("/info")[1]["state"]["remaining_budget"] == 8  # refunded
+    feedback.unlink()
+    feedback.mkdir()
+    status, body = live.submit([0, 1], headers=key)  # the same key and body: runs now
+    assert status == 200 and body["status"] == "ok", body
+    assert live.get("/info")[1]["state"]["remaining_budget"] == 6
+    assert live.submit([0, 1], headers=key) == (status, body)  # an answer that ran is replayed, free
+    assert live.get("/info")[1]["state"]["remaining_budget"] == 6
