@@ -292,18 +292,35 @@ def run_record_config(config) -> dict:
 
 
 def _mirror(run, best: int) -> None:
-    """Replace workspace/system with the selected checkpoint (minus host files), atomically."""
-    src = run.checkpoints / run.submit_name(best)
-    tmp = run.workspace / ".system.final"
-    shutil.rmtree(tmp, ignore_errors=True)
-    shutil.copytree(src, tmp, symlinks=True, ignore=shutil.ignore_patterns("metrics.json", "_meta.json"))
-    old = run.workspace / ".system.old"
-    shutil.rmtree(old, ignore_errors=True)
-    if run.system.exists():
-        os.rename(run.system, old)
-    os.rename(tmp, run.system)
-    shutil.rmtree(old, ignore_errors=True)
+    """Replace workspace/system with the selected checkpoint (minus host files), atomically.
+
+    A convenience copy for whoever opens the workspace afterwards, never part of the score: the
+    workspace is the agent's, so whatever it left at the names used here (a file, a link, a
+    folder) is removed first, and a mirror that still fails is recorded (`workspace.mirror.error`)
+    and leaves the run scored."""
+    try:
+        src = run.checkpoints / run.submit_name(best)
+        tmp = run.workspace / ".system.final"
+        _remove(tmp)
+        shutil.copytree(src, tmp, symlinks=True, ignore=shutil.ignore_patterns("metrics.json", "_meta.json"))
+        old = run.workspace / ".system.old"
+        _remove(old)
+        if os.path.lexists(run.system):
+            os.rename(run.system, old)
+        os.rename(tmp, run.system)
+        _remove(old)
+    except OSError as exc:
+        run.event("workspace.mirror.error", snap=best, error=f"{type(exc).__name__}: {exc}"[:2000])
+        return
     run.event("workspace.mirror", snap=best)
+
+
+def _remove(path: Path) -> None:
+    """Remove whatever is at `path` (a folder's tree, or a file or link itself); nothing there is fine."""
+    if path.is_dir() and not path.is_symlink():
+        shutil.rmtree(path)
+    elif os.path.lexists(path):
+        path.unlink()
 
 
 def _submit_rows(run) -> list[dict]:

@@ -59,6 +59,8 @@ def snapshot(src: Path, dst: Path) -> str:
     `dst` exists before the copy so a sandbox can be launched on it meanwhile; a host that
     dies mid-copy leaves a checkpoint without feedback, which the next start records as
     `host_interrupted` and refunds."""
+    if os.path.islink(src):  # os.walk follows a linked top folder: the copy would be of whatever it names
+        raise SnapshotError(f"{Path(src).name}/ is a symbolic link; it must be a folder in the workspace")
     files = size = 0
     digest = hashlib.sha256()
     for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
@@ -89,7 +91,10 @@ def snapshot(src: Path, dst: Path) -> str:
                 continue
             _framed(digest, b"F", (rel / name).as_posix().encode("utf-8", "surrogateescape"))
             content = hashlib.sha256()
-            with os.fdopen(fd, "rb") as f_in, open(dst / rel / name, "wb") as f_out:
+            # never looser than the source (a hard link to a 0600 file stays 0600), always readable to its owner
+            mode = (st.st_mode & 0o777) | stat.S_IRUSR
+            out = os.open(dst / rel / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
+            with os.fdopen(fd, "rb") as f_in, open(out, "wb") as f_out:
                 while chunk := f_in.read(COPY_CHUNK):
                     content.update(chunk)
                     f_out.write(chunk)

@@ -48,6 +48,26 @@ def test_best_validation_wins_and_identical_trees_share_evaluation(live_host):
     assert doc["versions"]["packages"]["gymnasium"] == "1.4.0" and doc["isolation"]["level"] == "bwrap"
 
 
+def test_whatever_the_agent_left_at_the_mirror_names_the_run_is_scored(live_host):
+    """The workspace is the agent's: a file or a link at `.system.final` / `.system.old` (the
+    names the final mirror uses) once made the finalize fail after the held-out episodes ran,
+    leaving the run unscored (status error)."""
+    import os
+    for name, make in ((".system.final", "file"), (".system.old", "file"), (".system.old", "link")):
+        live = live_host(budget=4)
+        live.write_policy(SWING)
+        live.submit([0])
+        target = live.workspace / name
+        if make == "file":
+            target.write_text("the agent's")
+        else:
+            os.symlink(live.workspace / "system", target)
+        out = live.finish_and_wait()["outcome"]
+        assert out["status"] == "completed" and out["final_score"] is not None, (name, make, out)
+        assert "obs[4] > 0 else 2" in (live.workspace / "system" / "policy.py").read_text()
+        assert not os.path.lexists(live.workspace / ".system.old") and _events(live, "workspace.mirror")
+
+
 def test_no_ok_submit(live_host):
     live = live_host(budget=4)
     live.write_policy("class Policy:\n    def __init__(self, o, a, m): raise RuntimeError\n")

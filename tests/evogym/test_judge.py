@@ -278,3 +278,36 @@ def test_a_host_fault_making_the_feedback_folder_is_refunded_and_a_keyed_retry_r
     assert live.get("/info")[1]["state"]["remaining_budget"] == 6
     assert live.submit([0, 1], headers=key) == (status, body)  # an answer that ran is replayed, free
     assert live.get("/info")[1]["state"]["remaining_budget"] == 6
+
+
+def test_a_linked_system_folder_is_not_followed_and_copies_are_never_looser_than_their_source(live_host, tmp_path):
+    """`system` itself a symbolic link (to the run's 0700 control folder with its credential, or
+    anywhere): os.walk followed a linked top folder, so the checkpoint held copies of what it
+    named, made 0644. Now the submit is refused (charged, import_error, nothing copied); and a
+    file of system/ (e.g. a hard link to the token) is copied no looser than it is."""
+    import os
+    live = live_host(budget=4)
+    system = live.workspace / "system"
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "policy.py").write_text(ZERO_POLICY)
+    real = live.workspace / "system.real"
+    system.rename(real)
+    os.symlink(outside, system)
+    status, body = live.submit([0])
+    assert status == 200 and body["status"] == "import_error", body
+    ckpt = live.run_dir / "checkpoints" / "submit_000"
+    assert [p.name for p in ckpt.iterdir() if p.name != "metrics.json"] == []
+    errors = (live.workspace / "feedback" / "submit_000" / "errors.txt").read_text()
+    assert "system/ is a symbolic link" in errors
+    system.unlink()
+    real.rename(system)
+    live.write_policy(ZERO_POLICY)
+    (system / "open.txt").write_text("x")
+    os.chmod(system / "open.txt", 0o644)
+    os.link(live.host.run.control / "token", system / "token_copy")
+    status, body = live.submit([0])
+    assert status == 200 and body["status"] == "ok", body
+    ckpt = live.run_dir / "checkpoints" / "submit_001"
+    assert (ckpt / "token_copy").stat().st_mode & 0o777 == 0o600
+    assert (ckpt / "open.txt").stat().st_mode & 0o077 == (system / "open.txt").stat().st_mode & 0o077
