@@ -148,12 +148,16 @@ class Host:
             return 409, {"status": "budget_remaining", "error": {
                 "message": f"this run requires spending the whole budget ({self.judge.state.remaining} left)"}}
         with self.judge.lock:
-            if self.judge.closed:
-                return 200, {"status": "finalizing" if not self.done.is_set() else "finalized"}
-            if self.judge.state.n_submits == 0 and self.judge.state.used == 0:
+            if not self.judge.closed and self.judge.state.n_submits == 0 and self.judge.state.used == 0:
                 self.run.event("run.finish_without_submits")
-        self.start_finalize("finish", candidates)
+        if not self.start_finalize("finish", candidates):  # closed before (or meanwhile): its candidates stand
+            return 200, {"status": "finalizing" if not self.done.is_set() else "finalized"}
         return 200, {"status": "finalizing", "remaining_budget": self.judge.state.remaining}
+
+    def closed_by(self, payload: dict) -> bool:
+        """Whether a 200 answer of `finish` is the call that closed the run (its candidates are
+        the ones validated), not a repeat after another close."""
+        return "remaining_budget" in payload
 
     def candidate_refusal(self, candidates: tuple[int, ...]) -> tuple[str, str] | None:
         """Why these submit indices cannot be the run's candidates: (agent-session/v3 error
@@ -174,16 +178,18 @@ class Host:
         return None
 
     # -- finalization ------------------------------------------------------------
-    def start_finalize(self, reason: str, candidates: tuple[int, ...] | None = None) -> None:
+    def start_finalize(self, reason: str, candidates: tuple[int, ...] | None = None) -> bool:
+        """Close the run and start its finalization; False (nothing done) when it was closed already."""
         with self._final_lock:
             with self.judge.lock:
                 if self.judge.closed:
-                    return
+                    return False
                 self.judge.closed = True
             self.named_candidates = candidates
             self.finalization = {"status": "running", "reason": reason}
             self.run.event("run.close.start", reason=reason, candidates=list(candidates) if candidates else None)
             threading.Thread(target=self._finalize, name="finalize", daemon=True).start()
+            return True
 
     def close(self) -> None:
         """Release what the host holds between requests (the spare sandboxes); idempotent."""

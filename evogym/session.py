@@ -133,6 +133,8 @@ class Session:
         status, payload = host.finish(indices)
         if status != 200:
             return error(payload["status"], payload["error"]["message"])
+        if not host.closed_by(payload):  # another request (HTTP /finish, SIGTERM) closed it meanwhile
+            return error("session_closed", "the run was closed by another request; these candidates were not used")
         self.closed_by_agent = True
         return {"protocol": PROTOCOL, "ok": True, "result": {"candidate_submission_ids": list(ids),
                                                              "agent_authority_closed": True}}

@@ -282,3 +282,25 @@ def test_v3_refusals_of_a_closed_run(session):
     host.start_finalize("test")
     assert code(call(gateway, "submit", episode_indices=[0])) == "session_closed"
     assert code(call(gateway, "finish", submission_ids=["submit_000"])) == "session_closed"
+
+
+def test_a_finish_that_loses_the_race_to_another_close_is_refused(session, monkeypatch):
+    """A v3 finish checks its candidates, then closes: an HTTP /finish (or SIGTERM) landing in
+    between closed the run with the default candidates, and the v3 finish still answered ok with
+    its own ids (which were not used). Now it answers session_closed."""
+    host, gateway = session(budget=4)
+    (host.run.system / "policy.py").write_text(ZERO_POLICY)
+    assert call(gateway, "submit", episode_indices=[0])["ok"] and call(gateway, "submit", episode_indices=[1])["ok"]
+    checked = host.candidate_refusal
+
+    def then_another_close(candidates):
+        answer = checked(candidates)
+        assert host.finish() == (200, {"status": "finalizing", "remaining_budget": 2})  # what POST /finish does
+        return answer
+
+    monkeypatch.setattr(host, "candidate_refusal", then_another_close)
+    answer = call(gateway, "finish", submission_ids=["submit_000"])
+    assert code(answer) == "session_closed" and "not used" in answer["error"]["message"]
+    assert host.done.wait(300)
+    assert host.named_candidates is None
+    assert host.finish()[1]["status"] == "finalized" and not host.closed_by(host.finish()[1])
