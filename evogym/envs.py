@@ -168,9 +168,12 @@ def _generic_spec(slug: str, gym_id: str) -> EnvSpec:
 
 
 def _discover_max_steps(gym_id: str) -> int:
-    registered = gym.spec(gym_id).max_episode_steps
-    if registered:
-        return int(registered)
+    """The step limit of a registered id: the registry's, else what the built env declares
+    (`max_steps`; highway's duration x policy frequency), read again after one seeded reset
+    when it declares none yet (BabyAI levels set theirs at reset: 0 before), else
+    DEFAULT_MAX_STEPS. The env is built even when the registry names a limit: an id registered
+    by a package whose dependencies are missing here (mujoco_py, jax) is refused now, with one
+    clear line, never at the run's first episode."""
     try:
         env = _make(gym_id, {})
     except Exception as exc:  # noqa: BLE001 - any construction failure means "not usable here"
@@ -179,16 +182,32 @@ def _discover_max_steps(gym_id: str) -> int:
             hint="install the package that provides it, or pick another env",
         ) from exc
     try:
-        inner = env.unwrapped
-        max_steps = getattr(inner, "max_steps", None)
-        if isinstance(max_steps, int):
-            return int(max_steps)
-        config = getattr(inner, "config", None)
-        if isinstance(config, dict) and "duration" in config and "policy_frequency" in config:
-            return int(config["duration"] * config["policy_frequency"])
-        return DEFAULT_MAX_STEPS
+        registered = gym.spec(gym_id).max_episode_steps
+        if registered:
+            return int(registered)
+        declared = _declared_limit(env.unwrapped)
+        if declared is None:
+            try:
+                env.reset(seed=0)
+            except Exception:  # noqa: BLE001 - a reset that fails is the run's env_error, not the lookup's
+                pass
+            else:
+                declared = _declared_limit(env.unwrapped)
+        return declared or DEFAULT_MAX_STEPS
     finally:
         env.close()
+
+
+def _declared_limit(inner) -> int | None:
+    """A positive step limit the unwrapped env states, or None."""
+    max_steps = getattr(inner, "max_steps", None)
+    if isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps > 0:
+        return max_steps
+    config = getattr(inner, "config", None)
+    if isinstance(config, dict) and "duration" in config and "policy_frequency" in config:
+        limit = int(config["duration"] * config["policy_frequency"])
+        return limit if limit > 0 else None
+    return None
 
 
 def _suggestions(slug: str) -> list[str]:

@@ -183,12 +183,42 @@ def test_every_core16_env_makes_resets_and_steps(slug):
 
 
 def test_registered_but_unbuildable_id_is_not_found():
+    """With or without a registered step limit (mujoco_py's -v2/-v3 ids, Fetch*-v1 and jax's
+    phys2d/* have one): the id is refused at lookup, not at the run's first episode."""
     gym.register("EvogymTestBroken-v0", entry_point="evogym_no_such_module:Env")
+    gym.register("EvogymTestBrokenLimited-v0", entry_point="evogym_no_such_module:Env", max_episode_steps=50)
     try:
-        with pytest.raises(EnvNotFound, match="cannot be built"):
-            resolve("gymnasium/EvogymTestBroken-v0")
+        for gym_id in ("EvogymTestBroken-v0", "EvogymTestBrokenLimited-v0"):
+            with pytest.raises(EnvNotFound, match="cannot be built"):
+                resolve(f"gymnasium/{gym_id}")
     finally:
         del gym.registry["EvogymTestBroken-v0"]
+        del gym.registry["EvogymTestBrokenLimited-v0"]
+
+
+class _LimitAtReset(gym.Env):
+    """States its step limit only once reset (as BabyAI's levels do: 0 before)."""
+    observation_space = gym.spaces.Discrete(2)
+    action_space = gym.spaces.Discrete(2)
+    max_steps = 0
+
+    def reset(self, *, seed=None, options=None):
+        super().reset(seed=seed)
+        self.max_steps = 77
+        return 0, {}
+
+    def step(self, action):
+        return 0, 0.0, False, False, {}
+
+
+def test_a_limit_stated_at_reset_is_found():
+    """BabyAI levels read 0 before reset: every episode ran 0 steps and scored 0, `completed`."""
+    gym.register("EvogymTestLimitAtReset-v0", entry_point=_LimitAtReset)
+    try:
+        assert resolve("gymnasium/EvogymTestLimitAtReset-v0").max_steps == 77
+    finally:
+        del gym.registry["EvogymTestLimitAtReset-v0"]
+    assert resolve("gymnasium/BabyAI-GoToRedBall-v0").max_steps == 64
 
 
 CONCURRENT_BUILD = """
