@@ -198,7 +198,7 @@ def _discover_max_steps(gym_id: str) -> int:
         env.close()
 
 
-def _declared_limit(inner) -> int | None:
+def _declared_limit(inner: object) -> int | None:
     """A positive step limit the unwrapped env states, or None."""
     max_steps = getattr(inner, "max_steps", None)
     if isinstance(max_steps, int) and not isinstance(max_steps, bool) and max_steps > 0:
