@@ -96,8 +96,18 @@ def random_baseline(slug: str) -> float | None:
     return RANDOM_BASELINES.get(slug)
 
 
+def core16_slug(slug: str) -> str:
+    """`slug` itself when it has anchors, else the Core16 env it is under another name
+    (`gymnasium/Acrobot-v1` -> `gym/acrobot`, `evogym.envs.core16_equivalent`), else `slug`."""
+    if slug in RANDOM_BASELINES:
+        return slug
+    from evogym.envs import core16_equivalent  # gymnasium is imported only for a name that needs it
+    return core16_equivalent(slug) or slug
+
+
 def anchors(slug: str) -> Anchors | None:
-    """Both anchors of a Core16 env, or None for any other env (no normalized score)."""
+    """Both anchors of a Core16 env (under any name of it), or None for any other env (no normalized score)."""
+    slug = core16_slug(slug)
     rand, expert = random_baseline(slug), expert_baseline(slug)
     if rand is None or expert is None:
         return None

@@ -39,7 +39,7 @@ def describe(slug: str) -> dict:
     spec = envs.resolve(slug)
     obs, act = envs.spaces_of(spec)
     found = anchors.anchors(spec.slug)
-    best = anchors.PAPER_ROWS.get(spec.slug)
+    best = anchors.PAPER_ROWS.get(anchors.core16_slug(spec.slug))
     best_agent = max(anchors.AGENTS, key=lambda a: best[a]) if best else None
     return {"env": spec.slug, "gym_id": spec.gym_id, "family": spec.family, "title": spec.title,
             "max_episode_steps": spec.max_steps, "core16": spec.slug in envs.CORE16,

@@ -210,6 +210,22 @@ def _declared_limit(inner: object) -> int | None:
     return None
 
 
+def core16_equivalent(slug: str) -> str | None:
+    """The Core16 slug whose env this one is exactly (same Gymnasium id, make kwargs and step
+    cap: `gymnasium/Acrobot-v1` is `gym/acrobot`), else None. Pools do not depend on the name,
+    so such a run's held-out episodes are the Core16 env's, and so are its anchors."""
+    if slug in _BY_SLUG:
+        return slug
+    try:
+        spec = resolve(slug)
+    except EnvNotFound:
+        return None
+    for core in _CORE16_SPECS:
+        if (core.gym_id, core.kwargs, core.max_steps) == (spec.gym_id, spec.kwargs, spec.max_steps):
+            return core.slug
+    return None
+
+
 def _suggestions(slug: str) -> list[str]:
     """Close canonical names: Core16 slugs and `gymnasium/<id>`, matched case-insensitively
     on the full name and on the bare id (so `Acrobot-v1` suggests `gym/acrobot`)."""

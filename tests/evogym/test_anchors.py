@@ -64,3 +64,14 @@ def test_measure_script_smoke(tmp_path):
     (row,) = json.loads(out.read_text())
     assert row["env"] == "gym/reacher5" and row["n"] == 2 and row["mean_length"] == 50.0
     assert row["mean"] < 0
+
+
+def test_a_core16_env_under_its_gymnasium_name_has_its_anchors():
+    """`gymnasium/Acrobot-v1` is `gym/acrobot` (same id, kwargs, step cap; pools do not depend
+    on the name): the same held-out returns got a normalized score under one name only."""
+    from evogym import anchors
+    assert anchors.core16_slug("gymnasium/Acrobot-v1") == "gym/acrobot"
+    assert anchors.normalized("gymnasium/Acrobot-v1", -100.0) == anchors.normalized("gym/acrobot", -100.0) is not None
+    assert anchors.core16_slug("gymnasium/HalfCheetah-v5") == "gym/halfcheetah5"
+    assert anchors.anchors("gymnasium/CartPole-v1") is None  # not a Core16 env under any name
+    assert anchors.core16_slug("gymnasium/no-such-env-v0") == "gymnasium/no-such-env-v0"
