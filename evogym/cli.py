@@ -7,6 +7,7 @@ before a run directory is created, so a refused command writes nothing.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import signal
@@ -180,18 +181,19 @@ def cmd_run(args) -> int:
     watcher = RunWatcher(host.run.root, host.config.budget, enabled=not args.quiet)
     watcher.line(f"evogym run {host.config.env} in {host.run.root}; agent output goes to {agent_log}")
     watcher.start()
+    terminated: list[int] = []  # as in cmd_serve: the handler only records the signal
+    signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
     try:
         proc = subprocess.Popen(args.command, cwd=ws, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
-        try:
-            proc.wait(timeout=args.agent_timeout)
-        except subprocess.TimeoutExpired:
-            os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait()
-        host.run.event("agent.exit", code=proc.returncode)
-        if proc.returncode:
+        stopped = _wait_agent(proc, args.agent_timeout, terminated)
+        host.run.event("agent.exit", code=proc.returncode, **({"stopped": stopped} if stopped else {}))
+        if stopped in ("sigterm", "interrupt"):
+            watcher.line(f"{'SIGTERM' if stopped == 'sigterm' else 'interrupted'}: the agent was stopped; "
+                         "finalizing the run with what it submitted")
+        elif proc.returncode:
             watcher.line(f"agent exited {proc.returncode}: {_last_line(agent_log)} (full log: {agent_log})")
-        host.start_finalize("agent_exit")
+        host.start_finalize(stopped if stopped in ("sigterm", "interrupt") else "agent_exit")
         host.done.wait()
     finally:
         watcher.stop()
@@ -211,6 +213,45 @@ def cmd_run(args) -> int:
               f"starting policy's (hint: see {agent_log})", file=sys.stderr)
         return 1
     return 0 if doc["outcome"]["status"] != "error" else 1
+
+
+AGENT_STOP_GRACE_S = 5.0
+"""How long a stopped agent's process group has between SIGTERM and SIGKILL."""
+
+
+def _wait_agent(proc: subprocess.Popen, timeout: float | None, terminated: list[int]) -> str | None:
+    """Wait for the agent to exit. Stopped (its whole process group: it runs in its own
+    session) at the agent timeout (SIGKILL: "timeout"), or when this process gets SIGTERM or
+    Ctrl-C (SIGTERM, then SIGKILL after AGENT_STOP_GRACE_S: "sigterm" / "interrupt"), so the
+    run is finalized with what was submitted and no agent outlives it. None: it exited."""
+    import time
+    deadline = None if timeout is None else time.monotonic() + timeout
+    reason = None
+    try:
+        while proc.poll() is None and reason is None:
+            if terminated:
+                reason = "sigterm"
+            elif deadline is not None and time.monotonic() >= deadline:
+                reason = "timeout"
+            else:
+                try:
+                    proc.wait(timeout=SIGNAL_POLL_S)
+                except subprocess.TimeoutExpired:
+                    pass
+    except KeyboardInterrupt:
+        reason = "interrupt"
+    if reason is None:
+        return None
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL if reason == "timeout" else signal.SIGTERM)
+    try:
+        proc.wait(timeout=0 if reason == "timeout" else AGENT_STOP_GRACE_S)
+    except subprocess.TimeoutExpired:
+        pass
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # what the agent left in its group, or the agent itself
+    proc.wait()
+    return reason
 
 
 def _last_line(path: Path) -> str:

@@ -52,6 +52,53 @@ def test_run_with_scripted_agent_ends_scored(tmp_path):
     assert rep.returncode == 0 and "status   completed" in rep.stdout
 
 
+STUCK_AGENT = AGENT.split("info = json.load")[0] + r'''
+import subprocess, sys, time
+post("/submit", {"env_instances": [0, 1]})
+child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])  # in the agent's group
+run_dir = os.path.dirname(os.environ["EVOPOLICYGYM_WORKSPACE"])
+open(os.path.join(run_dir, "child.pid"), "w").write(str(child.pid))
+open(os.path.join(run_dir, "agent.ready"), "w").write("1")
+time.sleep(3600)
+'''
+
+
+@pytest.mark.parametrize("how", ["sigterm", "timeout"])
+def test_run_stops_a_stuck_agent_and_its_group_and_finalizes_what_it_submitted(tmp_path, how):
+    """SIGTERM to `evogym run` once ended it at once: no run.json, no message. Now the agent (and
+    what it started: its own session's group) is stopped and the run finalized; the agent
+    timeout does the same."""
+    agent = tmp_path / "agent.py"
+    agent.write_text(STUCK_AGENT)
+    run_dir = tmp_path / "run"
+    extra = ["--agent-timeout", "8"] if how == "timeout" else []
+    proc = subprocess.Popen(EVOGYM + ["run", "--env", "gym/acrobot", "--run-dir", str(run_dir), "--budget", "8",
+                                      *extra, "--", sys.executable, str(agent)],
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not (run_dir / "agent.ready").exists():
+            time.sleep(0.1)
+        assert (run_dir / "agent.ready").exists(), "the agent never got going"
+        if how == "sigterm":
+            proc.send_signal(signal.SIGTERM)
+        out, err = proc.communicate(timeout=180)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    summary = json.loads(out.strip().splitlines()[-1])
+    assert summary["status"] == "completed" and summary["final_score"] is not None, (out, err)
+    doc = json.loads((run_dir / "run.json").read_text())
+    assert doc["outcome"]["auxiliary"]["episodes_used"] == 2  # its one submit counts
+    child = int((run_dir / "child.pid").read_text())
+    assert not Path(f"/proc/{child}").exists() or "zombie" in Path(f"/proc/{child}/status").read_text().lower()
+    events = [json.loads(line) for line in (run_dir / "events.jsonl").read_text().splitlines()]
+    assert [e.get("stopped") for e in events if e["event"] == "agent.exit"] == [how]
+    assert [e["reason"] for e in events if e["event"] == "run.close.start"] == ["sigterm" if how == "sigterm"
+                                                                                else "agent_exit"]
+
+
 def test_errors_are_one_line(tmp_path):
     out = subprocess.run(EVOGYM + ["serve", "--env", "gym/acrobat", "--run-dir", str(tmp_path / "r")],
                          capture_output=True, text=True)
