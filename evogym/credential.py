@@ -58,11 +58,13 @@ class Credential:
         return cls(token, token_file, header_file)
 
     def accepts(self, presented: str | None) -> bool:
-        """Whether `presented` (a header value: `Bearer <token>` or the bare token) is this token;
+        """Whether `presented` (a header value: `Bearer <token>`, any case of `Bearer` (RFC 7235), or
+        the bare token) is this token;
         constant-time in the token's content."""
         if not presented:
             return False
-        given = presented.removeprefix("Bearer ").strip()
+        scheme, _, rest = presented.strip().partition(" ")
+        given = rest.strip() if scheme.lower() == "bearer" else presented.strip()  # the scheme is case-insensitive
         return hmac.compare_digest(given.encode("utf-8", "replace"), self.token.encode())
 
     def agent_env(self) -> dict[str, str]:

@@ -61,6 +61,8 @@ IDEMPOTENCY_KEY_CHARS = 200
 
 
 class SortedJSON(JSONResponse):
+    media_type = "application/json; charset=utf-8"  # the reference's Content-Type
+
     def render(self, content) -> bytes:
         return json.dumps(content, sort_keys=True, allow_nan=False).encode("utf-8")
 
@@ -167,7 +169,9 @@ def build_app(host: Host, credential: Credential) -> "Guard":
               Route("/submit", _contained(submit), methods=["POST"]),
               Route("/finish", _contained(finish), methods=["POST"]),
               Route("/finalize", finalize, methods=["POST", "GET", "PUT", "DELETE"])]
-    return Guard(Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed}), credential)
+    app = Starlette(routes=routes, exception_handlers={404: not_found, 405: method_not_allowed})
+    app.router.redirect_slashes = False  # `/submit/` is a 404, as in the reference (no 307 to a client-named host)
+    return Guard(app, credential)
 
 
 def _contained(handler):

@@ -33,6 +33,18 @@ def test_unknown_and_finalize(live_host):
     assert status == 405 and json.loads(body) == {"error": {"message": "finalize is server-owned"},
                                                   "status": "method_not_allowed"}
     assert live.request("GET", "/info?x=1")[0] == 200  # query string ignored
+    # a trailing slash is another path (404, as the reference), never a 307 to the Host the client named
+    budget = live.get("/info")[1]["state"]["remaining_budget"]
+    assert live.request("GET", "/info/")[0] == 404 and live.request("POST", "/submit/", {"env_instances": [0]})[0] == 404
+    assert live.get("/info")[1]["state"]["remaining_budget"] == budget
+
+
+def test_json_answers_name_their_charset_as_the_reference(live_host):
+    import urllib.request
+    live = live_host()
+    req = urllib.request.Request(live.url + "/info", headers={"Authorization": f"Bearer {live.server.credential.token}"})
+    with urllib.request.urlopen(req) as resp:
+        assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
 
 
 @pytest.mark.parametrize("raw, status", [
@@ -126,6 +138,10 @@ def test_the_run_token_is_required_by_default(live_host):
     assert live.request("GET", "/info", auth=False, headers={"X-Evogym-Token": "s3cret"})[0] == 401
     assert live.request("GET", "/info", auth=False, headers={"X-Evogym-Token": token})[0] == 200
     assert live.request("GET", "/info", auth=False, headers={"Authorization": f"Bearer {token}"})[0] == 200
+    for scheme in ("bearer", "BEARER", "BeArEr"):  # RFC 7235: the scheme is case-insensitive
+        assert live.request("GET", "/info", auth=False, headers={"Authorization": f"{scheme} {token}"})[0] == 200
+    for wrong in (f"Basic {token}", f"Bearer {token}x", f"Bearer{token}", "Bearer", ""):
+        assert live.request("GET", "/info", auth=False, headers={"Authorization": wrong})[0] == 401, wrong
 
 
 def test_refuses_non_loopback_bind(live_host):
