@@ -126,7 +126,10 @@ def _stack_dumps() -> None:
     """`kill -USR1 <host pid>` writes every thread's stack to stderr (the host log under a
     harness): how a host that seems stuck is diagnosed without stopping it."""
     import faulthandler
-    faulthandler.register(signal.SIGUSR1, all_threads=True, chain=False)
+    try:  # fd 2 itself: sys.stderr may be another object for a moment (an env package's import)
+        faulthandler.register(signal.SIGUSR1, file=2, all_threads=True, chain=False)
+    except (OSError, ValueError, RuntimeError):  # a diagnostic: never a reason for the host not to start
+        pass
 
 
 def cmd_serve(args) -> int:

@@ -21,13 +21,13 @@ without one. Returns can differ from the paper only for DoorKey episodes longer 
 """
 from __future__ import annotations
 
-import contextlib
 import difflib
 import functools
 import io
+import sys
 import threading
 import warnings
-from typing import Any, Literal
+from typing import Any, Literal, TextIO
 
 import gymnasium as gym
 from pydantic import BaseModel, ConfigDict
@@ -117,13 +117,46 @@ initialized module (`evogym suite smoke` lost 2 of 16 envs to it once); construc
 milliseconds, so serializing it costs nothing measurable."""
 
 
+ROBOTICS_NOTICE = "environment's reward functions were updated"
+"""Part of the notice Gymnasium-Robotics prints to stderr at import (AdroitHand reward versions)."""
+
+
+class _WithoutNotice(io.TextIOBase):
+    """sys.stderr while an env package is imported: everything goes to the real stream except
+    Gymnasium-Robotics' import notice (it concerns no env used here). Not a swallowing buffer:
+    the swap is process-wide, and another thread's output meanwhile (a traceback, faulthandler
+    registering on the stream's fd) must still reach the real stderr."""
+
+    def __init__(self, real: TextIO) -> None:
+        super().__init__()
+        self.real, self.dropped = real, False
+
+    def write(self, text: str) -> int:
+        if ROBOTICS_NOTICE in text:
+            self.dropped = True
+        elif not (self.dropped and text == "\n"):  # print()'s line end after the notice
+            self.dropped = False
+            self.real.write(text)
+        return len(text)
+
+    def flush(self) -> None:
+        self.real.flush()
+
+    def fileno(self) -> int:
+        return self.real.fileno()
+
+
 @functools.cache
 def _register(package: str) -> None:
-    """Import an env package so its ids register (call under IMPORT_LOCK). Gymnasium-Robotics
-    prints a notice about AdroitHand reward versions to stderr at import; it concerns no env
-    used here, so it is swallowed rather than shown on every host start."""
-    with contextlib.redirect_stderr(io.StringIO()):
+    """Import an env package so its ids register (call under IMPORT_LOCK), without
+    Gymnasium-Robotics' import notice (`_WithoutNotice`)."""
+    real = sys.stderr
+    filtered = sys.stderr = _WithoutNotice(real)
+    try:
         module = __import__(package)
+    finally:
+        if sys.stderr is filtered:  # unless someone swapped it meanwhile: theirs stays
+            sys.stderr = real
     if package != "minigrid":
         gym.register_envs(module)
 

@@ -267,3 +267,47 @@ def test_obs_storage_says_what_the_feedback_writer_does_for_a_max_length_episode
     written = externalize(obs)
     assert env_meta(spec)["obs_storage"] == ("external" if written is not None else "inline")
     assert ("artifacts" in env_meta(spec)) == (written is not None)
+
+
+def test_importing_an_env_package_hides_only_the_robotics_notice(capfd):
+    """The import swaps sys.stderr process-wide: another thread's output meanwhile must reach the
+    real stream (a swallowing buffer hid it, and faulthandler, registering on the stream's fd
+    from the main thread while a host's warm-up thread imported minigrid, made `evogym serve`
+    of a MiniGrid env exit 1 with nothing printed)."""
+    import io
+    from evogym.envs import ROBOTICS_NOTICE, _WithoutNotice
+    real = io.StringIO()
+    real.fileno = lambda: 2  # type: ignore[method-assign]
+    wrapped = _WithoutNotice(real)
+    print("Some AdroitHand" + f" {ROBOTICS_NOTICE} in v1.2.1 ...", file=wrapped)
+    print("Traceback (most recent call last): another thread", file=wrapped)
+    assert real.getvalue() == "Traceback (most recent call last): another thread\n"
+    assert wrapped.fileno() == 2
+    subprocess.run([sys.executable, "-c", "import sys; from evogym import envs; envs._register_all(); "
+                    "assert sys.stderr is sys.__stderr__"], check=True, timeout=120)
+    assert ROBOTICS_NOTICE not in capfd.readouterr().err
+
+
+def test_serve_starts_for_an_env_whose_package_imports_at_host_start(tmp_path):
+    """`evogym serve --env gymnasium/MiniGrid-FourRooms-v0`: ready line, /info, SIGTERM -> run.json."""
+    import json as _json
+    import signal
+    import urllib.request
+    run_dir = tmp_path / "mg"
+    proc = subprocess.Popen([sys.executable, "-m", "evogym.cli", "serve", "--env", "gymnasium/MiniGrid-FourRooms-v0",
+                             "--run-dir", str(run_dir), "--budget", "2"], stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        line = proc.stdout.readline()
+        assert line, proc.communicate(timeout=60)[1]
+        ready = _json.loads(line)
+        token = open(ready["token_file"]).read().strip()
+        req = urllib.request.Request(ready["url"] + "/info", headers={"Authorization": f"Bearer {token}"})
+        assert _json.load(urllib.request.urlopen(req, timeout=60))["env_meta"]["env"]
+        proc.send_signal(signal.SIGTERM)
+        proc.communicate(timeout=300)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+    assert (run_dir / "run.json").is_file()
