@@ -31,7 +31,7 @@ import numpy as np
 from evogym import PROTOCOL_VERSION, anchors, evalcache
 from evogym.feedback import atomic_write_json, flush_syncs
 from evogym.code_metrics import edit_kind
-from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, run_episodes, utc_stamp
+from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, played_out_episodes, run_episodes, utc_stamp
 from evogym.sandbox import CallResult, PolicyProcess
 from evogym.sandbox.spare import shadowed
 from evogym.workers import evaluation_workers
@@ -206,7 +206,10 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
             spare.retire(launched)  # idempotent; the sandbox a cache hit left unused
     if cache is not None:
         run.event("eval.run", kind="final", snap=best, cache=source)
-    returns = held.returns if held.start_failure is None else []
+    if not held.episodes:  # the evaluation itself failed (`_failed`): every held-out episode goes without the policy
+        held = BatchResult(held.start_failure, played_out_episodes(job, held.start_failure or CallResult(
+            ok=False, category="protocol_error", message="held-out evaluation ran no episode")))
+    returns = held.returns  # a start failure's episodes are played out without the policy (rollout._played_out)
     mean = float(np.mean(returns)) if returns else None
     run.event("eval.record", kind="final", snap=best, mean_return=mean,
               sandbox="prestarted" if launched is not None and source != "hit" else "cold")
@@ -218,7 +221,7 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
         val_scores={str(i): s[0] for i, s in scores.items()}, val_failures=val_failures,
         heldout_mean_return=mean, heldout_returns=returns,
         heldout_std_return=float(np.std(returns)) if returns else None,
-        heldout_failures=held.failures if held.start_failure is None else len(host.pools.heldout),
+        heldout_failures=held.failures if held.episodes else len(host.pools.heldout),
         normalized_score=anchors.normalized(config.env, final))
     _aux(doc, host, best, scores[best][0])
     atomic_write_json(run.run_json, doc)

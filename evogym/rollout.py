@@ -98,7 +98,8 @@ class EpisodeResult:
 
 @dataclass
 class BatchResult:
-    """Outcome of a job: a start failure (no episodes) or one result per seed."""
+    """Outcome of a job: one result per seed, or a start failure, with no episodes, except for a
+    `play_out` job, whose episodes are then each played out without the policy (`_played_out`)."""
 
     start_failure: CallResult | None
     episodes: list[EpisodeResult]
@@ -159,8 +160,11 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
     ep = EpisodeResult()
     t0 = time.monotonic()
     proc = sess.ensure()
-    if isinstance(proc, CallResult):
+    if isinstance(proc, CallResult):  # the restart after a fatal episode failed
         _fail(ep, proc.category or "init_error", proc)
+        if sess.job.play_out:
+            _played_out(spec, seed, sess.job.max_steps or spec.max_steps, ep)
+        ep.wall_s = time.monotonic() - t0
         return ep
     env = envs.make_env(spec)
     steps = sess.job.max_steps or spec.max_steps
@@ -246,6 +250,37 @@ def _run_steps(sess: _Session, proc: PolicyProcess, env, obs, ep: EpisodeResult,
         _play_out(env, ep, steps)
 
 
+def _played_out(spec, seed: int, steps: int, ep: EpisodeResult) -> None:
+    """A whole episode without the policy (it could not start): the env reset for `seed` and
+    played to its end with sampled actions. A hidden episode the policy fails scores what the
+    env gives without it, whenever the failure comes: a policy that refused to start in hidden
+    evaluation once scored 0 (the empty episode's return), better than any Acrobot policy."""
+    env = envs.make_env(spec)
+    try:
+        try:
+            envs.reset_episode(env, seed)
+        except Exception as exc:  # noqa: BLE001 - env fault on reset, as on the policy's path
+            _fail(ep, "reset_error", f"environment reset failed: {type(exc).__name__}: {exc}")
+            return
+        _play_out(env, ep, steps)
+    finally:
+        env.close()
+
+
+def played_out_episodes(job: EpisodeJob, failure: CallResult) -> list[EpisodeResult]:
+    """One episode per seed of `job`, each failed with `failure` and played out without the policy."""
+    spec = envs.resolve(job.slug)
+    out = []
+    for seed in job.seeds:
+        ep = EpisodeResult()
+        t0 = time.monotonic()
+        _fail(ep, failure.category or "init_error", failure)
+        _played_out(spec, seed, job.max_steps or spec.max_steps, ep)
+        ep.wall_s = time.monotonic() - t0
+        out.append(ep)
+    return out
+
+
 def _play_out(env, ep: EpisodeResult, steps: int) -> None:
     """Finish an episode the policy failed with sampled actions (the env's seeded action
     space, so it is reproducible), adding their rewards: its return is then what the rest of
@@ -292,8 +327,11 @@ def run_episodes(job: EpisodeJob, on_episode: Callable[[int, EpisodeResult], Non
         started = sess.ensure()
         start_s = time.monotonic() - t0
         init_out, init_err = sess.proc.take_output_counted() if sess.proc is not None else (("", 0), ("", 0))
-        if isinstance(started, CallResult):  # import or __init__ failed: the whole batch fails, no episode runs
-            return BatchResult(started, [], init_out[0], init_err[0], start_s=start_s)
+        if isinstance(started, CallResult):  # import or __init__ failed: no episode of the policy runs
+            # hidden evaluation (play_out): each episode is what the env gives without the policy
+            played = played_out_episodes(job, started) if job.play_out else []
+            return BatchResult(started, played, init_out[0], init_err[0], start_s=start_s,
+                               episodes_s=time.monotonic() - t0 - start_s)
         episodes = []
         for i, seed in enumerate(job.seeds):
             try:

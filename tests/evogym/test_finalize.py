@@ -108,3 +108,73 @@ def test_a_candidate_whose_evaluation_raises_fails_alone(live_host, monkeypatch)
     out = live.finish_and_wait()["outcome"]
     assert out["status"] == "completed" and out["best_submit_index"] == 1 and set(out["val_scores"]) == {"1"}
     assert out["final_score"] == -500.0
+
+
+REFUSES_TO_START = """
+class Policy:
+    def __init__(self, o, a, m):
+        raise RuntimeError("not in hidden evaluation")
+"""
+
+
+def test_a_policy_that_cannot_start_in_hidden_evaluation_scores_the_env_without_it(tmp_path):
+    """A start failure in a play-out job (hidden evaluation) gives every episode played out with
+    sampled actions (about random's -499 on Acrobot), never an empty batch that finalize scored
+    0.0, better than any Acrobot policy. Train submits (no play-out) still run no episode."""
+    (tmp_path / "policy.py").write_text(REFUSES_TO_START)
+    job = EpisodeJob("gym/acrobot", str(tmp_path), (11, 22, 33), {"env": "gym/acrobot"}, Limits(), "bwrap",
+                     record=False, play_out=True)
+    batch = run_episodes(job)
+    assert batch.start_failure is not None and batch.failures == 3
+    assert all(e.length == 500 and e.ret < -400 for e in batch.episodes), [(e.length, e.ret) for e in batch.episodes]
+    assert run_episodes(job).returns == batch.returns  # seeded: the same play-out every time
+    train = EpisodeJob("gym/acrobot", str(tmp_path), (11,), {"env": "gym/acrobot"}, Limits(), "bwrap")
+    assert run_episodes(train).episodes == []
+
+
+def test_a_restart_refused_after_a_crash_is_played_out_too(tmp_path):
+    """After a fatal episode the policy restarts; a restart that fails made every later hidden
+    episode an empty 0-return one (helper probe: held-out [-500, 0 x 15])."""
+    import time
+    deadline = time.time() + 3.0
+    (tmp_path / "policy.py").write_text(f"""
+import os, time
+class Policy:
+    def __init__(self, o, a, m):
+        if time.time() > {deadline}:
+            raise RuntimeError("a restart: refuse")
+    def reset(self, i): pass
+    def act(self, obs):
+        if time.time() > {deadline}:
+            os._exit(1)
+        time.sleep(0.01)
+        return 0
+""")
+    job = EpisodeJob("gym/acrobot", str(tmp_path), (11, 22, 33), {"env": "gym/acrobot"}, Limits(), "bwrap",
+                     record=False, play_out=True)
+    batch = run_episodes(job)
+    assert batch.failures == 3
+    if batch.start_failure is None:  # else the machine was too loaded to start within 3 s: all played out anyway
+        assert batch.episodes[0].error_category == "policy_crashed"
+        assert [e.error_category for e in batch.episodes[1:]] == ["init_error", "init_error"]
+    assert all(e.length == 500 and e.ret < -300 for e in batch.episodes), [(e.length, e.ret) for e in batch.episodes]
+
+
+def test_a_held_out_evaluation_that_fails_outright_is_played_out(live_host, monkeypatch):
+    """Held-out evaluation that raised on the trusted side (`_failed`: no episode) scored 0.0 as
+    `completed`; its episodes are now played out without the policy."""
+    import evogym.finalize as fin
+    live = live_host(budget=4)
+    live.write_policy(SWING)
+    live.submit([0])
+    real = fin.run_episodes
+
+    def held_out_raises(job, *args, **kwargs):
+        if len(job.seeds) == live.host.config.heldout_size:
+            raise RuntimeError("the trusted side failed")
+        return real(job, *args, **kwargs)
+
+    monkeypatch.setattr(fin, "run_episodes", held_out_raises)
+    out = live.finish_and_wait()["outcome"]
+    assert out["status"] == "completed" and out["heldout_failures"] == live.host.config.heldout_size
+    assert len(out["heldout_returns"]) == live.host.config.heldout_size and out["final_score"] < -400, out
