@@ -134,6 +134,19 @@ def test_p28_a_million_floats_per_step_are_described_not_kept(host):
     balanced(live)
 
 
+def test_p30_huge_integers_are_described_not_kept(host):
+    live = host(budget=4, max_steps=3)
+    hostile(live, "p30_huge_integers.py")
+    status, body = live.submit([0])
+    assert status == 200 and body["status"] == "ok" and body["summary"]["episode_lengths"] == [3]
+    folder = live.workspace / "feedback" / "submit_000" / "episodes" / "ep_000"
+    assert (folder / "trajectory.jsonl").stat().st_size < 16 << 10  # was ~16 MB per step
+    rows = trajectory(live, 0, 0)
+    assert rows[0]["action"].startswith("<not recorded: act() returned an integer of 13953 bits")
+    assert all(r["info"]["action_invalid"] for r in rows)
+    balanced(live)
+
+
 def test_p29_the_output_note_counts_every_dropped_byte(host):
     live = host(budget=4, max_steps=2)
     hostile(live, "p29_flood_output.py")
