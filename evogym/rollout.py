@@ -148,7 +148,11 @@ class _Session:
                 return res
         return self.proc if self.start_failure is None else self.start_failure
 
-    def drop(self) -> None:
+    def drop(self, ep: EpisodeResult | None = None) -> None:
+        """End the policy process (a fresh one starts for the next episode); `ep` first gets what
+        it wrote, so an episode that ends fatally (crash, timeout, forged reply) keeps its output."""
+        if ep is not None and self.proc is not None:
+            ep.add_output(*self.proc.take_output_counted())
         for proc in (self.proc, self.launched):
             if proc is not None:
                 self.release(proc)
@@ -180,7 +184,7 @@ def _episode(sess: _Session, spec, index: int, seed: int, record: bool) -> Episo
             category = EPISODE_CATEGORY.get(res.category or "", "reset_error")
             _fail(ep, category, res)
             if res.category in FATAL:
-                sess.drop()
+                sess.drop(ep)
             if sess.job.play_out:
                 _play_out(env, ep, steps)
             return ep
@@ -221,7 +225,7 @@ def _run_steps(sess: _Session, proc: PolicyProcess, env, obs, ep: EpisodeResult,
                 action, invalid = coerce(raw, res.array)
             elif res.category in FATAL:
                 _fail(ep, EPISODE_CATEGORY[res.category], res)
-                sess.drop()
+                sess.drop(ep)
                 break
             else:
                 _fail(ep, "act_error", res)

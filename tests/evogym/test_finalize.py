@@ -178,3 +178,27 @@ def test_a_held_out_evaluation_that_fails_outright_is_played_out(live_host, monk
     out = live.finish_and_wait()["outcome"]
     assert out["status"] == "completed" and out["heldout_failures"] == live.host.config.heldout_size
     assert len(out["heldout_returns"]) == live.host.config.heldout_size and out["final_score"] < -400, out
+
+
+def test_an_episode_that_ends_fatally_keeps_what_the_policy_wrote(tmp_path):
+    """A crash, an act timeout: the process is dropped, and its output once went with it (the
+    feedback's stdout.txt / stderr.txt of the episode were empty: the crash's reason hidden)."""
+    for fatal, limits in (("os._exit(3)", Limits()), ("time.sleep(60)", Limits(act_wall_s=1.0))):
+        (tmp_path / "policy.py").write_text(f"""
+import os, sys, time
+class Policy:
+    def __init__(self, o, a, m): self.t = 0
+    def reset(self, i): print("reset", i, flush=True)
+    def act(self, obs):
+        self.t += 1
+        print("act", self.t, flush=True)
+        print("err", self.t, file=sys.stderr, flush=True)
+        if self.t == 3:
+            {fatal}
+        return 0
+""")
+        job = EpisodeJob("gym/acrobot", str(tmp_path), (11, 22), {"env": "gym/acrobot"}, limits, "bwrap")
+        first, second = run_episodes(job).episodes
+        assert first.error_category in ("policy_crashed", "act_timeout"), first.errors
+        assert "reset 0" in first.stdout and "act 3" in first.stdout and "err 3" in first.stderr, (fatal, first.stdout)
+        assert second.stdout.startswith("reset 1"), second.stdout  # the next process's own output
