@@ -263,6 +263,22 @@ def _coerce_flat_box(space: gs.Space, raw: Any) -> tuple[np.ndarray, bool] | Non
         return None
     if not all(type(v) in _NUMBER_TYPES for v in raw):
         return None
+    if space.dtype.kind != "f":
+        return _coerce_flat_int_box(space, raw)
+    try:
+        wide = np.array(raw, dtype=np.float64)
+    except OverflowError:
+        return None
+    if not np.isfinite(wide).all():
+        return None
+    with np.errstate(over="ignore"):  # a finite value beyond float32 rounds to +-inf: clipped to the bound below
+        arr = wide.astype(space.dtype)
+    out = np.minimum(np.maximum(arr, space.low), space.high).astype(space.dtype, copy=False)
+    return out, bool((arr < space.low).any() or (arr > space.high).any())
+
+
+def _coerce_flat_int_box(space: gs.Box, raw: list) -> tuple[np.ndarray, bool] | None:
+    """The fast path's rule for an integer-typed Box (unchanged: cast, then clip)."""
     arr = np.array(raw, dtype=space.dtype)
     if not np.isfinite(arr).all():
         return None
@@ -309,9 +325,18 @@ def _coerce_array(space: gs.Box | gs.MultiDiscrete | gs.MultiBinary, raw: Any, l
     if not _numeric_tree(raw, max_depth=len(shape), max_leaves=max(1, math.prod(shape)), float_ok=float_ok):
         return _fallback(space), True
     with np.errstate(all="ignore"):
-        arr = np.asarray(raw, dtype=space.dtype)
-    if float_ok and not bool(np.isfinite(arr).all()):
-        return _fallback(space), True
+        if float_ok and space.dtype.kind == "f":  # NaN/inf is no action; a finite value beyond the dtype's range is clipped
+            try:
+                wide = np.asarray(raw, dtype=np.float64)
+            except OverflowError:  # an integer beyond float64
+                return _fallback(space), True
+            if not bool(np.isfinite(wide).all()):
+                return _fallback(space), True
+            arr = wide.astype(space.dtype)  # an overflow here gives +-inf, which the clip below bounds
+        else:
+            arr = np.asarray(raw, dtype=space.dtype)
+            if float_ok and not bool(np.isfinite(arr).all()):
+                return _fallback(space), True
     out = np.broadcast_to(arr, shape).astype(space.dtype, copy=True)
     clipped = np.clip(out, low, high).astype(space.dtype, copy=False)
     invalid = arr.shape != shape or not np.array_equal(clipped, out)

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 from gymnasium import spaces as gs
 
-from evogym.spaces import coerce_action, obs_storage, space_schema, to_jsonable
+from evogym.spaces import action_coercer, coerce_action, obs_storage, space_schema, to_jsonable
 
 F32_4PI = 12.566370964050293
 F32_9PI = 28.274333953857422
@@ -110,7 +110,8 @@ BOX = gs.Box(np.array([-1, 0, 0], np.float32), np.array([1, 1, 1], np.float32))
     ([[0.1, 0.2, 0.3]], [0.0, 0.0, 0.0], True),       # too deep
     ([True, 0.0, 0.0], [0.0, 0.0, 0.0], True),
     ([float("nan"), 0.0, 0.0], [0.0, 0.0, 0.0], True),
-    ([1e300, 0.0, 0.0], [0.0, 0.0, 0.0], True),       # overflows float32
+    ([1e300, 0.0, 0.0], [1.0, 0.0, 0.0], True),       # beyond float32 but finite: clipped, as the reference
+    ([float("inf"), 0.0, 0.0], [0.0, 0.0, 0.0], True),  # not a number to clip
     ({"steer": 0}, [0.0, 0.0, 0.0], True),
 ])
 def test_box_coercion(raw, expected, invalid):
@@ -223,3 +224,20 @@ def test_action_coercer_agrees_with_coerce_action(space):
         assert _same(coerce(raw, False), coerce_action(space, raw)), raw
     for arr in arrays:
         assert _same(coerce(arr, True), coerce_action(space, to_jsonable(arr))), arr
+
+
+def test_a_finite_value_beyond_float32_is_clipped_to_the_bound_not_zeroed():
+    """1e39 rounds to inf in float32: it was taken for a non-finite answer (zeros, and a
+    RuntimeWarning in the host log each step); it is out of bounds, so clipped, as documented."""
+    import warnings
+    space = gs.Box(-2.0, 2.0, shape=(3,), dtype=np.float32)
+    coerce = action_coercer(space)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        for raw, is_array in (([1e39, -1e39, 0.5], False), (np.array([1e39, -1e39, 0.5]), True)):
+            action, invalid = coerce(raw, is_array)
+            assert action.tolist() == [2.0, -2.0, 0.5] and invalid, (raw, action)
+        assert coerce_action(space, [1e39, 0.0, 0.0])[0].tolist() == [2.0, 0.0, 0.0]
+    for raw in ([float("nan"), 0.0, 0.0], [float("inf"), 0.0, 0.0], [10 ** 400, 0, 0]):  # no number: no action
+        action, invalid = coerce(raw, False)
+        assert action.tolist() == [0.0, 0.0, 0.0] and invalid, raw
