@@ -152,13 +152,17 @@ def build_app(host: Host, credential: Credential) -> "Guard":
         status, payload = await serialized(host.finish)
         return SortedJSON(payload, status_code=status)
 
-    async def finalize(request: Request):
-        return _error(405, "method_not_allowed", "finalize is server-owned")
+    async def finalize(request: Request, exc=None):
+        response = _error(405, "method_not_allowed", "finalize is server-owned")
+        response.headers["Allow"] = ""  # no method may finalize (RFC 9110: an empty Allow)
+        return response
 
     async def not_found(request: Request, exc=None):
         return _error(404, "not_found", "unknown endpoint")
 
     async def method_not_allowed(request: Request, exc=None):
+        if request.url.path == "/finalize":  # any method: the server finalizes, never a client
+            return await finalize(request)
         allowed = next((sorted((r.methods or set()) - {"HEAD"}) for r in routes if r.path == request.url.path), [])
         response = _error(405, "method_not_allowed", f"{request.method} {request.url.path} is not allowed; "
                           f"use {' or '.join(allowed)}")

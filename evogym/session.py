@@ -136,7 +136,8 @@ class Session:
         if not host.closed_by(payload):  # another request (HTTP /finish, SIGTERM) closed it meanwhile
             return error("session_closed", "the run was closed by another request; these candidates were not used")
         self.closed_by_agent = True
-        return {"protocol": PROTOCOL, "ok": True, "result": {"candidate_submission_ids": list(ids),
+        names = [host.run.submit_name(i) for i in indices]  # canonical (`submit_0` names submit_000)
+        return {"protocol": PROTOCOL, "ok": True, "result": {"candidate_submission_ids": names,
                                                              "agent_authority_closed": True}}
 
 

@@ -32,6 +32,8 @@ def test_unknown_and_finalize(live_host):
     status, body = live.request("POST", "/finalize", {})
     assert status == 405 and json.loads(body) == {"error": {"message": "finalize is server-owned"},
                                                   "status": "method_not_allowed"}
+    status, body = live.request("PATCH", "/finalize", {})  # not "use DELETE or GET or POST or PUT"
+    assert status == 405 and json.loads(body)["error"]["message"] == "finalize is server-owned"
     assert live.request("GET", "/info?x=1")[0] == 200  # query string ignored
     # a trailing slash is another path (404, as the reference), never a 307 to the Host the client named
     budget = live.get("/info")[1]["state"]["remaining_budget"]
