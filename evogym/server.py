@@ -90,6 +90,8 @@ async def _too_large(request: Request, size: int) -> SortedJSON:
 
 async def _read_json(request: Request) -> dict | SortedJSON:
     length = request.headers.get("content-length")
+    if length is not None and re.fullmatch(r"[0-9]{19,}", length):  # a length no body here can have
+        return await _too_large(request, 0)
     if length is None or not re.fullmatch(r"[0-9]{1,18}", length):
         return _error(400, "bad_request", "body must contain env_instances (Content-Length required)")
     if int(length) > MAX_BODY_BYTES:
@@ -106,8 +108,13 @@ async def _read_json(request: Request) -> dict | SortedJSON:
         return _error(408, "request_timeout", f"body not received within {BODY_TIMEOUT_S:g}s")
     try:
         body = json.loads(b"".join(chunks).decode("utf-8"), parse_constant=_reject_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return _error(400, "bad_request", "body must contain env_instances (invalid JSON)")
+    except UnicodeDecodeError:
+        return _error(400, "bad_request", "body must contain env_instances (the body is not UTF-8)")
+    except RecursionError:
+        return _error(400, "bad_request", "body must contain env_instances (JSON nested too deep to parse)")
+    except ValueError as exc:  # a JSONDecodeError names the position; int() refuses numbers of over 4300 digits
+        why = "a number with too many digits" if "digits" in str(exc) else f"invalid JSON: {exc}"
+        return _error(400, "bad_request", f"body must contain env_instances ({why[:200]})")
     if not isinstance(body, dict):
         return _error(400, "bad_request", "body must contain env_instances")
     return body

@@ -49,14 +49,21 @@ def test_json_answers_name_their_charset_as_the_reference(live_host):
         assert resp.headers["Content-Type"] == "application/json; charset=utf-8"
 
 
-@pytest.mark.parametrize("raw, status", [
-    (b"not json", 400), (b"[1,2]", 400), (b'{"x": 1}', 400), (b'{"env_instances": NaN}', 400),
-    (b"\xff\xfe", 400),
+@pytest.mark.parametrize("raw, status, why", [
+    (b"not json", 400, "invalid JSON: Expecting value: line 1 column 1"), (b"[1,2]", 400, None),
+    (b'{"x": 1}', 400, None), (b'{"env_instances": NaN}', 400, "NaN is not valid JSON"),
+    (b"\xff\xfe", 400, "not UTF-8"),
+    (b'{"x": ' + b"9" * 5000 + b', "env_instances": [0]}', 400, "a number with too many digits"),
+    (b'{"x": ' + b"[" * 100000 + b"]" * 100000 + b', "env_instances": [0]}', 400, "nested too deep"),
 ])
-def test_bad_bodies(live_host, raw, status):
+def test_bad_bodies(live_host, raw, status, why):
+    """Each refusal says what is wrong with the body (valid JSON with a 5000-digit number or deep
+    nesting was answered "invalid JSON")."""
     live = live_host()
     code, body = live.request("POST", "/submit", raw=raw)
-    assert code == status and json.loads(body)["status"] == "bad_request"
+    answer = json.loads(body)
+    assert code == status and answer["status"] == "bad_request"
+    assert why is None or why in answer["error"]["message"], answer
     assert live.get("/info")[1]["state"]["remaining_budget"] == 32
 
 
@@ -170,7 +177,7 @@ class Policy:
     t.join()
 
 
-@pytest.mark.parametrize("length", [None, "-5", "abc", "99999999999"])
+@pytest.mark.parametrize("length", [None, "-5", "abc", "99999999999", "9" * 19, "9" * 40])
 def test_bad_content_length(live_host, length):
     live = live_host()
     s = socket.create_connection(("127.0.0.1", live.server.port), timeout=15)
