@@ -95,10 +95,12 @@ def cap_text(text: str, cap: int = OUTPUT_CAP_BYTES, dropped: int = 0) -> str:
     """`text` cut to `cap` bytes, with one note counting every byte not shown: the ones cut
     here plus `dropped`, those an earlier cap (the sandbox's output pipe) already dropped.
     The note is added after the cut, so it is never cut itself (issue 18: a 600 MB flood was
-    reported as "[truncated 40 bytes]" when a second cap cut the first note off)."""
-    data = text.encode("utf-8", "replace")
+    reported as "[truncated 40 bytes]" when a second cap cut the first note off). The result is
+    always valid UTF-8: JSON lines holding it never carry a lone-surrogate escape strict parsers refuse."""
+    data = text.encode("utf-8", "replace")  # a lone surrogate (from a policy's message) becomes "?": valid UTF-8
     if len(data) <= cap:
-        return text + f"\n[truncated {dropped} bytes]" if dropped else text
+        clean = data.decode("utf-8")
+        return clean + f"\n[truncated {dropped} bytes]" if dropped else clean
     kept = data[:cap].decode("utf-8", "ignore")
     return kept + f"\n[truncated {dropped + len(data) - len(kept.encode('utf-8'))} bytes]\n"
 

@@ -117,3 +117,14 @@ def test_files_made_after_the_episodes_are_shared_with_the_helper(tmp_path, monk
         names = p.result()
         assert sorted(names) == sorted(want)
         assert {n: (tmp_path / f"ep{k}" / n).read_bytes() for n in names} == want
+
+
+def test_error_lines_and_output_are_valid_utf8_whatever_the_policy_wrote():
+    """An exception message with a lone surrogate was written as a `\\ud800` escape, which strict
+    JSON parsers refuse; now it is replaced, and the line is plain UTF-8 JSON."""
+    import json
+    from evogym.feedback import cap_text, error_line
+    line = error_line("act_error", "act_error: bad \ud800 value", "2026-12-02T00:00:00Z", "tb \udfff")
+    assert "\\ud" not in line.lower() and json.loads(line)["message"] == "act_error: bad ? value"
+    line.encode("utf-8")  # strict: no surrogate survives
+    assert cap_text("x\ud800y") == "x?y" and cap_text("x\ud800y", dropped=3) == "x?y\n[truncated 3 bytes]"
