@@ -239,6 +239,8 @@ def _run_steps(sess: _Session, proc: PolicyProcess, env, obs, ep: EpisodeResult,
             reward = float(reward)
             ret += reward
             length += 1
+            if length == steps and not term:
+                trunc = True  # the host's step cap ends the episode: say so, as a TimeLimit would
             if rec is not None:
                 rec.add(obs, raw, reward, term, trunc, info, invalid)
             obs = nxt

@@ -311,3 +311,15 @@ def test_a_linked_system_folder_is_not_followed_and_copies_are_never_looser_than
     ckpt = live.run_dir / "checkpoints" / "submit_001"
     assert (ckpt / "token_copy").stat().st_mode & 0o777 == 0o600
     assert (ckpt / "open.txt").stat().st_mode & 0o077 == (system / "open.txt").stat().st_mode & 0o077
+
+
+def test_an_episode_the_host_cap_ends_says_it_was_truncated(live_host):
+    """The host's step cap (here --max-steps 5; a registered env with no discoverable limit gets
+    1000) ended episodes with `terminated` and `truncated` both false on the last step."""
+    live = live_host(budget=2, max_steps=5)
+    live.write_policy(ZERO_POLICY)
+    status, body = live.submit([0])
+    assert status == 200 and body["summary"]["episode_lengths"] == [5]
+    ep = next((live.workspace / "feedback" / "submit_000" / "episodes").iterdir())
+    rows = [json.loads(line) for line in (ep / "trajectory.jsonl").read_text().splitlines()]
+    assert [r["truncated"] for r in rows] == [False] * 4 + [True] and not any(r["terminated"] for r in rows)
