@@ -5,7 +5,8 @@ shared-memory transport and bulk recording (issue 12).
 `Host`, `judge.submit`) and returns {relative path: sha256} of every feedback file, with
 the fields that carry wall-clock time removed first. `feedback_golden.json` holds the
 digests the host made before the change; regenerate it only for a deliberate protocol
-change:
+change (the last one: `truncated: true` on the last step of an episode the host's step cap
+ends, which changed the three capped cases' trajectories and nothing else):
 
     python tests/evogym/feedback_cases.py > tests/evogym/data/feedback_golden.json
 """
