@@ -290,7 +290,7 @@ class Channel:
     def _put_buffer(self, value):
         try:
             view = memoryview(value)
-        except TypeError:
+        except (TypeError, ValueError):  # no buffer (e.g. datetime64: "cannot include dtype 'M'"): the JSON path says why
             return None
         if view.format not in FORMATS or not view.c_contiguous or view.ndim > MAX_NDIM \
                 or 0 in view.shape or view.nbytes > self.frame_bytes:

@@ -205,6 +205,9 @@ BROKEN = [
     ("reset_raises", {"policy.py": policy(reset="raise KeyError('r')")}, "reset", "reset_error", "KeyError"),
     ("act_raises", {"policy.py": policy(act="return 1 / 0")}, "act", "act_error", "ZeroDivisionError"),
     ("act_non_json", {"policy.py": policy(act="return {1, 2}")}, "act", "act_error", "not JSON-encodable"),
+    ("act_datetime64", {"policy.py": policy(header="import numpy as np\n",
+                                            act="return np.array(['2020-01-01'], dtype='datetime64[D]')")},
+     "act", "act_error", "returned a date, which is not JSON-encodable"),  # was: cannot include dtype 'M' in a buffer
     ("init_memory_error", {"policy.py": policy(init="raise MemoryError()")}, "start", "oom", "MemoryError"),
 ]
 
