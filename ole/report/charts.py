@@ -14,10 +14,11 @@ from ole.report.records import EnvAnchors, RunCurve, Version
 
 STATUS_COLORS = {
     "seed": "#9e9e9e", "registered": "#64b5f6", "evaluated": "#9575cd", "rejected": "#e53935",
-    "released": "#fb8c00", "active": "#43a047", "rolled_back": "#6d4c41", "retired": "#cfd8dc",
+    "released": "#fb8c00", "canary": "#fdd835", "active": "#43a047", "rolled_back": "#6d4c41", "retired": "#cfd8dc",
     "damaged": "#212121",
 }
-"""One colour per display status; the legend, the lineage and the charts all use this table."""
+"""One colour per display status (`ole.report.records.STATUSES`, every registry status among them);
+the legend, the lineage and the charts all use this table."""
 
 _counter = itertools.count()
 

@@ -27,7 +27,7 @@ GAP_X, GAP_Y = 18, 46
 PAD = 12
 MORE_H, MORE_W = 16, 24
 """Room below the last row and right of the last column for a `+k more` note."""
-DARK_TEXT = {"retired", "seed", "registered"}
+DARK_TEXT = {"retired", "seed", "registered", "canary"}
 """Statuses whose fill is light enough for dark text."""
 
 

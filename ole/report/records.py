@@ -12,11 +12,11 @@ from typing import ClassVar
 from ole.registry.records import Tenure
 from ole.verdicts import Verdict, is_release
 
-STATUSES = ("seed", "registered", "evaluated", "rejected", "released", "active", "rolled_back", "retired",
-            "damaged")
+STATUSES = ("seed", "registered", "evaluated", "rejected", "released", "canary", "active", "rolled_back",
+            "retired", "damaged")
 """Display statuses, in legend order: the registry's statuses plus `seed` (a seed nothing has
 happened to yet) and `damaged` (its blob is missing or fails its hash check)."""
-STATUS_TEXT = {"rolled_back": "rolled back"}
+STATUS_TEXT = {"rolled_back": "rolled back", "canary": "canary (staged)"}
 """Statuses whose display words differ from their key."""
 
 

@@ -249,3 +249,29 @@ def test_a_scoped_adaptive_decision_shows_its_relaxed_requirement_and_every_look
     assert p_check.required == "< alpha 0.025" and p_check.passed
     page = (tmp_path / "out" / gate.page).read_text()
     assert page.count("<tr><td class=\"num\">") == 2 and "p above this look&#39;s alpha" in page
+
+
+def test_every_registry_status_has_a_colour_and_a_canary_is_drawn(tmp_path):
+    """A staged release (`release --exposure`) made `ole report` fail with UndefinedError: the
+    display tables had no `canary`."""
+    import typing
+
+    from ole.registry.records import Status
+    from ole.report.charts import STATUS_COLORS
+    from ole.report.records import STATUSES
+    assert set(typing.get_args(Status)) <= set(STATUSES) == set(STATUS_COLORS)
+    fx = report_fixture.build(tmp_path)
+    child = tmp_path / "staged.yaml"
+    child.write_text((fx.root / "coder.yaml").read_text().replace("step_size: 0.3", "step_size: 0.7"))
+    with Registry(fx.root) as reg:
+        before = {v.version for v in reg.versions("coder")}
+    assert main(["--root", str(fx.root), "bundle", "register", str(child), "--parent", "1"]) == 0
+    with Registry(fx.root) as reg:
+        version = max({v.version for v in reg.versions("coder")} - before)
+    assert main(["--root", str(fx.root), "release", f"coder@{version}", "--reason", "staged",
+                 "--exposure", "0.5"]) == 0
+    assert main(["--root", str(fx.root), "champion", "activate"]) == 0
+    with Registry(fx.root) as reg:
+        data, pages = build_report(reg, [], tmp_path / "out")
+    assert data.version(f"coder@{version}").status == "canary"
+    assert "canary (staged)" in (tmp_path / "out" / "index.html").read_text()
