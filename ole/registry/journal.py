@@ -122,6 +122,7 @@ class Journal:
         self.quarantine_dir = home / QUARANTINE_DIR
         self.read_only = False
         """True when the file system refused writes and the journal was opened for reading only."""
+        self._refuse_a_lost_index()
         try:
             self._db = self._open_read_write()
         except StorageError:
@@ -129,6 +130,23 @@ class Journal:
             if db is None:
                 raise
             self._db, self.read_only = db, True
+
+    def _refuse_a_lost_index(self) -> None:
+        """A missing or empty journal beside stored blobs is a lost index, not a new registry:
+        opening it would start a fresh history over the old one (seeds registered again) and
+        `fsck` would then sweep every blob as unreferenced. A new registry writes its journal
+        before its first blob, so blobs without a journal only remain when the journal is gone."""
+        path = self.home / DB_FILE
+        try:
+            empty = not path.exists() or path.stat().st_size == 0
+            blobs = empty and self.blobs.is_dir() and next(self.blobs.iterdir(), None) is not None
+        except OSError:
+            return  # unreadable: the open below reports it
+        if blobs:
+            raise IntegrityError(
+                f"the registry index {path} is {'empty' if path.exists() else 'missing'}, but {self.blobs} holds "
+                "stored bundles: the index was lost; nothing was changed",
+                hint=f"restore {DB_FILE} from a backup, or move {self.home} away to start a new registry")
 
     def _open_read_write(self) -> sqlite3.Connection:
         try:

@@ -176,3 +176,24 @@ def test_validate_lists_every_error_in_text_and_json(root, tmp_path, capsys):
         assert message in out
     code, out, _ = ole(root, capsys, "bundle", "validate", str(bad), "--json")
     assert code == 2 and len(json.loads(out)[0]["errors"]) == 3
+
+
+@pytest.mark.parametrize("how", ["emptied", "deleted"])
+def test_a_lost_index_beside_stored_blobs_is_refused_not_rebuilt(root, capsys, how):
+    """An emptied or deleted registry.sqlite3 was opened as a new registry (the seeds registered
+    again as a fresh history) and `fsck` then swept every blob of the old history."""
+    assert ole(root, capsys, "bundle", "list")[0] == 0
+    db = root / ".registry" / "registry.sqlite3"
+    blobs = sorted(p.name for p in (root / ".registry" / "blobs").rglob("*") if p.is_file())
+    assert blobs and db.is_file()
+    for extra in (db.with_name(db.name + "-wal"), db.with_name(db.name + "-shm")):
+        extra.unlink(missing_ok=True)
+    if how == "emptied":
+        db.write_bytes(b"")
+    else:
+        db.unlink()
+    for args in (["bundle", "list"], ["fsck"], ["champion", "show"]):
+        code, out, err = ole(root, capsys, *args)
+        assert code == 1 and "the index was lost" in err and "Traceback" not in err, (args, out, err)
+    assert sorted(p.name for p in (root / ".registry" / "blobs").rglob("*") if p.is_file()) == blobs
+    assert (db.stat().st_size == 0) if how == "emptied" else not db.exists()  # nothing was written
