@@ -123,6 +123,14 @@ class Registry:
 
     def _register(self, bundle: Bundle, *, note: str, seed: bool) -> RegisteredBundle:
         data = dump_bundle_yaml(bundle).encode()
+        # the stored form must read back as every later read does (its size cap, its parser): a
+        # bundle whose file fits could dump larger (block style), and a committed blob that no read
+        # accepts broke every listing of the registry
+        try:
+            load_bundle_yaml(data.decode())
+        except ValidationError as exc:
+            raise ValidationError(f"bundle {bundle.name!r} cannot be stored, nothing was registered: {exc}",
+                                  hint="make it smaller (fewer evidence ids, a shorter description)") from None
         blob_hash = sha256(data)
         with self.journal.write("register"):
             found = self.journal.find_content(bundle.name, bundle.content_hash)

@@ -197,3 +197,18 @@ def test_a_lost_index_beside_stored_blobs_is_refused_not_rebuilt(root, capsys, h
         assert code == 1 and "the index was lost" in err and "Traceback" not in err, (args, out, err)
     assert sorted(p.name for p in (root / ".registry" / "blobs").rglob("*") if p.is_file()) == blobs
     assert (db.stat().st_size == 0) if how == "emptied" else not db.exists()  # nothing was written
+
+
+def test_a_bundle_whose_stored_form_would_not_read_back_is_refused_before_commit(root, capsys):
+    """19,000 evidence ids fit a flow-style file under the 256 KiB cap but dump larger in block
+    style: the registration was committed, then every read of that blob failed (`bundle list`
+    exit 2 for the whole registry)."""
+    from ole.errors import ValidationError
+    with Registry(root) as reg:
+        champ = reg.get("coder@1")
+        ids = [f"ev{i:08d}" for i in range(19000)]
+        with pytest.raises(ValidationError, match="cannot be stored, nothing was registered"):
+            reg.register(champ.bundle.model_copy(update={"description": "bigger"}), parents=[1], evidence_ids=ids)
+        assert [v.version for v in reg.versions("coder")] == [1]
+    assert ole(root, capsys, "bundle", "list")[0] == 0
+    assert ole(root, capsys, "fsck", "--no-repair")[0] == 0
