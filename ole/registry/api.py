@@ -399,10 +399,11 @@ class Registry:
         if to is not None:
             target = self._existing(to)
             found = self._scope_of(target, channel)
-            if scope != GENERAL_SCOPE and found != scope:
+            if found != scope:  # the general scope too: a narrow version would be routed to every task
                 raise Conflict(f"{format_ref(*target)} has scope `{found}`, not `{scope}`",
                                hint="roll back to a version of this scope, or omit --to to remove the scope's "
-                                    "champion (its tasks then fall back to the general one)")
+                                    "champion (its tasks then fall back to the general one)" if scope != GENERAL_SCOPE
+                               else "roll back to a version of the general scope")
             return target
         parents = self._index_parents(current)  # the index, not the blob: a damaged champion can roll back
         if scope != GENERAL_SCOPE:

@@ -232,6 +232,8 @@ def test_rollback_of_one_scope_leaves_the_others_untouched(reg):
         reg.rollback(scope="families=minigrid", reason="again")
     with pytest.raises(Conflict, match="has scope `general`, not `families=curated`"):
         reg.rollback(scope="families=curated", to="coder@1", reason="wrong scope")
+    with pytest.raises(Conflict, match="has scope `families=curated`, not `general`"):  # nor narrow into general:
+        reg.rollback(to=curated, reason="wrong scope")  # it would be routed to every task
     with pytest.raises(NotFound, match="did you mean `families=curated`"):
         reg.rollback(scope="families=curate", reason="typo")
     assert reg.rollback(reason="general regressed").ref == "coder@1"  # general only
