@@ -6,6 +6,7 @@ lineage named by content hash for `import` into another registry (`ole.exchange`
 from __future__ import annotations
 
 import argparse
+import os
 from pathlib import Path
 
 from ole.bundle import (EDGES, GENERAL_SCOPE, check_hash, diff_bundles, dump_bundle_yaml, format_ref, load_bundle_yaml,
@@ -195,6 +196,9 @@ def export(args: argparse.Namespace) -> Output:
     out = Path(args.output)
     if out.is_dir():
         raise ValidationError(f"-o {out} is a directory", hint=f"name a file, e.g. {out / (doc.bundle.name + '.yaml')}")
+    if os.path.lexists(out) and (out.is_symlink() or not out.is_file()):
+        # the file is replaced by a rename: a link, a device or a pipe there would be replaced, not written
+        raise ValidationError(f"-o {out} exists and is not a regular file", hint="name a new or a regular file")
     try:
         tmp = out.with_name(f".{out.name}.tmp")
         tmp.write_text(text, encoding="utf-8")

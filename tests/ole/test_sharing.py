@@ -137,3 +137,24 @@ def test_parent_takes_a_number_or_a_ref_and_says_what_is_wrong(source, tmp_path,
     unknown = _empty(tmp_path, "elsewhere")
     code, _, err = ole(unknown, capsys, "bundle", "register", str(file), "--parent", "1")
     assert code == 2 and "ole bundle export" in err  # the way to move a bundle is named
+
+
+def test_export_refuses_to_replace_a_link_a_pipe_or_a_device(source, tmp_path, capsys):
+    """`-o` is written by renaming a temporary file over it: `-o /dev/full` replaced the device
+    node with a regular file (as root) and said it succeeded."""
+    import os
+    target = tmp_path / "kept.txt"
+    target.write_text("not to be replaced")
+    link = tmp_path / "link.yaml"
+    link.symlink_to(target)
+    fifo = tmp_path / "pipe.yaml"
+    os.mkfifo(fifo)
+    for path in (link, fifo, Path("/dev/null")):
+        code, _, err = ole(source, capsys, "bundle", "export", "coder@1", "-o", str(path))
+        assert code == 2 and "is not a regular file" in err, (path, err)
+    assert target.read_text() == "not to be replaced" and link.is_symlink() and fifo.is_fifo()
+    assert Path("/dev/null").is_char_device()
+    plain = tmp_path / "plain.yaml"
+    plain.write_text("old")
+    assert ole(source, capsys, "bundle", "export", "coder@1", "-o", str(plain))[0] == 0  # a regular file is replaced
+    assert "content_hash" in plain.read_text()
