@@ -130,6 +130,13 @@ def test_restore_refuses_bytes_that_are_no_stored_blob(root, tmp_path, capsys):
     other.write_text((root / "coder.yaml").read_text())
     code, _, err = ole(root, capsys, "fsck", "--restore", str(other))
     assert code == 2 and "not the stored YAML of any registered version" in err
+    # no unbounded read (/dev/zero ate memory), no internal error for a folder or a missing path
+    big = tmp_path / "big.yaml"
+    big.write_bytes(b"x" * (300 * 1024))
+    for path, why in (("/dev/zero", "not a regular file"), (str(tmp_path), "not a regular file"),
+                      (str(tmp_path / "nope.yaml"), "missing"), (str(big), "no stored blob is that large")):
+        code, _, err = ole(root, capsys, "fsck", "--restore", path)
+        assert code == 2 and why in err and "internal error" not in err, (path, err)
 
 
 def test_a_damaged_champion_can_still_be_rolled_back_to_its_parent(root, tmp_path, capsys):
