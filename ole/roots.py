@@ -84,6 +84,8 @@ def seed_user_root(root: Path) -> Path:
 def resolve(explicit: str | Path | None = None) -> Path:
     """The registry root (see the module docstring for the order)."""
     given = explicit if explicit is not None else os.environ.get(ROOT_ENV) or None
+    if given is not None and str(given).strip() == "":  # `--root ""`: given, and names nothing
+        raise NotFound("registry root is empty (from --root)", hint="pass --root DIR, or leave --root out")
     if given:
         root = Path(given)
         if not root.is_dir():

@@ -57,7 +57,10 @@ def _envs(args: argparse.Namespace) -> list[str]:
     if args.suite:
         from evogym.envs import CORE16
         return list(CORE16)
-    return list(args.env)
+    envs = list(args.env)
+    if not envs or any(not e.strip() for e in envs):
+        raise ValidationError("--env needs an env id, e.g. gym/acrobot", hint="`evogym envs` lists them")
+    return envs
 
 
 def _condition(args: argparse.Namespace) -> RunCondition:

@@ -153,3 +153,19 @@ def test_fsck_exits_1_on_damage(root, capsys):
     blob.write_text("name: tampered\n")
     code, out, _ = ole(root, "fsck", capsys=capsys)
     assert code == 1 and "PROBLEMS" in out and "quarantined" in out
+
+
+def test_an_empty_root_is_refused_not_the_per_user_one(capsys, monkeypatch, tmp_path):
+    """`--root ""` fell back to the per-user root silently (and created ~/.local/share/ole)."""
+    from ole.cli import main
+    monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg"))
+    assert main(["--root", "", "bundle", "list"]) == 2
+    assert "registry root is empty" in capsys.readouterr().err
+    assert not (tmp_path / "xdg").exists()
+
+
+@pytest.mark.parametrize("env", ["", ","])
+def test_run_with_no_env_id_is_a_clear_error(root, capsys, env):
+    """`ole run --env ""` or `--env ,` was an internal IndexError after the runs."""
+    code, _, err = ole(root, "run", "--env", env, capsys=capsys)
+    assert code == 2 and "--env needs an env id" in err and "internal error" not in err
