@@ -22,7 +22,9 @@ load -> dump -> load is the identity.
 from __future__ import annotations
 
 import math
+import os
 import re
+import stat
 from pathlib import Path
 
 import yaml
@@ -193,12 +195,22 @@ def load_yaml(data: str | bytes, *, source: str = "<yaml>") -> dict:
 def read_yaml_file(path: Path) -> dict:
     """Read and parse a YAML file without reading more than `MAX_BYTES` + 1 bytes."""
     try:
-        with open(path, "rb") as handle:
-            raw = handle.read(MAX_BYTES + 1)
+        # O_NONBLOCK: a FIFO named *.yaml (in a registry root every command scans) must not block
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
     except FileNotFoundError:
         raise NotFound(f"no file {path}", hint="check the path") from None
     except IsADirectoryError:
         raise ValidationError(f"{path} is a directory, expected a YAML file", hint="name a .yaml file") from None
+    except OSError as exc:
+        raise ValidationError(f"cannot read {path}: {exc.strerror or exc}", hint="check its permissions") from None
+    with os.fdopen(fd, "rb") as handle:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            kind = "a directory" if stat.S_ISDIR(os.fstat(fd).st_mode) else "not a regular file"
+            raise ValidationError(f"{path} is {kind}, expected a YAML file", hint="name a .yaml file")
+        try:
+            raw = handle.read(MAX_BYTES + 1)
+        except OSError as exc:
+            raise ValidationError(f"cannot read {path}: {exc.strerror or exc}", hint="check the file") from None
     return load_yaml(raw, source=str(path))
 
 

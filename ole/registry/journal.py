@@ -282,11 +282,17 @@ class Journal:
         ref = format_ref(row.name, row.version)
         path = self.blob_path(row.blob_hash)
         try:
+            if path.exists() and not path.is_file():  # a folder or a pipe there: damage, never a hang
+                raise IntegrityError(f"blob of {ref} is not a regular file ({path.name})",
+                                     hint="run `ole fsck` to quarantine it, then `ole fsck --restore FILE`")
             data = path.read_bytes()
         except FileNotFoundError:
             raise IntegrityError(f"blob of {ref} is missing ({path.name})",
                                  hint="restore it from a backup with `ole fsck --restore FILE`, or release "
                                       "another version; see docs/registry.md") from None
+        except OSError as exc:  # unreadable: this version is damaged, the others are not
+            raise IntegrityError(f"blob of {ref} cannot be read ({path.name}: {exc.strerror or exc})",
+                                 hint="check its permissions, or restore it with `ole fsck --restore FILE`") from None
         if sha256(data) != row.blob_hash:
             raise IntegrityError(f"blob of {ref} fails its hash check",
                                  hint="run `ole fsck` to quarantine it; other versions are unaffected") from None
@@ -295,9 +301,15 @@ class Journal:
     def blob_damage(self, blob_hash: str) -> str | None:
         """Why the blob `blob_hash` cannot be served (missing, fails its hash check), or None."""
         path = self.blob_path(blob_hash)
-        if not path.is_file():
+        if not path.exists():
             return "blob missing"
-        return "blob fails its hash check" if sha256(path.read_bytes()) != blob_hash else None
+        if not path.is_file():
+            return "blob is not a regular file"
+        try:
+            data = path.read_bytes()
+        except OSError as exc:
+            return f"blob cannot be read ({exc.strerror or exc})"
+        return "blob fails its hash check" if sha256(data) != blob_hash else None
 
     def quarantine(self, path: Path) -> Path:
         """Move a damaged file into the quarantine folder (never deleted); returns where it went."""

@@ -219,3 +219,26 @@ def test_a_bundle_whose_stored_form_would_not_read_back_is_refused_before_commit
         assert [v.version for v in reg.versions("coder")] == [1]
     assert ole(root, capsys, "bundle", "list")[0] == 0
     assert ole(root, capsys, "fsck", "--no-repair")[0] == 0
+
+
+def test_a_pipe_or_a_folder_where_a_file_should_be_never_hangs_and_degrades_only_itself(root, tmp_path, capsys):
+    """A FIFO named *.yaml in the root made every command hang (the seed scan read it); a folder or
+    a pipe in place of a blob hung `bundle list` or was an internal error."""
+    child = tmp_path / "child.yaml"
+    child.write_text((root / "coder.yaml").read_text().replace("step_size: 0.3", "step_size: 0.5"))
+    assert ole(root, capsys, "bundle", "register", str(child), "--parent", "1")[0] == 0
+    os.mkfifo(root / "pipe.yaml")
+    code, out, err = ole(root, capsys, "bundle", "list", "--json")
+    assert code == 0 and "pipe.yaml" in err, err  # listed as skipped, not read
+    with Registry(root) as reg:
+        blob = reg.blob_path(reg.get("coder@2").blob_hash)
+    blob.unlink()
+    os.mkfifo(blob)
+    code, out, _ = ole(root, capsys, "bundle", "list", "--json")
+    assert code == 0 and {b["ref"]: b["status"] for b in json.loads(out)}["coder@2"] == "damaged"
+    code, _, err = ole(root, capsys, "bundle", "show", "coder@2")
+    assert code == 1 and "not a regular file" in err
+    blob.unlink()
+    blob.mkdir()
+    code, out, _ = ole(root, capsys, "bundle", "list", "--json")
+    assert code == 0 and {b["ref"]: b["status"] for b in json.loads(out)}["coder@2"] == "damaged"
