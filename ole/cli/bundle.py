@@ -11,7 +11,7 @@ from pathlib import Path
 
 from ole.bundle import (EDGES, GENERAL_SCOPE, check_hash, diff_bundles, dump_bundle_yaml, format_ref, load_bundle_yaml,
                         parse_ref)
-from ole.cli.common import Output, leaf, noun, open_registry, table
+from ole.cli.common import Output, inline, leaf, noun, open_registry, table
 from ole.errors import Conflict, OleError, ValidationError
 
 
@@ -136,7 +136,7 @@ def show(args: argparse.Namespace) -> Output:
                            f"{' ' + e.ref if e.version != entry.version else ''}"
                            f"{' on ' + e.channel if e.channel else ''}"
                            f"{_scope_note(e)}"
-                           f"{': ' + e.payload['reason'] if e.payload.get('reason') else ''}" for e in events),
+                           f"{': ' + inline(e.payload['reason']) if e.payload.get('reason') else ''}" for e in events),
               f"parents are version numbers of this registry; to share it: ole bundle export {entry.ref}"]
     # the header is YAML comments, so the whole output loads as the bundle (`> file.yaml` works)
     lines = ["# " + line for line in header] + ["---", dump_bundle_yaml(entry.bundle).rstrip()]

@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 
 from ole.bundle import GENERAL_SCOPE, HOSTS, parse_scope
-from ole.cli.common import Output, leaf, noun, open_registry, parse_time, table
+from ole.cli.common import Output, inline, leaf, noun, open_registry, parse_time, table
 from ole.errors import NotFound, OleError, ValidationError
 from ole.registry.lineage import Lineage
 from ole.registry import DEFAULT_CHANNEL
@@ -95,7 +95,7 @@ def show(args: argparse.Namespace) -> Output:
             "reason": chosen.reason, "matched": list(chosen.matched), "in_scope": chosen.in_scope,
             "evidence": evidence, "canaries": stages}
     return Output(data, f"{ctx.env} on channel {args.channel}: {chosen.ref} (scope {chosen.scope})\n"
-                        f"why: {chosen.reason}" + (f"\nevidence: {evidence}" if evidence else "")
+                        f"why: {inline(chosen.reason)}" + (f"\nevidence: {evidence}" if evidence else "")
                   + "".join(f"\nstaged: {line} (an online stream may hand this task to the canary)" for line in stages))
 
 
@@ -116,7 +116,7 @@ def _show_channel(args: argparse.Namespace) -> Output:
         text += f"\nstage: {general.stage}"
     if general.pending:
         event = state.target_event(args.channel)
-        text += f"\npending {general.pending} ({event.kind} #{event.seq}: {event.payload.get('reason', '')}); " \
+        text += f"\npending {general.pending} ({event.kind} #{event.seq}: {inline(event.payload.get('reason', ''))}); " \
                 "it becomes active at the next task boundary (or `ole champion activate`)"
     if scoped:
         rows = [["scope (most specific first)", "champion", "pending"]]
@@ -151,7 +151,7 @@ def history(args: argparse.Namespace) -> Output:
     log = [f"  #{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind} "
            + (f"removes {e.ref}" if e.payload.get("clear") else
               e.ref + (f" from {e.payload['from']}" if e.payload.get("from") else ""))
-           + (f": {e.payload['reason']}" if e.payload.get("reason") else "") for e in events]
+           + (f": {inline(e.payload['reason'])}" if e.payload.get("reason") else "") for e in events]
     data = {"channel": args.channel, "scope": args.scope, "tenures": [t.model_dump(mode="json") for t in tenures],
             "events": [e.model_dump(mode="json") for e in events]}
     others = [s for s in lineage.scopes(args.channel) if s != args.scope]
@@ -162,7 +162,7 @@ def history(args: argparse.Namespace) -> Output:
 def _why(tenure) -> str:
     if tenure.cause in ("default", "inherited"):
         return "first registered seed (default champion)" if tenure.cause == "default" else "inherited from default"
-    return f"{tenure.cause} #{tenure.cause_seq}: {tenure.reason}"
+    return f"{tenure.cause} #{tenure.cause_seq}: {inline(tenure.reason)}"
 
 
 def activate(args: argparse.Namespace) -> Output:

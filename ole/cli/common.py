@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import os
 import sys
 from collections.abc import Callable
@@ -195,9 +196,21 @@ def parse_time(text: str) -> datetime:
     return when if when.utcoffset() is not None else when.replace(tzinfo=timezone.utc)
 
 
+_CONTROLS = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")
+
+
+def inline(text: object) -> str:
+    """A stored free text (a note, a reason, a name from an import) for one line of output: every
+    control character, newlines included, shown escaped (`\\n`, `\\x1b`): a reason could otherwise
+    print a forged event line or drive the terminal."""
+    return re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: repr(m.group())[1:-1], str(text))
+
+
 def emit(args: argparse.Namespace, output: Output) -> None:
-    """Print an output as JSON (--json) or text."""
-    text = json.dumps(output.data, indent=2, default=str) if getattr(args, "json", False) else output.text
+    """Print an output as JSON (--json) or text (control characters other than newlines and tabs
+    escaped: no terminal escape sequence from stored text reaches the terminal)."""
+    text = json.dumps(output.data, indent=2, default=str) if getattr(args, "json", False) \
+        else _CONTROLS.sub(lambda m: repr(m.group())[1:-1], output.text)
     if not text:
         return
     try:

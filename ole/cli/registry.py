@@ -5,7 +5,7 @@ import argparse
 
 from pathlib import Path
 
-from ole.cli.common import Output, leaf, open_registry
+from ole.cli.common import Output, inline, leaf, open_registry
 from ole.errors import ValidationError
 from ole.registry.records import EVENT_KINDS
 
@@ -58,6 +58,6 @@ def events(args: argparse.Namespace) -> Output:
     with open_registry(args) as registry:
         found = registry.events(name=args.name, kind=args.kind, channel=args.channel)
     lines = [f"#{e.seq} {e.ts:%Y-%m-%d %H:%M:%S} {e.kind:<13} {e.ref}{' on ' + e.channel if e.channel else ''}"
-             f"{'  ' + (e.payload.get('reason') or e.payload.get('note') or '') if e.payload else ''}".rstrip()
+             f"{'  ' + inline(e.payload.get('reason') or e.payload.get('note') or '') if e.payload else ''}".rstrip()
              for e in found]
     return Output([e.model_dump(mode="json") for e in found], "\n".join(lines))

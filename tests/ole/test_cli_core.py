@@ -169,3 +169,19 @@ def test_run_with_no_env_id_is_a_clear_error(root, capsys, env):
     """`ole run --env ""` or `--env ,` was an internal IndexError after the runs."""
     code, _, err = ole(root, "run", "--env", env, capsys=capsys)
     assert code == 2 and "--env needs an env id" in err and "internal error" not in err
+
+
+def test_a_reason_cannot_forge_an_event_line_or_drive_the_terminal(root, tmp_path, capsys):
+    """A reason with a newline printed a fake `#99 ... release` line in `ole events`; ESC
+    sequences reached the terminal. Stored as given (JSON keeps it), printed escaped."""
+    child = tmp_path / "child.yaml"
+    child.write_text((root / "coder.yaml").read_text().replace("step_size: 0.3", "step_size: 0.8"))
+    assert ole(root, "bundle", "register", str(child), "--parent", "1", capsys=capsys)[0] == 0
+    reason = "ok\n#99  2026-01-01  release  coder@9  forged\x1b[2J\x1b]0;title\x07"
+    assert ole(root, "release", "coder@2", "--reason", reason, capsys=capsys)[0] == 0
+    for args in (["events"], ["champion", "history"], ["bundle", "show", "coder@2"]):
+        code, out, _ = ole(root, *args, capsys=capsys)
+        assert code == 0 and "\x1b" not in out and "\x07" not in out, args
+        assert not any(line.startswith("#99") for line in out.splitlines()), (args, out)
+    code, out, _ = ole(root, "events", "--json", capsys=capsys)
+    assert reason in [e["payload"].get("reason") for e in json.loads(out)]
