@@ -109,6 +109,10 @@ def _event(row: tuple[Any, ...], payload: dict[str, Any], *, checked: bool = Tru
     return Event(**fields) if checked else Event.model_construct(**fields)
 
 
+class RegistryBusy(StorageError):
+    """Another process held the registry's write lock for the whole busy timeout."""
+
+
 class Journal:
     """The SQLite file and blob folder of one registry home; one connection per instance.
 
@@ -125,6 +129,8 @@ class Journal:
         self._refuse_a_lost_index()
         try:
             self._db = self._open_read_write()
+        except RegistryBusy:
+            raise  # locked by another writer: not a read-only registry
         except StorageError:
             db = self._open_read_only()
             if db is None:
@@ -209,6 +215,11 @@ class Journal:
         try:
             self._db.execute("BEGIN IMMEDIATE")
         except sqlite3.Error as exc:
+            if "locked" in str(exc) or "busy" in str(exc):
+                raise RegistryBusy(f"the registry at {self.home} is busy: another process held its write lock for "
+                                   f"{sqlite_open.BUSY_TIMEOUT_S:g} s while {op} waited; nothing was changed",
+                                   hint="retry when it is done; a process stuck there can be found with "
+                                        f"`fuser {self.home / DB_FILE}`") from None
             raise StorageError(f"cannot lock the registry for {op}: {exc}", hint="retry; is a writer stuck?") from None
         try:
             yield

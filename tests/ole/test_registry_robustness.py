@@ -242,3 +242,23 @@ def test_a_pipe_or_a_folder_where_a_file_should_be_never_hangs_and_degrades_only
     blob.mkdir()
     code, out, _ = ole(root, capsys, "bundle", "list", "--json")
     assert code == 0 and {b["ref"]: b["status"] for b in json.loads(out)}["coder@2"] == "damaged"
+
+
+def test_a_registry_locked_by_another_writer_is_busy_not_read_only(root, capsys, monkeypatch):
+    """A writer holding the lock past the busy timeout made `ole release` say the registry was
+    read-only and suggest a writable copy."""
+    import sqlite3
+
+    from ole import sqlite_open
+    assert ole(root, capsys, "bundle", "list")[0] == 0
+    real = sqlite_open.connect
+    monkeypatch.setattr(sqlite_open, "connect", lambda path, schema=None, **kw: real(path, schema, timeout_s=0.5))
+    holder = sqlite3.connect(root / ".registry" / "registry.sqlite3", isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")
+    try:
+        code, _, err = ole(root, capsys, "release", "coder@1", "--reason", "x")
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert code == 1 and "is busy" in err and "read-only" not in err, err
+    assert ole(root, capsys, "bundle", "list")[0] == 0  # free again
