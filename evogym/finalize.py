@@ -16,6 +16,7 @@ docs/protocol-deviations.md).
 from __future__ import annotations
 
 import json
+import re
 import multiprocessing
 import os
 import shutil
@@ -126,11 +127,14 @@ def _failed(exc: BaseException) -> BatchResult:
 
 def candidates(run) -> list[Candidate]:
     out = []
-    for fb in sorted(run.feedback.glob("submit_*")):
-        summary = json.loads((fb / "summary.json").read_text())
+    for summary in _submit_rows(run):
         if summary.get("status") == "ok":
-            metrics = json.loads((run.checkpoints / fb.name / "metrics.json").read_text())
-            out.append(Candidate(summary["submit_index"], metrics["tree_hash"], summary["n_episodes"]))
+            name = run.submit_name(summary["submit_index"])
+            try:
+                metrics = json.loads((run.checkpoints / name / "metrics.json").read_text())
+                out.append(Candidate(summary["submit_index"], str(metrics["tree_hash"]), int(summary["n_episodes"])))
+            except (OSError, ValueError, KeyError, TypeError) as exc:
+                run.event("finalize.skipped", folder=name, reason=f"checkpoint metrics: {type(exc).__name__}: {exc}"[:500])
     return out
 
 
@@ -326,10 +330,25 @@ def _remove(path: Path) -> None:
         path.unlink()
 
 
+SUBMIT_FOLDER = re.compile(r"submit_[0-9]+")
+
+
 def _submit_rows(run) -> list[dict]:
+    """The summaries of the submits, in order. feedback/ is in the agent's workspace: anything else
+    there (a folder of its own notes named submit_000_notes, a summary it broke) is skipped with
+    a `finalize.skipped` event, never a finalization that fails and leaves the run unscored."""
     rows = []
     for fb in sorted(run.feedback.glob("submit_*")):
-        rows.append(json.loads((fb / "summary.json").read_text()))
+        if not SUBMIT_FOLDER.fullmatch(fb.name):
+            continue  # not a submit's folder: the host names them submit_NNN
+        try:
+            summary = json.loads((fb / "summary.json").read_text())
+            if not isinstance(summary, dict) or run.submit_name(summary.get("submit_index")) != fb.name:
+                raise ValueError("not the summary of this submit")
+        except (OSError, ValueError, TypeError) as exc:
+            run.event("finalize.skipped", folder=fb.name, reason=f"{type(exc).__name__}: {exc}"[:500])
+            continue
+        rows.append(summary)
     return rows
 
 

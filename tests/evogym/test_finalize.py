@@ -202,3 +202,19 @@ class Policy:
         assert first.error_category in ("policy_crashed", "act_timeout"), first.errors
         assert "reset 0" in first.stdout and "act 3" in first.stdout and "err 3" in first.stderr, (fatal, first.stdout)
         assert second.stdout.startswith("reset 1"), second.stdout  # the next process's own output
+
+
+def test_what_the_agent_leaves_in_feedback_never_unscores_the_run(live_host):
+    """feedback/ is in the agent's workspace: a folder of its own named submit_000_notes made the
+    finalize fail (FileNotFoundError: status error, no score), and so did a summary it rewrote."""
+    live = live_host(budget=4)
+    live.write_policy(SWING)
+    live.submit([0])
+    live.submit([1])
+    feedback = live.workspace / "feedback"
+    (feedback / "submit_000_notes").mkdir()
+    (feedback / "submit_000" / "summary.json").write_text("[]")
+    out = live.finish_and_wait()["outcome"]
+    assert out["status"] == "completed" and out["best_submit_index"] == 1 and out["final_score"] > -300, out
+    skipped = _events(live, "finalize.skipped")
+    assert {e["folder"] for e in skipped} == {"submit_000"}  # the stray folder is not a submit's: passed over
