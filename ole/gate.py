@@ -83,7 +83,7 @@ class GateConfig(_Record):
     cost_kappa: dict[str, float] = Field(default_factory=lambda: {"episodes": 0.1, "wall_s": 0.5,
                                                                   "tokens": 0.25, "usd": 0.25})
     """Per resource: the challenger's total may exceed the champion's by at most this fraction (1+κ)."""
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     """Seed of the bootstrap resampling (decisions are reproducible)."""
     max_pairs: int | None = Field(None, ge=2)
     """Cap of the adaptive sample: while a verdict is open, the driver adds gate pairs up to this

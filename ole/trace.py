@@ -52,8 +52,8 @@ class RunCondition(_Record):
 
     host: str
     """Host agent kind: `builtin`, `llm` or `command`."""
-    seed: int = 0
-    """Agent seed (the agent's own randomness)."""
+    seed: int = Field(0, ge=0)
+    """Agent seed (the agent's own randomness; >= 0, as every random generator seeded with it needs)."""
     model: str | None = None
     """Model string for LLM agents; None for agents without a model."""
     command: tuple[str, ...] | None = None

@@ -35,7 +35,8 @@ import tempfile
 from pathlib import Path
 
 from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
-from ole.cli.common import ListArg, Output, agent_command, check_model, check_proposer, leaf, noun, open_registry
+from ole.cli.common import (ListArg, Output, agent_command, check_model, check_proposer, leaf, noun, open_registry,
+                            seed_int)
 from ole.errors import ValidationError
 from ole.trace import RunCondition, TaskSpec
 
@@ -53,7 +54,7 @@ def register(subparsers) -> None:
                    help="run --bundle even where its applicability excludes the task (recorded in selection.json)")
     p.add_argument("--channel", default="default", help="channel whose champion works the task (default: default)")
     p.add_argument("--model", help="model string (llm agent)")
-    p.add_argument("--seed", type=int, default=0, help="agent seed")
+    p.add_argument("--seed", type=seed_int, default=0, help="agent seed")
     p.add_argument("--log-dir", help="agent log folder (default: a new temporary folder)")
     o = p.add_argument_group("online evolution beside the harness (--online)")
     o.add_argument("--online", action="store_true", help="archive this task's verified trace and evolve the channel")

@@ -65,6 +65,18 @@ def noun(subparsers, name: str, help: str) -> argparse._SubParsersAction:
     return cliparser.noun(subparsers, name, help, dest="verb", handler=None)
 
 
+def seed_int(text: str) -> int:
+    """An argparse type for seeds: an integer >= 0 (random generators refuse negative seeds, so
+    `--seed -1` would otherwise fail inside the run, after a host was started)."""
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"`{text}` is not an integer") from None
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"a seed must be >= 0, got {value}")
+    return value
+
+
 class ListArg(argparse.Action):
     """The one convention for list flags: `--envs a b`, `--envs a,b` and `--envs a --envs b` all give
     `(a, b)` (the three spellings older commands used stay accepted). `item` converts each value
@@ -88,6 +100,8 @@ class ListArg(argparse.Action):
     def _convert(self, part: str, flag: str | None):
         try:
             return self.item(part)
+        except argparse.ArgumentTypeError as exc:
+            raise argparse.ArgumentError(self, str(exc)) from None
         except ValueError:
             kind = "an integer" if self.item is int else "valid"
             raise argparse.ArgumentError(self, f"`{part}` is not {kind} (a list is `{flag} 1 2`, `{flag} 1,2` "

@@ -18,7 +18,7 @@ import pydantic
 from pathlib import Path
 
 from ole.cli.common import (Output, agent_command, check_model, check_proposer, check_task_names, check_writable,
-                            leaf, ListArg, open_registry)
+                            leaf, ListArg, open_registry, seed_int)
 from ole.cost import CostCaps, CostMeter, estimate
 from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
@@ -106,14 +106,14 @@ def register(subparsers) -> None:
     g.add_argument("--gate-budgets", action=ListArg, item=int, default=None, metavar="N",
                    help=f"episode budgets of every gate instance; a release covers their band "
                         f"(default: {_csv(CFG.gate_budgets)})")
-    g.add_argument("--agent-seeds", action=ListArg, item=int, default=None, metavar="SEED", help=f"agent seeds (default: {_csv(CFG.agent_seeds)})")
+    g.add_argument("--agent-seeds", action=ListArg, item=seed_int, default=None, metavar="SEED", help=f"agent seeds (default: {_csv(CFG.agent_seeds)})")
     g.add_argument("--host", choices=("builtin", "llm", "command"), default=None,
                    help="host agent (default: builtin); `command` runs the command line after `--`")
     g.add_argument("--model", default=None, help="model string of the LLM agent")
     s = p.add_argument_group("search")
     s.add_argument("--population", type=int, default=None, help=f"candidates per generation (default: {CFG.population})")
     s.add_argument("--generations", type=int, default=None, help=f"offline generations (default: {CFG.generations})")
-    s.add_argument("--seed", type=int, default=None, help=f"proposer seed (default: {CFG.seed})")
+    s.add_argument("--seed", type=seed_int, default=None, help=f"proposer seed (default: {CFG.seed})")
     s.add_argument("--eta", type=int, default=None,
                    help=f"staged evaluation: keep the best 1/eta of the candidates per rung (default: {CFG.eta})")
     s.add_argument("--screen", type=int, default=None,

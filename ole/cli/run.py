@@ -16,7 +16,7 @@ import sys
 
 from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 from ole.cli.common import (ListArg, Output, agent_command, check_llm_file, check_model, check_task_names,
-                            check_writable, leaf, table)
+                            check_writable, leaf, seed_int, table)
 from ole.errors import ValidationError
 from ole.registry import DEFAULT_CHANNEL
 from ole.trace import RunCondition, TaskSpec
@@ -40,7 +40,7 @@ def register(subparsers) -> None:
     p.add_argument("--agent", default="builtin", choices=("builtin", "llm", "command"), help="host agent")
     p.add_argument("--model", help="model string (llm agent)")
     p.add_argument("--agent-command", metavar="CMD", help="shell command (command agent)")
-    p.add_argument("--seed", type=int, default=0, help="agent seed (default 0)")
+    p.add_argument("--seed", type=seed_int, default=0, help="agent seed (default 0)")
     p.add_argument("--profile", default="quick", help="host profile: paper | bench | quick (default quick)")
     p.add_argument("--budget", type=int, help="episode budget override")
     p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")

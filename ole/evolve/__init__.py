@@ -115,7 +115,7 @@ class EvolveConfig(BaseModel):
     """Offline generations."""
     recombinations: int = Field(1, ge=0)
     """Of each later generation's candidates, how many come from recombination."""
-    seed: int = 0
+    seed: int = Field(0, ge=0)
     """Seed of the proposer."""
     channel: str = "default"
     """Release channel."""
@@ -132,6 +132,8 @@ class EvolveConfig(BaseModel):
         twice = sorted(set(self.gate_pools) & set(self.gate_extra_pools))
         if twice:
             raise ValueError(f"gate_pools and gate_extra_pools share {twice}: an added look must bring new instances")
+        if not self.agent_seeds or any(s < 0 for s in self.agent_seeds) or len(set(self.agent_seeds)) != len(self.agent_seeds):
+            raise ValueError(f"agent_seeds must be distinct seeds >= 0, got {list(self.agent_seeds)}")
         if not self.gate_budgets or any(b < 1 for b in self.gate_budgets) \
                 or len(set(self.gate_budgets)) != len(self.gate_budgets):
             raise ValueError(f"gate_budgets must be distinct budgets >= 1, got {list(self.gate_budgets)}")

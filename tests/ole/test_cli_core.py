@@ -185,3 +185,25 @@ def test_a_reason_cannot_forge_an_event_line_or_drive_the_terminal(root, tmp_pat
         assert not any(line.startswith("#99") for line in out.splitlines()), (args, out)
     code, out, _ = ole(root, "events", "--json", capsys=capsys)
     assert reason in [e["payload"].get("reason") for e in json.loads(out)]
+
+
+@pytest.mark.parametrize("args", [["run", "--env", "gym/acrobot", "--seed", "-1"],
+                                  ["evolve", "--mode", "offline", "--seed", "-1", "--estimate-only"],
+                                  ["evolve", "--mode", "offline", "--agent-seeds", "0,-1", "--estimate-only"]])
+def test_negative_seeds_are_refused_up_front(root, capsys, args):
+    """`ole run --seed -1` started a host, then the agent died on the seed (no_ok_submit, exit 1)."""
+    code, _, err = ole(root, *args, capsys=capsys)
+    assert code == 2 and "a seed must be >= 0, got -1" in err and len(err.strip().splitlines()) == 1
+
+
+def test_negative_seeds_are_refused_by_the_records_too():
+    from pydantic import ValidationError as PydanticError
+
+    from ole.evolve import EvolveConfig
+    from ole.gate import GateConfig
+    from ole.trace import RunCondition
+    for make in (lambda: RunCondition(host="builtin", seed=-1), lambda: GateConfig(seed=-5),
+                 lambda: EvolveConfig(seed=-1), lambda: EvolveConfig(agent_seeds=(0, -1)),
+                 lambda: EvolveConfig(agent_seeds=(1, 1))):
+        with pytest.raises(PydanticError):
+            make()
