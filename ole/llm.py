@@ -321,7 +321,13 @@ class LLMClient:
                 if not _retryable(exc):
                     break
                 continue
-            comp = _completion_from(litellm, response, key)
+            try:
+                comp = _completion_from(litellm, response, key, messages)
+            except _NoChoice as exc:  # an answer with nothing in it: a failed attempt like a 5xx
+                attempts += 1
+                self.usage.failed_attempts += 1
+                last = exc
+                continue
             return comp, self._row(key, comp)
         raise LLMUnavailable(f"model {self.model!r} failed after {attempts} attempt(s): "
                              f"{type(last).__name__}: {str(last)[:300]}",
@@ -337,12 +343,35 @@ def _retryable(exc: Exception) -> bool:
     return name in ("Timeout", "APITimeoutError", "APIConnectionError", "ServiceUnavailableError")
 
 
-def _completion_from(litellm: Any, response: Any, key: str) -> Completion:
-    choice = response.choices[0]
+class _NoChoice(Exception):
+    """A 200 answer with no choice in it (`choices: []`)."""
+
+
+def _tokens(usage: Any, field: str) -> int | None:
+    """A token count the server reported, or None when it reported none or nonsense (negative, not a number)."""
+    value = getattr(usage, field, None)
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != value or value < 0:
+        return None
+    return int(value)
+
+
+def _completion_from(litellm: Any, response: Any, key: str, messages: Sequence[Message] = ()) -> Completion:
+    """The answer's text and usage. Token counts the server did not report (litellm shows them as 0)
+    or reported negative (-4,000,000 defeated the cap) are estimated at 4 characters a token, so
+    `max_tokens` always binds."""
+    choices = getattr(response, "choices", None) or []
+    if not choices:
+        raise _NoChoice("the model's answer holds no choice (choices: [])")
+    choice = choices[0]
     text = choice.message.content or ""
     usage = getattr(response, "usage", None)
-    prompt = int(getattr(usage, "prompt_tokens", 0) or 0)
-    completion = int(getattr(usage, "completion_tokens", 0) or 0)
+    prompt = _tokens(usage, "prompt_tokens")
+    sent = sum(len(str(m.get("content") or "")) for m in messages)
+    if not prompt and sent:  # litellm fills a missing usage with zeros: no real prompt is 0 tokens
+        prompt = max(1, sent // 4)
+    completion = _tokens(usage, "completion_tokens")
+    if not completion and text:
+        completion = max(1, len(text) // 4)
     return Completion(text=text, prompt_tokens=prompt, completion_tokens=completion, usd=_cost(litellm, response),
                       request_hash=key, cached=False, finish_reason=str(choice.finish_reason or "stop"))
 
@@ -356,7 +385,7 @@ def _cost(litellm: Any, response: Any) -> float:
             cost = litellm.completion_cost(completion_response=response)
         except Exception:  # noqa: BLE001 - unknown model price: litellm raises rather than returning 0
             cost = 0.0
-    return float(cost or 0.0)
+    return max(0.0, float(cost or 0.0))  # a price from nonsense usage never lowers the spend
 
 
 def _litellm() -> Any:

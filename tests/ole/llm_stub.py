@@ -45,6 +45,9 @@ class StubServer:
                 if step[0] == "error":
                     self._send(step[1], {"error": {"message": "stub failure", "type": "server_error"}})
                     return
+                if step[0] == "raw":  # a 200 answer with exactly this body (what a broken server sends)
+                    self._send(200, step[1])
+                    return
                 if step[0] == "slow":
                     time.sleep(step[1])
                     step = ("ok", step[2])

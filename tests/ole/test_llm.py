@@ -121,3 +121,23 @@ def test_litellm_http_path_gives_up_cleanly(tmp_path):
         with pytest.raises(LLMUnavailable, match="after 1 attempt"):
             client.complete(MSGS)
     assert len(stub.requests) == 1
+
+
+@pytest.mark.llm
+def test_an_answer_without_choices_is_a_failed_attempt_and_nonsense_usage_is_estimated(tmp_path):
+    """`choices: []` crashed the run (IndexError); a missing usage counted 0 tokens and a negative
+    one was summed as given (-4,000,000 tokens): either way `max_tokens` could never bind."""
+    text = "```python\nclass Policy: pass\n```"
+    body = {"id": "x", "object": "chat.completion", "created": 0, "model": "stub",
+            "choices": [{"index": 0, "finish_reason": "stop", "message": {"role": "assistant", "content": text}}]}
+    script = [("raw", {**body, "choices": []}),
+              ("raw", {**body, "usage": {"prompt_tokens": -999995, "completion_tokens": -999995, "total_tokens": 0}}),
+              ("raw", body)]
+    with StubServer(script) as stub:
+        client = _stub_client(stub, tmp_path, timeout_s=5.0, retries=1, backoff_s=0.01)
+        first = client.complete(MSGS)  # the empty answer was retried
+        second = client.complete(MSGS + [{"role": "user", "content": "again"}])
+    assert client.usage.failed_attempts == 1 and len(stub.requests) == 3
+    assert first.completion_tokens == len(text) // 4 > 0 and first.prompt_tokens > 0
+    assert second.completion_tokens == len(text) // 4 and second.prompt_tokens > 0
+    assert client.usage.tokens > 0 and client.usage.usd >= 0.0

@@ -230,3 +230,14 @@ def test_shipped_example_script_is_a_valid_program_and_valid_tuning_edits():
     for item in edits:
         edited = parse_answer(item["text"], base.source).source
         assert static_problems(edited) == [] and scope_problem(base.source, edited, "parameters") is None
+
+
+def test_the_mechanism_line_is_one_line():
+    """`^\\s*` with re.M ran over newlines, so every blank line restarted a scan of all the blank
+    lines after it: 40,000 of them outside the fences took 17 s (quadratic). The pattern now
+    stays on one line; a label with nothing after it names no mechanism."""
+    from ole.agents.edits import _MECHANISM
+    assert parse_answer("\n" * 40000 + as_file(program(1.0), "late"), None).mechanism == "late"
+    assert _MECHANISM.search("Mechanism:\nnext line") is None
+    assert _MECHANISM.search("\n  **Mechanism**:  add damping  \n").group(1) == "add damping"
+    assert "\\s" not in _MECHANISM.pattern
