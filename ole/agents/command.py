@@ -11,13 +11,16 @@ workspace alone: `feedback/submit_NNN/summary.json` for verdicts and returns, an
 """
 from __future__ import annotations
 
+import hashlib
 import json
 import os
 import shlex
 import signal
+import stat
 import subprocess
 import threading
 import time
+import uuid
 from datetime import datetime
 from pathlib import Path
 from typing import IO, Sequence
@@ -67,10 +70,10 @@ class CommandAgent(HostAgent):
             env["OLE_LESSONS"] = str(Path(ctx.lessons_path).resolve())
         watcher = _Watcher(ctx.workspace / "system" / "policy.py")
         watcher.start()
-        t0 = time.monotonic()
-        rc, timed_out = self._run(ctx, env)
-        watcher.stop()
-        wall = time.monotonic() - t0
+        try:
+            rc, timed_out, wall = self._run(ctx, env)
+        finally:
+            watcher.stop()
         ctx.progress(f"command agent exited with {rc} after {wall:.1f} s" + (" (wall-clock cap)" if timed_out else ""))
         (ctx.log_dir / "command.exit.json").write_text(json.dumps(
             {"argv": self.command, "exit_code": rc, "timed_out": timed_out, "wall_s": round(wall, 3)}) + "\n")
@@ -80,37 +83,51 @@ class CommandAgent(HostAgent):
                            extras={"stdout": "command.stdout.txt", "stderr": "command.stderr.txt",
                                    "instructions": INSTRUCTIONS, "exit": "command.exit.json"})
 
-    def _run(self, ctx: AgentContext, env: dict[str, str]) -> tuple[int, bool]:
+    def _run(self, ctx: AgentContext, env: dict[str, str]) -> tuple[int, bool, float]:
+        """Run the command: (exit status, whether the wall-clock cap stopped it, its wall seconds).
+
+        Whatever way it ends (it exits, the cap, an interrupt of this process), nothing it started
+        outlives it: its process group is killed, and so is every process carrying its run marker
+        in its environment (a daemon that left the group with setsid still has it)."""
+        marker = uuid.uuid4().hex
+        env = {**env, AGENT_MARKER: marker}
+        t0 = time.monotonic()
         try:
             proc = subprocess.Popen(self.command, cwd=ctx.workspace.resolve(), env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
             (ctx.log_dir / "command.stderr.txt").write_text(f"cannot start {self.command[0]!r}: {exc}\n")
             (ctx.log_dir / "command.stdout.txt").write_text("")
-            return 127, False
+            return 127, False, time.monotonic() - t0
         pumps = [_pump(proc.stdout, ctx.log_dir / "command.stdout.txt", self.output_cap_bytes),
                  _pump(proc.stderr, ctx.log_dir / "command.stderr.txt", self.output_cap_bytes)]
         timed_out = False
         try:
-            proc.wait(timeout=ctx.bundle.loop_policy.budget.wall_time_s)
-        except subprocess.TimeoutExpired:
-            timed_out = True
-            self._kill(proc)
-        for pump in pumps:
-            pump.join(timeout=10)
-        return int(proc.returncode if proc.returncode is not None else -9), timed_out
-
-    def _kill(self, proc: subprocess.Popen) -> None:
-        for sig, wait in ((signal.SIGTERM, self.kill_grace_s), (signal.SIGKILL, 10.0)):
             try:
-                os.killpg(proc.pid, sig)
-            except ProcessLookupError:
-                return
-            try:
-                proc.wait(timeout=wait)
-                return
+                proc.wait(timeout=ctx.bundle.loop_policy.budget.wall_time_s)
             except subprocess.TimeoutExpired:
-                continue
+                timed_out = True
+                self._stop(proc)
+            wall = time.monotonic() - t0
+        finally:  # an interrupt of ole too: the agent is not left running
+            _kill_group(proc.pid)
+            sweep_marked(marker)
+            if proc.returncode is None:
+                proc.kill()
+                proc.wait()
+        for pump in pumps:
+            pump.join(timeout=10)  # every writer is gone: EOF now
+        return int(proc.returncode if proc.returncode is not None else -9), timed_out, wall
+
+    def _stop(self, proc: subprocess.Popen) -> None:
+        """The wall-clock cap: SIGTERM to the group, SIGKILL after the grace (the caller then kills
+        what is left of the group whether or not the leader went at SIGTERM)."""
+        _kill_group(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=self.kill_grace_s)
+        except subprocess.TimeoutExpired:
+            _kill_group(proc.pid)
+            proc.wait()
 
     @staticmethod
     def _reason(ctx: AgentContext, rc: int, timed_out: bool) -> str:
@@ -141,6 +158,47 @@ def protocol_env(url: str, workspace: Path) -> dict[str, str]:
             "EVOPOLICYGYM_PROTOCOL": PROTOCOL_VERSION}
 
 
+AGENT_MARKER = "OLE_AGENT_RUN"
+"""Environment variable every process the command starts inherits (a random value per run):
+how the processes it left behind are found once it ends (`sweep_marked`)."""
+
+
+def _kill_group(pgid: int, sig: int = signal.SIGKILL) -> None:
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def marked(marker: str) -> list[int]:
+    """Processes (of this user) whose environment carries the command agent's run marker."""
+    needle = f"{AGENT_MARKER}={marker}".encode() + b"\0"
+    found = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit() and int(entry.name) != os.getpid():
+            try:
+                if needle in (entry / "environ").read_bytes():
+                    found.append(int(entry.name))
+            except OSError:  # gone, or another user's
+                pass
+    return found
+
+
+def sweep_marked(marker: str, rounds: int = 5) -> None:
+    """SIGKILL every process carrying the marker, a few rounds (one may fork while being swept).
+    A process that cleared its own environment is not found: the limit of this sweep."""
+    for _ in range(rounds):
+        pids = marked(marker)
+        if not pids:
+            return
+        for pid in pids:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+        time.sleep(0.05)
+
+
 def _pump(stream: IO[bytes] | None, path: Path, cap: int) -> threading.Thread:
     """Copy a pipe to a file up to `cap` bytes, then keep draining so the child never blocks."""
     def run() -> None:
@@ -159,12 +217,22 @@ def _pump(stream: IO[bytes] | None, path: Path, cap: int) -> threading.Thread:
     return thread
 
 
+SNAPSHOT_MAX_CHARS = 1 << 20
+"""A `policy.py` longer than this is recorded as seen but not kept (no edit kind for its submits)."""
+SNAPSHOTS_MAX_CHARS = 64 << 20
+"""Total text the watcher keeps; past it, changes are recorded as seen but not kept (a policy
+rewritten every 0.1 s with 2 MB made the watcher hold 450 MB in 20 s)."""
+
+
 class _Watcher:
-    """Snapshots `policy.py` whenever it changes, with the wall time it was seen."""
+    """Snapshots `policy.py` whenever it changes, with the wall time it was seen (text None:
+    seen, not kept: over `SNAPSHOT_MAX_CHARS`, or past `SNAPSHOTS_MAX_CHARS` in all)."""
 
     def __init__(self, path: Path) -> None:
         self.path = path
-        self.snapshots: list[tuple[float, str]] = []
+        self.snapshots: list[tuple[float, str | None]] = []
+        self._kept = 0
+        self._last_digest: bytes | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._run, daemon=True)
 
@@ -177,17 +245,40 @@ class _Watcher:
 
     def _run(self) -> None:
         while True:
-            try:
-                text = self.path.read_text(errors="replace")
-            except OSError:
-                text = None
-            if text is not None and (not self.snapshots or self.snapshots[-1][1] != text):
-                self.snapshots.append((time.time(), text))
+            data = _read_regular(self.path, SNAPSHOT_MAX_CHARS)
+            if data is not None:
+                digest = hashlib.sha256(data).digest()
+                if digest != self._last_digest:
+                    self._last_digest = digest
+                    text = data.decode(errors="replace") if len(data) <= SNAPSHOT_MAX_CHARS else None
+                    if text is not None and self._kept + len(text) > SNAPSHOTS_MAX_CHARS:
+                        text = None
+                    self._kept += len(text or "")
+                    self.snapshots.append((time.time(), text))
             if self._stop.wait(WATCH_INTERVAL_S):
                 return
 
 
-def iterations_from_workspace(workspace: Path, snapshots: Sequence[tuple[float, str]] = ()) -> list[Iteration]:
+def _read_regular(path: Path, limit: int) -> bytes | None:
+    """Up to `limit` + 1 bytes of a regular file, None for anything else: a FIFO at
+    `system/policy.py` blocked the watcher's read for good."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        with os.fdopen(fd, "rb", closefd=False) as handle:
+            return handle.read(limit + 1)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+
+
+def iterations_from_workspace(workspace: Path, snapshots: Sequence[tuple[float, str | None]] = ()
+                              ) -> list[Iteration]:
     """One Iteration per feedback/submit_NNN, from the summary and the program seen before it started."""
     out: list[Iteration] = []
     previous: str | None = None
@@ -197,26 +288,38 @@ def iterations_from_workspace(workspace: Path, snapshots: Sequence[tuple[float, 
             summary = json.loads((sub / "summary.json").read_text())
         except (OSError, json.JSONDecodeError):
             continue
+        if not isinstance(summary, dict):  # the workspace is the agent's: anything can be there
+            continue
+        try:
+            it = _iteration(n, summary, snapshots, previous)
+        except (ValueError, TypeError):  # one entry with a broken field is skipped, not the whole history
+            continue
+        out.append(it)
         program = _program_at(snapshots, summary.get("submit_started_at"))
-        kind = edit_kind(previous, program) if program is not None else "none"
-        returns = summary.get("returns")
-        mean = summary.get("mean_return")
-        out.append(Iteration(
-            index=n, phase="external", observation_digest="", edit_kind=kind,
-            diff_lines=diff_lines(previous, program) if program is not None else 0,
-            submitted_indices=tuple(int(i) for i in summary.get("env_instances") or ()),
-            submit_id=summary.get("submit_index"), verdict=summary.get("status"),
-            returns=tuple(float(r) for r in returns) if isinstance(returns, list) and summary.get("status") == "ok"
-            and all(isinstance(r, (int, float)) for r in returns) else None,
-            mean_return=float(mean) if isinstance(mean, (int, float)) else None,
-            episodes_charged=int(summary.get("n_episodes") or 0),
-            wall_s=float(summary.get("wall_time_seconds") or 0.0), note="reconstructed from workspace feedback"))
         if program is not None:
             previous = program
     return out
 
 
-def _program_at(snapshots: Sequence[tuple[float, str]], started_at: object) -> str | None:
+def _iteration(n: int, summary: dict, snapshots: Sequence[tuple[float, str | None]], previous: str | None
+               ) -> Iteration:
+    program = _program_at(snapshots, summary.get("submit_started_at"))
+    kind = edit_kind(previous, program) if program is not None else "none"
+    returns = summary.get("returns")
+    mean = summary.get("mean_return")
+    return Iteration(
+        index=n, phase="external", observation_digest="", edit_kind=kind,
+        diff_lines=diff_lines(previous, program) if program is not None else 0,
+        submitted_indices=tuple(int(i) for i in summary.get("env_instances") or ()),
+        submit_id=summary.get("submit_index"), verdict=summary.get("status"),
+        returns=tuple(float(r) for r in returns) if isinstance(returns, list) and summary.get("status") == "ok"
+        and all(isinstance(r, (int, float)) for r in returns) else None,
+        mean_return=float(mean) if isinstance(mean, (int, float)) else None,
+        episodes_charged=int(summary.get("n_episodes") or 0),
+        wall_s=float(summary.get("wall_time_seconds") or 0.0), note="reconstructed from workspace feedback")
+
+
+def _program_at(snapshots: Sequence[tuple[float, str | None]], started_at: object) -> str | None:
     if not snapshots or not isinstance(started_at, str):
         return snapshots[-1][1] if snapshots else None
     try:

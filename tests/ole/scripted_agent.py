@@ -1,11 +1,15 @@
 """A small external agent for the command-agent tests: writes a policy and submits over urllib.
 
-Usage: scripted_agent.py [normal|sleep|spam|crash]. `normal` submits twice (2 episodes,
+Usage: scripted_agent.py [normal|sleep|spam|crash|leave|leave_hang|tamper]. `leave` starts processes
+that would outlive it (see `leave_processes_behind`) and exits; `leave_hang` then ignores SIGTERM and
+hangs; `tamper` breaks two feedback summaries and puts a FIFO at system/policy.py. `normal` submits twice (2 episodes,
 then the rest of the budget); `sleep` submits once and then hangs (wall-clock cap);
 `spam` writes a lot to stdout (output cap); `crash` exits 3 without submitting.
 """
 import json
 import os
+import signal
+import subprocess
 import sys
 import time
 import urllib.error
@@ -58,8 +62,47 @@ def main(mode):
     submit(1.0, [0, 1])
     if mode == "sleep":
         time.sleep(600)
+    if mode in ("leave", "leave_hang"):
+        leave_processes_behind()
+        if mode == "leave_hang":
+            signal.signal(signal.SIGTERM, signal.SIG_IGN)
+            time.sleep(600)
+        return
+    if mode == "tamper":
+        submit(2.0, [2])
+        with open(os.path.join(os.environ["EVOPOLICYGYM_FEEDBACK"], "submit_000", "summary.json"), "w") as f:
+            f.write("[]")  # a summary that is no dict
+        os.mkdir(os.path.join(os.environ["EVOPOLICYGYM_FEEDBACK"], "submit_009"))
+        with open(os.path.join(os.environ["EVOPOLICYGYM_FEEDBACK"], "submit_009", "summary.json"), "w") as f:
+            json.dump({"submit_index": 9, "status": "ok", "env_instances": ["x"]}, f)  # a field that breaks
+        path = os.environ["EVOPOLICYGYM_SYSTEM"] + "/policy.py"
+        os.unlink(path)
+        os.mkfifo(path)  # the watcher must not block on it
+        time.sleep(0.5)
+        return
     remaining = call(os.environ["EVOPOLICYGYM_INFO_URL"])["state"]["remaining_budget"]
     submit(2.0, list(range(2, 2 + remaining)))
+
+
+def leave_processes_behind():
+    """A child in the group that ignores SIGTERM and keeps stdout open, and a daemon that left the
+    group (setsid after a fork); their pids go to ../left.json beside the workspace."""
+    child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
+                              "signal.SIG_IGN); time.sleep(600)"])
+    read, write = os.pipe()
+    if os.fork() == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.write(write, str(os.getpid()).encode())
+            os.close(write)
+            sys.stdout.flush()
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)"])
+        os._exit(0)
+    os.close(write)
+    daemon = int(os.read(read, 32))
+    left = os.path.join(os.path.dirname(os.environ["EVOPOLICYGYM_WORKSPACE"].rstrip("/")), "left.json")
+    with open(left, "w") as f:
+        json.dump({"child": child.pid, "daemon": daemon}, f)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import os
 import sys
 from pathlib import Path
 
@@ -113,3 +114,41 @@ def test_ole_run_command_agent_after_double_dash(tmp_path):
                           "--", sys.executable, str(agent)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "completed" in out.stdout and list((tmp_path / "traces").glob("*.json"))
+
+
+def _alive(pid: int) -> bool:
+    try:
+        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower() and \
+            "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+
+
+@pytest.mark.parametrize("mode, wall", [("leave", 120.0), ("leave_hang", 4.0)])
+def test_nothing_the_agent_started_outlives_it(tmp_path, monkeypatch, mode, wall):
+    """A child ignoring SIGTERM survived the wall-clock kill (the leader had gone at SIGTERM), a
+    child and a setsid daemon survived a normal exit, and the child holding stdout added 20 s of
+    pipe waits to the recorded wall time."""
+    monkeypatch.chdir(tmp_path)
+    result, hist, doc, log = run(tmp_path, mode, wall=wall)
+    left = json.loads((tmp_path / "run" / "left.json").read_text())
+    try:
+        assert not _alive(left["child"]) and not _alive(left["daemon"]), left
+    finally:
+        for pid in left.values():
+            try:
+                os.kill(pid, 9)
+            except OSError:
+                pass
+    exit_doc = json.loads((log / "command.exit.json").read_text())
+    assert exit_doc["timed_out"] is (mode == "leave_hang") and exit_doc["wall_s"] < wall + 3.0
+    assert len(hist) == 1 and doc["outcome"]["status"] == "completed"
+
+
+def test_a_broken_workspace_costs_only_its_own_entries(tmp_path, monkeypatch):
+    """A summary that is a JSON list crashed ole (AttributeError); a bad field dropped the whole
+    history; a FIFO at system/policy.py blocked the watcher until its 5 s join gave up."""
+    monkeypatch.chdir(tmp_path)
+    result, hist, doc, log = run(tmp_path, "tamper")
+    assert [h.submit_id for h in hist] == [1]  # submit_000's summary is a list, submit_009's field breaks
+    assert json.loads((log / "command.exit.json").read_text())["wall_s"] < 10.0
