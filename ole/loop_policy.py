@@ -61,13 +61,26 @@ class Planning(_Component):
     """The phase schedule: structural synthesis -> parametric tuning -> confirmation."""
 
     phases: tuple[Literal["synthesis", "tuning", "confirmation"], ...] = ("synthesis", "tuning", "confirmation")
-    """Phases in order; a phase left out is skipped."""
+    """The phases run, at least one, each once, in the schedule's order (synthesis, tuning,
+    confirmation); a phase left out is skipped. One meaning for every agent: the order is the
+    schedule's, never the list's (the built-in agent read only membership, the LLM agent the
+    list's order, and `[]` meant tuning to both agents but all budget to synthesis)."""
     max_mechanisms: int = Field(4, ge=1, le=16)
     """How many candidate mechanisms (program structures) synthesis tries at most."""
     plateau_submits: int = Field(6, ge=1, le=64)
     """Consecutive non-improving submits after which the current phase is declared plateaued."""
     on_plateau: Literal["next_phase", "restructure", "widen_search"] = "next_phase"
     """What a plateau triggers: move on, go back to synthesis with another mechanism, or double the step size."""
+
+    @model_validator(mode="after")
+    def _schedule(self) -> "Planning":
+        order = ("synthesis", "tuning", "confirmation")
+        if not self.phases:
+            raise ValueError("phases must name at least one phase (synthesis, tuning, confirmation)")
+        if list(self.phases) != [p for p in order if p in self.phases] or len(set(self.phases)) != len(self.phases):
+            raise ValueError(f"phases must be distinct and in the schedule's order {list(order)}, got "
+                             f"{list(self.phases)}")
+        return self
 
 
 class Memory(_Component):

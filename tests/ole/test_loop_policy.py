@@ -63,6 +63,9 @@ def test_plain_data_lists_fill_tuple_fields():
     ({"action": {"step_size": "0.3"}}, "action.step_size"),
     ({"action": {"index_selection": "random"}}, "action.index_selection"),
     ({"planning": {"phases": ["design"]}}, "planning.phases"),
+    ({"planning": {"phases": []}}, "planning"),  # one meaning: [] was tuning to both agents, all budget
+    ({"planning": {"phases": ["tuning", "tuning"]}}, "planning"),  # to synthesis in the budget split;
+    ({"planning": {"phases": ["confirmation", "synthesis"]}}, "planning"),  # the LLM agent read the order
     ({"observation": {"summary_fields": ["status", "secret"]}}, "observation"),
     ({"observation": {"summary_fields": ["status"]}}, "observation"),
     ({"budget": {"synthesis_fraction": 0.7, "confirmation_fraction": 0.5}}, "budget"),
