@@ -21,6 +21,7 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import threading
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -58,6 +59,10 @@ class LLMCapReached(LLMError):
 
 class LLMUnavailable(LLMError):
     """The model could not answer (retries exhausted, auth, bad request, script exhausted)."""
+
+
+class LLMDeadline(LLMError):
+    """The caller's deadline (`LLMClient.deadline`) passed before the model answered."""
 
 
 class LLMReplayMiss(LLMUnavailable):
@@ -184,6 +189,10 @@ class LLMClient:
     """Default request params (temperature, max_tokens, api_base, ...); per-call params override."""
     sleep: Any = time.sleep
     usage: Usage = field(default_factory=Usage)
+    deadline: float | None = None
+    """`time.monotonic()` past which no request is sent or waited for (the agent's wall-clock cap):
+    each attempt gets at most what is left, in total (`timeout_s` is litellm's per-read timeout, which
+    a server sending a byte every few seconds never trips), and `LLMDeadline` is raised when it is spent."""
 
     def __post_init__(self) -> None:
         self.store_path = Path(self.store_path) if self.store_path is not None else None
@@ -244,6 +253,10 @@ class LLMClient:
         if self.log_path is not None and self.log_path != self.store_path:
             _append_jsonl(self.log_path, {**row, "request": self._request(messages, merged)})
         return comp
+
+    def _left(self, at_most: float) -> float:
+        """Seconds an attempt may take: `at_most`, or less when the deadline is nearer."""
+        return at_most if self.deadline is None else min(at_most, self.deadline - time.monotonic())
 
     def remaining(self) -> dict[str, float | None]:
         """What is left under each cap (None = uncapped)."""
@@ -310,10 +323,14 @@ class LLMClient:
         attempts = 0
         for attempt in range(self.retries + 1):
             if attempt:
-                self.sleep(self.backoff_s * 2 ** (attempt - 1))
+                self.sleep(max(0.0, self._left(self.backoff_s * 2 ** (attempt - 1))))
+            limit = self._left(self.timeout_s)
+            if limit <= 0:
+                raise LLMDeadline(f"the wall-clock cap was reached while waiting for model {self.model!r}",
+                                  hint="raise budget.wall_time_s, or use a faster model")
             try:
-                response = litellm.completion(model=self.model, messages=list(messages), timeout=self.timeout_s,
-                                              num_retries=0, max_retries=0, **params)
+                response = _within(limit, lambda: litellm.completion(
+                    model=self.model, messages=list(messages), timeout=limit, num_retries=0, max_retries=0, **params))
             except Exception as exc:  # noqa: BLE001 - litellm maps every provider error onto openai's tree
                 attempts += 1
                 self.usage.failed_attempts += 1
@@ -334,13 +351,39 @@ class LLMClient:
                              hint="check the model string, the API key variable and the network")
 
 
+class _CallTimeout(Exception):
+    """An attempt that had not answered within its total time (a slow or trickling server)."""
+
+
+def _within(limit: float, call: Any) -> Any:
+    """`call()` on a worker thread, waited for at most `limit` seconds in total; past it the
+    attempt counts as a timeout and its thread is left to finish on its own (daemon: it never
+    holds the process)."""
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = call()
+        except BaseException as exc:  # noqa: BLE001 - handed to the waiting thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=run, name="llm-call", daemon=True)
+    worker.start()
+    worker.join(limit)
+    if worker.is_alive():
+        raise _CallTimeout(f"no complete answer within {limit:.1f} s")
+    if "error" in box:
+        raise box["error"]
+    return box["value"]
+
+
 def _retryable(exc: Exception) -> bool:
     """Timeouts, connection errors, 408/409/429 and 5xx are transient; auth and bad requests are not."""
     status = getattr(exc, "status_code", None)
     if isinstance(status, int):
         return status in (408, 409, 429) or status >= 500
     name = type(exc).__name__
-    return name in ("Timeout", "APITimeoutError", "APIConnectionError", "ServiceUnavailableError")
+    return name in ("Timeout", "APITimeoutError", "APIConnectionError", "ServiceUnavailableError", "_CallTimeout")
 
 
 class _NoChoice(Exception):
@@ -365,11 +408,11 @@ def _completion_from(litellm: Any, response: Any, key: str, messages: Sequence[M
     choice = choices[0]
     text = choice.message.content or ""
     usage = getattr(response, "usage", None)
-    prompt = _tokens(usage, "prompt_tokens")
+    prompt = _tokens(usage, "prompt_tokens") or 0
     sent = sum(len(str(m.get("content") or "")) for m in messages)
     if not prompt and sent:  # litellm fills a missing usage with zeros: no real prompt is 0 tokens
         prompt = max(1, sent // 4)
-    completion = _tokens(usage, "completion_tokens")
+    completion = _tokens(usage, "completion_tokens") or 0
     if not completion and text:
         completion = max(1, len(text) // 4)
     return Completion(text=text, prompt_tokens=prompt, completion_tokens=completion, usd=_cost(litellm, response),

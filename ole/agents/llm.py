@@ -28,7 +28,7 @@ from ole.agents.edits import (EditRejected, Proposal, diff_lines, edit_kind, par
                               static_problems)
 from ole.agents.prompts import Turn, lesson_lines, render_feedback, repair_prompt, system_prompt, user_prompt
 from ole.agents.session import Host, Observed, Session, Stop, StopReason, Submitted
-from ole.llm import Caps, LLMCapReached, LLMClient, LLMError
+from ole.llm import Caps, LLMCapReached, LLMClient, LLMDeadline, LLMError
 from ole.trace import EditKind, SubmitRole
 
 CALL_LOG = "llm_calls.jsonl"
@@ -96,6 +96,8 @@ class LLMSession(Session):
     def __init__(self, agent: LLMAgent, ctx: AgentContext, llm: LLMClient, host: Host) -> None:
         super().__init__(ctx, host)
         self.agent, self.llm = agent, llm
+        # the wall-clock cap binds inside a model call too (a hung or trickling server held the run for minutes)
+        llm.deadline = self.t0 + self.lp.budget.wall_time_s
         self.learns = llm.mode != "replay"  # a replay is not new experience
         self.phase_index = 0
         self.rounds = 0
@@ -153,6 +155,9 @@ class LLMSession(Session):
         except LLMCapReached as exc:
             self.ctx.progress(f"llm agent: {exc.message}; stopping")
             return "llm_cap"
+        except LLMDeadline as exc:
+            self.ctx.progress(f"llm agent: {exc.message}; stopping")
+            return "wall_time"
         except LLMError as exc:
             self.ctx.progress(f"llm agent: model unavailable ({exc.message}); stopping")
             return "error"

@@ -141,3 +141,20 @@ def test_an_answer_without_choices_is_a_failed_attempt_and_nonsense_usage_is_est
     assert first.completion_tokens == len(text) // 4 > 0 and first.prompt_tokens > 0
     assert second.completion_tokens == len(text) // 4 and second.prompt_tokens > 0
     assert client.usage.tokens > 0 and client.usage.usd >= 0.0
+
+
+@pytest.mark.llm
+def test_a_deadline_bounds_a_call_in_total(tmp_path):
+    """The agent's wall-clock cap was checked only between calls, and the 120 s timeout is
+    litellm's per read: a hung or trickling server held a run with a 6 s cap for minutes."""
+    import time
+
+    from ole.llm import LLMDeadline
+    with StubServer([("slow", 8.0, "late"), ("slow", 8.0, "late")]) as stub:
+        client = _stub_client(stub, tmp_path, timeout_s=60.0, retries=3, backoff_s=0.01)
+        client.deadline = time.monotonic() + 1.0
+        t0 = time.monotonic()
+        with pytest.raises(LLMDeadline, match="wall-clock cap"):
+            client.complete(MSGS)
+        assert time.monotonic() - t0 < 5.0  # not the 8 s answer, nor 60 s
+    assert client.usage.calls == 0 and client.usage.failed_attempts == 1
