@@ -48,7 +48,10 @@ class _Record(BaseModel):
 
 
 class GateConfig(_Record):
-    """Thresholds of the four gate criteria (the θ of OLE Eq. 10)."""
+    """Thresholds of the four gate criteria (the θ of OLE Eq. 10). Strict, as bundles: `alpha: '0.1'`
+    or `min_pairs: 6.0` in a gate file is refused, not coerced."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants", strict=True)
 
     schema_version: Literal["1"] = SCHEMA_VERSION
     """Config schema version."""

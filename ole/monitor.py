@@ -50,7 +50,10 @@ class _Record(BaseModel):
 
 
 class AnalysisConfig(_Record):
-    """How a release is exposed and monitored after it is activated (versioned; hashed into decisions)."""
+    """How a release is exposed and monitored after it is activated (versioned; hashed into decisions).
+    Strict: a value of the wrong type in the gate file is refused, not coerced."""
+
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
 
     schema_version: Literal["1"] = SCHEMA_VERSION
     """Schema version of this section."""

@@ -45,6 +45,11 @@ def test_default_config_loads_and_missing_path_is_an_error(tmp_path):
     bad.write_text("alpha: 0.1\nalpah: 0.2\n")
     with pytest.raises(ValidationError, match="alpah"):
         load_config(bad)
+    for text, field in (("alpha: '0.1'\n", "alpha"), ("min_pairs: 6.0\n", "min_pairs"), ("seed: -5\n", "seed"),
+                        ("analysis:\n  deadline: '16'\n", "analysis.deadline")):
+        bad.write_text(text)  # strict like bundles: never coerced (a seed -5 once failed at the gate itself)
+        with pytest.raises(ValidationError, match=field):
+            load_config(bad)
 
 
 def test_config_rejects_positive_loss_bounds_and_unknown_resources():
