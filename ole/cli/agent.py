@@ -103,8 +103,26 @@ def _log_dir(args: argparse.Namespace) -> Path:
 def _host_url() -> str:
     """The host to work: agent-session/v3 when the harness gives a session socket
     (`EVOPOLICYGYM_SESSION_SOCKET`, as EvoPolicyGym main's runners do), else v0.1.0 HTTP."""
+    from urllib.parse import urlsplit
+
     from ole.agents.client import session_url_from_env
-    return session_url_from_env() or _env("EVOPOLICYGYM_API")
+    session = session_url_from_env()
+    if session:
+        return session
+    url = _env("EVOPOLICYGYM_API")
+    try:
+        parts = urlsplit(url)
+        parts.port  # noqa: B018 - a bad port raises here
+    except ValueError:
+        parts = None
+    if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
+        raise ValidationError(f"EVOPOLICYGYM_API={url!r} is not an http(s) URL of a host",
+                              hint="the harness sets it, e.g. http://127.0.0.1:PORT")
+    token_file = os.environ.get("EVOPOLICYGYM_TOKEN_FILE")
+    if token_file and not os.environ.get("EVOPOLICYGYM_TOKEN") and not Path(token_file).is_file():
+        raise ValidationError(f"EVOPOLICYGYM_TOKEN_FILE={token_file!r} is not a readable file",
+                              hint="the harness names the run's token file (its ready line's token_file)")
+    return url
 
 
 def work(args: argparse.Namespace) -> Output:

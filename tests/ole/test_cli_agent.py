@@ -27,3 +27,14 @@ def test_outside_a_harness_is_a_clear_error(tmp_path):
     out = subprocess.run([sys.executable, "-m", "ole.cli", "agent", "work"], capture_output=True, text=True,
                          env={"PATH": "/usr/bin:/bin"}, cwd=REPO)
     assert out.returncode == 2 and "EVOPOLICYGYM_API" in out.stderr and "Traceback" not in out.stderr
+
+
+def test_bad_harness_variables_are_clear_errors(tmp_path):
+    """EVOPOLICYGYM_API=notaurl and a missing EVOPOLICYGYM_TOKEN_FILE were internal errors."""
+    for env, needle in (({"EVOPOLICYGYM_API": "notaurl"}, "is not an http(s) URL"),
+                        ({"EVOPOLICYGYM_API": "http://127.0.0.1:99999"}, "is not an http(s) URL"),
+                        ({"EVOPOLICYGYM_API": "http://127.0.0.1:1", "EVOPOLICYGYM_TOKEN_FILE": str(tmp_path / "no")},
+                         "is not a readable file")):
+        out = subprocess.run([sys.executable, "-m", "ole.cli", "agent", "work"], capture_output=True, text=True,
+                             env={"PATH": "/usr/bin:/bin", "EVOPOLICYGYM_WORKSPACE": str(tmp_path), **env}, cwd=REPO)
+        assert out.returncode == 2 and needle in out.stderr and "internal error" not in out.stderr, out.stderr
