@@ -368,7 +368,7 @@ class Bundle(_Record):
             comp, field = path.split(".")
             if policy[comp].get(field) == neutral:
                 del policy[comp][field]
-        body = {"loop_policy": policy, "applicability": self.applicability.model_dump(mode="json")}
+        body = _no_negative_zero({"loop_policy": policy, "applicability": self.applicability.model_dump(mode="json")})
         canonical = json.dumps(body, sort_keys=True, separators=(",", ":"), ensure_ascii=True)
         return hashlib.sha256(canonical.encode()).hexdigest()
 
@@ -487,3 +487,15 @@ def diff_bundles(a: Bundle, b: Bundle) -> list[Change]:
             if old.get(field) != new.get(field):
                 changes.append(Change(component=component, field=field, old=old.get(field), new=new.get(field)))
     return changes
+
+
+def _no_negative_zero(value):
+    """`value` with every -0.0 made 0.0: the two compare equal and mean the same setting, so they
+    must hash the same (`margin: -0.0` registered as a new version that `bundle diff` called the same)."""
+    if isinstance(value, float) and value == 0.0:
+        return 0.0
+    if isinstance(value, dict):
+        return {k: _no_negative_zero(v) for k, v in value.items()}
+    if isinstance(value, list):
+        return [_no_negative_zero(v) for v in value]
+    return value

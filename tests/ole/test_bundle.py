@@ -49,6 +49,9 @@ def test_content_hash_covers_policy_and_applicability_not_provenance():
     assert _bundle(loop_policy={"action": {"step_size": 0.5}}).content_hash != base.content_hash
     assert _bundle(applicability={"hosts": ["llm"]}).content_hash != base.content_hash
     assert len(base.content_hash) == 64
+    # -0.0 is 0.0: the same setting, the same hash (it registered as a new version `bundle diff` called the same)
+    assert _bundle(loop_policy={"verification": {"margin": -0.0}}).content_hash == \
+        _bundle(loop_policy={"verification": {"margin": 0.0}}).content_hash
 
 
 @pytest.mark.parametrize("kw, args, expected", [
