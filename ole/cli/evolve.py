@@ -39,6 +39,7 @@ def check_flags(args: argparse.Namespace, cfg: EvolveConfig) -> None:
     the gate config, `scripted:`/`replay:` files, and the online stream settings.
     """
     from ole.gate import load_config
+    _one_mode(args)
     check_task_names(cfg.suite.envs, cfg.suite.profile)
     if args.gate_config is not None:
         load_config(args.gate_config)
@@ -53,6 +54,26 @@ def check_flags(args: argparse.Namespace, cfg: EvolveConfig) -> None:
     check_model("--model", cfg.suite.model if cfg.suite.host == "llm" else None)
     if args.mode == "online":
         _online_config(args)
+
+
+OFFLINE_ONLY = ("population", "generations", "eta", "screen", "max_scopes")
+"""Search flags online mode never reads (its challengers are proposed one at a time, one scope each)."""
+ONLINE_ONLY = ("tasks", "every_k")
+ONLINE_DEFAULTS = {"tasks": 6, "every_k": 3}
+
+
+def _one_mode(args: argparse.Namespace) -> None:
+    """A flag the chosen mode does not read is refused, never silently ignored (one meaning per
+    setting); then the online stream settings get their defaults."""
+    unused = OFFLINE_ONLY if args.mode == "online" else ONLINE_ONLY
+    given = [f"--{name.replace('_', '-')}" for name in unused if getattr(args, name, None) is not None]
+    if given:
+        other = "offline" if args.mode == "online" else "online"
+        raise ValidationError(f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to --mode {other}; --mode {args.mode} would ignore "
+                              f"{'them' if len(given) > 1 else 'it'}", hint=f"drop {' '.join(given)}")
+    for name, default in ONLINE_DEFAULTS.items():
+        if getattr(args, name, None) is None:
+            setattr(args, name, default)
 
 
 def _online_config(args: argparse.Namespace):
@@ -128,8 +149,9 @@ def register(subparsers) -> None:
     s.add_argument("--gate-config", default=None, help="gate YAML (default: ole/gate.yaml)")
     s.add_argument("--channel", default=None, help=f"release channel (default: {DEFAULT_CHANNEL})")
     o = p.add_argument_group("online")
-    o.add_argument("--tasks", type=int, default=6, help="stream length (default: %(default)s)")
-    o.add_argument("--every-k", type=int, default=3, help="a challenger every k tasks (default: %(default)s)")
+    o.add_argument("--tasks", type=int, default=None, help=f"stream length (default: {ONLINE_DEFAULTS['tasks']})")
+    o.add_argument("--every-k", type=int, default=None,
+                   help=f"a challenger every k tasks (default: {ONLINE_DEFAULTS['every_k']})")
     replaced_online_flags(o)
     r = p.add_argument_group("resources")
     r.add_argument("--executor", choices=("local", "ray"), default="local", help="where runs execute")

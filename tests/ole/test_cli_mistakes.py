@@ -51,6 +51,10 @@ def refused(root: Path, capsys, *args: str) -> str:
     (["--mode", "offline", "--host", "llm"], "--host llm needs --model"),
     (["--mode", "offline", "--host", "llm", "--model", "replay:none.jsonl"], "--model replay:none.jsonl"),
     (["--mode", "offline", "--profil", "quick"], "unrecognized arguments: --profil"),
+    # a flag the mode never reads (they were accepted and ignored)
+    (["--mode", "online", "--generations", "3", "--eta", "2"], "--generations, --eta only apply to --mode offline"),
+    (["--mode", "online", "--max-scopes", "2"], "--max-scopes only applies to --mode offline"),
+    (["--mode", "offline", "--tasks", "9"], "--tasks only applies to --mode online"),
 ])
 def test_evolve_estimate_refuses_what_a_run_would_refuse(root, cwd, capsys, args, message):
     err = refused(root, capsys, "evolve", *args, "--estimate-only")
