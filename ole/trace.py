@@ -290,9 +290,10 @@ class TraceArchive:
         return sorted(p.stem for p in self.root.glob("*.json") if not p.name.startswith("."))
 
     def get(self, trace_id: str) -> Trace:
-        """The trace `trace_id`; `NotFound` (with close ids) or `DamagedTrace` (naming the file)."""
+        """The trace `trace_id`; `NotFound` (with close ids) or `DamagedTrace` (naming the file). An id is
+        a file name of the archive, never a path: `../elsewhere` read a file outside it."""
         path = self.root / f"{trace_id}.json"
-        if not path.is_file():
+        if not trace_id or "/" in trace_id or "\0" in trace_id or trace_id.startswith(".") or not path.is_file():
             import difflib
             close = difflib.get_close_matches(trace_id, self.ids(), n=3)
             raise NotFound(f"no trace {trace_id!r} in {self.root}",
