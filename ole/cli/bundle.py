@@ -92,7 +92,7 @@ def register_file(args: argparse.Namespace) -> Output:
     with open_registry(args) as registry:
         existing = registry.find_content(bundle.name, bundle.content_hash)
         if existing is not None:
-            _same_provenance(existing, args)
+            _same_provenance(existing, args, bundle)
         entry = existing or registry.register(bundle, parents=args.parent, edge=args.edge,
                                               evidence_ids=args.evidence, note=args.note)
     data = {"ref": entry.ref, "status": entry.status, "content_hash": entry.content_hash,
@@ -105,9 +105,15 @@ def register_file(args: argparse.Namespace) -> Output:
     return Output(data, text)
 
 
-def _same_provenance(existing, args: argparse.Namespace) -> None:
-    """Identical content dedupes to the existing version, but never against flags that contradict it."""
+def _same_provenance(existing, args: argparse.Namespace, bundle=None) -> None:
+    """Identical content dedupes to the existing version, but never against flags, or parents the
+    file itself names, that contradict it (a file claiming parents [99] was "already registered")."""
     prov = existing.bundle.provenance
+    claimed = bundle.provenance.parents if bundle is not None else ()
+    if claimed and tuple(claimed) != prov.parents:
+        raise Conflict(f"identical content is already registered as {existing.ref} with parents "
+                       f"{list(prov.parents)}, but the file names parents {list(claimed)}",
+                       hint=f"the file is {existing.ref}: drop its provenance.parents, or register other content")
     if args.parent and tuple(args.parent) != prov.parents:
         raise Conflict(f"identical content is already registered as {existing.ref} with parents "
                        f"{list(prov.parents)}, not --parent {args.parent}",

@@ -84,6 +84,18 @@ def test_registering_the_same_content_twice_records_nothing(root, capsys):
     assert again["deduplicated"] and again["ref"] == "coder@1"
 
 
+def test_a_file_whose_own_parents_contradict_its_identical_twin_is_refused(root, tmp_path, capsys):
+    """Identical content whose file names other parents was accepted as "already registered"."""
+    import yaml
+    doc = yaml.safe_load((root / "coder.yaml").read_text())
+    doc.setdefault("provenance", {})["parents"] = [99]
+    doc["provenance"]["edge"] = "manual"
+    claim = tmp_path / "claim.yaml"
+    claim.write_text(yaml.safe_dump(doc))
+    code, _, err = ole(root, "bundle", "register", str(claim), capsys=capsys)
+    assert code != 0 and "but the file names parents [99]" in err, err
+
+
 @pytest.mark.parametrize("args, message", [
     (["bundle", "show", "coder@9"], "no version 9 of bundle `coder`; versions: 1–1"),
     (["bundle", "show", "codr"], "did you mean `coder`"),
