@@ -40,6 +40,8 @@ MAX_ANSWER_TOKENS = 4096
 MAX_REJECTS = 3
 """Consecutive Phase-1 rejects (nothing charged) after which the agent stops: the host disagrees with it."""
 BASELINE_MECHANISM = "schema baseline"
+STOP_FILE = "llm_stop.json"
+"""In the agent log folder when the model or the host ended the run early: the reason and the error."""
 """Mechanism name of the fallback program derived from the action schema."""
 
 
@@ -96,6 +98,8 @@ class LLMSession(Session):
     def __init__(self, agent: LLMAgent, ctx: AgentContext, llm: LLMClient, host: Host) -> None:
         super().__init__(ctx, host)
         self.agent, self.llm = agent, llm
+        self.stop_message = ""
+        """Why the model or the host ended the run early (written to `STOP_FILE`), else empty."""
         # the wall-clock cap binds inside a model call too (a hung or trickling server held the run for minutes)
         llm.deadline = self.t0 + self.lp.budget.wall_time_s
         self.learns = llm.mode != "replay"  # a replay is not new experience
@@ -137,8 +141,13 @@ class LLMSession(Session):
         self.finish(reason)
         self.write_lesson()
         u = self.llm.usage
-        return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd),
-                           extras={"llm_calls": CALL_LOG, "lessons_seen": LESSONS_SEEN})
+        extras = {"llm_calls": CALL_LOG, "lessons_seen": LESSONS_SEEN}
+        if self.stop_message:  # why the run stopped early, in the trace and not only on stderr
+            (self.ctx.log_dir / STOP_FILE).write_text(
+                json.dumps({"reason": reason, "message": self.stop_message, "failed_attempts": u.failed_attempts})
+                + "\n")
+            extras["stop"] = STOP_FILE
+        return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd), extras=extras)
 
     def _loop(self) -> StopReason:
         try:
@@ -153,17 +162,18 @@ class LLMSession(Session):
         except Stop as stop:
             return stop.reason
         except LLMCapReached as exc:
-            self.ctx.progress(f"llm agent: {exc.message}; stopping")
-            return "llm_cap"
+            return self._stopped("llm_cap", exc.message)
         except LLMDeadline as exc:
-            self.ctx.progress(f"llm agent: {exc.message}; stopping")
-            return "wall_time"
+            return self._stopped("wall_time", exc.message)
         except LLMError as exc:
-            self.ctx.progress(f"llm agent: model unavailable ({exc.message}); stopping")
-            return "error"
+            return self._stopped("error", f"model unavailable ({exc.message})")
         except HostError as exc:
-            self.ctx.progress(f"llm agent: host said {exc.message}; stopping")
-            return "error"
+            return self._stopped("error", f"host said {exc.message}")
+
+    def _stopped(self, reason: StopReason, message: str) -> StopReason:
+        self.stop_message = message
+        self.ctx.progress(f"llm agent: {message}; stopping")
+        return reason
 
     # ---- one iteration -----------------------------------------------------------------------
     def _iterate(self) -> None:

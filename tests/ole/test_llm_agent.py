@@ -241,3 +241,19 @@ def test_the_mechanism_line_is_one_line():
     assert _MECHANISM.search("Mechanism:\nnext line") is None
     assert _MECHANISM.search("\n  **Mechanism**:  add damping  \n").group(1) == "add damping"
     assert "\\s" not in _MECHANISM.pattern
+
+
+def test_why_the_model_stopped_the_run_is_in_its_log_folder(tmp_path, monkeypatch):
+    """A 401 (or exhausted retries) ended the run with `finish_reason: error` and the cause only on
+    stderr, which --quiet hides."""
+    from ole.agents.llm import STOP_FILE
+    from tests.ole.llm_stub import StubServer
+    monkeypatch.setenv("OPENAI_API_KEY", "x")
+    served = serve(tmp_path / "run", budget=4)
+    with StubServer([("error", 401)]) as stub:
+        agent = LLMAgent("openai/stub", api_base=stub.api_base, timeout_s=10.0, retries=1)
+        result = agent.work(served.context(policy(), tmp_path / "log"))
+    served.close()
+    assert result.finish_reason == "error" and result.extras["stop"] == STOP_FILE
+    stop = json.loads((tmp_path / "log" / STOP_FILE).read_text())
+    assert stop["reason"] == "error" and "model unavailable" in stop["message"] and stop["failed_attempts"] == 1
