@@ -186,6 +186,19 @@ def check_writable(flag: str, path: str | Path) -> Path:
     return folder
 
 
+def check_could_write(flag: str, path: str | Path) -> None:
+    """`check_writable` without writing anything (`--estimate-only`): the folder, or the nearest
+    folder above it that exists, must be a writable folder."""
+    folder = Path(path)
+    probe = folder
+    while not os.path.lexists(probe) and probe != probe.parent:
+        probe = probe.parent
+    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
+        what = "is not a folder" if probe.exists() and not probe.is_dir() else "is not writable"
+        raise ValidationError(f"{flag} {folder} is not writable: {probe} {what}",
+                              hint=f"choose a folder you can write, e.g. {flag} ./{folder.name or 'out'}")
+
+
 def open_registry(args: argparse.Namespace, *, show_warnings: bool = True):
     """The registry at --root / $OLE_ROOT / bundles/ (auto-registers seeds on first use).
 

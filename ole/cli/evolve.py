@@ -17,8 +17,8 @@ import sys
 import pydantic
 from pathlib import Path
 
-from ole.cli.common import (Output, agent_command, check_model, check_proposer, check_task_names, check_writable,
-                            leaf, ListArg, open_registry, seed_int)
+from ole.cli.common import (Output, agent_command, check_could_write, check_model, check_proposer, check_task_names,
+                            check_writable, leaf, ListArg, open_registry, seed_int)
 from ole.cost import CostCaps, CostMeter, estimate
 from ole.errors import ValidationError
 from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
@@ -285,6 +285,9 @@ def evolve(args: argparse.Namespace) -> Output:
     if not args.estimate_only:  # before anything is printed or run: a run must be able to keep its results
         check_writable("--workdir", workdir)
         check_writable("--traces", args.traces)
+    else:  # the estimate refuses what the run would, writing nothing
+        check_could_write("--workdir", workdir)
+        check_could_write("--traces", args.traces)
     _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (ablation runs not counted):")
     for line in est.lines(cfg.caps):
         _progress("  " + line)

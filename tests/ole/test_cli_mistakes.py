@@ -55,6 +55,9 @@ def refused(root: Path, capsys, *args: str) -> str:
     (["--mode", "online", "--generations", "3", "--eta", "2"], "--generations, --eta only apply to --mode offline"),
     (["--mode", "online", "--max-scopes", "2"], "--max-scopes only applies to --mode offline"),
     (["--mode", "offline", "--tasks", "9"], "--tasks only applies to --mode online"),
+    # what the real run refuses before it starts (an estimate said nothing)
+    (["--mode", "offline", "--workdir", "/dev/null/w"], "--workdir /dev/null/w is not writable"),
+    (["--mode", "offline", "--traces", "/dev/null/t"], "--traces /dev/null/t is not writable"),
 ])
 def test_evolve_estimate_refuses_what_a_run_would_refuse(root, cwd, capsys, args, message):
     err = refused(root, capsys, "evolve", *args, "--estimate-only")
