@@ -247,7 +247,7 @@ class Registry:
         The copy's sha256 must be the blob hash the index recorded, so nothing but the
         original bytes can be restored. Returns the version's `NAME@VERSION`.
         """
-        data = _read_backup(Path(path))
+        data = fsck_check.read_backup(Path(path))
         blob_hash = sha256(data)
         key = self.journal.find_blob(blob_hash)
         if key is None:
@@ -584,22 +584,3 @@ def _check_channel(channel: str) -> None:
     if not isinstance(channel, str) or not re.fullmatch(NAME_PATTERN, channel):
         raise ValidationError(f"bad channel name `{channel}`",
                               hint="lower-case letters, digits, - and _, e.g. `default` or `classic_control`")
-
-
-def _read_backup(path: Path) -> bytes:
-    """The bytes of a backup copy of a blob: a regular file of at most the YAML cap (every stored
-    blob reads back under it), read no further than that (`/dev/zero` is refused, not read forever)."""
-    from ole.yamlio import MAX_BYTES
-    try:
-        if not path.is_file():
-            raise ValidationError(f"{path} is {'not a regular file' if path.exists() else 'missing'}",
-                                  hint="pass a byte-exact copy of .registry/blobs/…/<sha256>.yaml")
-        with open(path, "rb") as handle:
-            data = handle.read(MAX_BYTES + 1)
-    except OSError as exc:
-        raise ValidationError(f"cannot read {path}: {exc.strerror or exc}", hint="check the path and its permissions") \
-            from None
-    if len(data) > MAX_BYTES:
-        raise ValidationError(f"{path} is over {MAX_BYTES} bytes: no stored blob is that large",
-                              hint="pass a byte-exact copy of .registry/blobs/…/<sha256>.yaml")
-    return data

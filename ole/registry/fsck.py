@@ -20,7 +20,7 @@ from pathlib import Path
 import networkx as nx
 
 from ole.bundle import GENERAL_SCOPE, Bundle, format_ref, load_bundle_yaml, parse_scope
-from ole.errors import OleError
+from ole.errors import OleError, ValidationError
 from ole.registry.journal import Journal
 from ole.registry.records import DEFAULT_CHANNEL, EVENT_KINDS, POINTER_KINDS, Event, FsckReport, IndexRow, Key
 from ole.registry.scopes import check_specialization, family_of
@@ -270,3 +270,22 @@ def with_traces(report: FsckReport, archive: TraceArchive, *, repair: bool) -> F
     problems, quarantined, count = check_traces(archive, repair=repair)
     return report.model_copy(update={"ok": report.ok and not problems, "problems": report.problems + tuple(problems),
                                      "quarantined": report.quarantined + tuple(quarantined), "traces": count})
+
+
+def read_backup(path: Path) -> bytes:
+    """The bytes of a backup copy of a blob: a regular file of at most the YAML cap (every stored
+    blob reads back under it), read no further than that (`/dev/zero` is refused, not read forever)."""
+    from ole.yamlio import MAX_BYTES
+    try:
+        if not path.is_file():
+            raise ValidationError(f"{path} is {'not a regular file' if path.exists() else 'missing'}",
+                                  hint="pass a byte-exact copy of .registry/blobs/…/<sha256>.yaml")
+        with open(path, "rb") as handle:
+            data = handle.read(MAX_BYTES + 1)
+    except OSError as exc:
+        raise ValidationError(f"cannot read {path}: {exc.strerror or exc}", hint="check the path and its permissions") \
+            from None
+    if len(data) > MAX_BYTES:
+        raise ValidationError(f"{path} is over {MAX_BYTES} bytes: no stored blob is that large",
+                              hint="pass a byte-exact copy of .registry/blobs/…/<sha256>.yaml")
+    return data
