@@ -114,12 +114,18 @@ def validation_curve(run_dir: Path) -> tuple[list[int], list[float]]:
     val = (doc["outcome"].get("val_scores") or {})
     xs, ys, used, best = [], [], 0, None
     for fb in sorted((run_dir / "workspace" / "feedback").glob("submit_*")):
-        s = json.loads((fb / "summary.json").read_text())
-        used += s["n_episodes"]
-        v = val.get(str(s["submit_index"]))
+        try:  # the agent's workspace: a folder of its own or a summary it broke is passed over
+            s = json.loads((fb / "summary.json").read_text())
+            n, index = int(s["n_episodes"]), int(s["submit_index"])
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        if fb.name != f"submit_{index:03d}":
+            continue
+        used += n
+        v = val.get(str(index))
         if v is not None:
             best = v if best is None else max(best, v)
-        if best is not None and s["n_episodes"]:
+        if best is not None and n:
             xs.append(used)
             ys.append(best)
     return xs, ys

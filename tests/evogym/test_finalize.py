@@ -218,3 +218,6 @@ def test_what_the_agent_leaves_in_feedback_never_unscores_the_run(live_host):
     assert out["status"] == "completed" and out["best_submit_index"] == 1 and out["final_score"] > -300, out
     skipped = _events(live, "finalize.skipped")
     assert {e["folder"] for e in skipped} == {"submit_000"}  # the stray folder is not a submit's: passed over
+    from evogym.leaderboard import validation_curve  # the suite's curve reads the same folders
+    xs, ys = validation_curve(live.run_dir)
+    assert xs == [1] and len(ys) == 1  # submit_001 alone (submit_000's summary is unreadable): no crash
