@@ -26,7 +26,7 @@ from __future__ import annotations
 
 from collections import defaultdict
 from collections.abc import Callable, Iterable, Sequence
-from typing import cast
+from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
@@ -191,18 +191,17 @@ def evidence_bound(cov: Coverage) -> Applicability:
 
 
 def bounded(own: Applicability, bound: Applicability,
-            family_of: Callable[[str], str | None] | None = None) -> Applicability:
+            features_of: Callable[[str], Any] | None = None) -> Applicability:
     """`own` (a bundle's applicability) narrowed to `bound` (`evidence_bound`): the release scope.
 
     Hosts, env ids, the budget band and model families are intersected; an env id of the
-    bound stays when `own` admits it (its id or family listed, or every env). Raises
-    `ValidationError` when the intersection admits no task (the evidence lies outside the
-    bundle's own scope).
+    bound stays when `own` admits it (its id listed, its features in `own`'s region — which needs
+    `features_of`, `ole.registry.scopes.features_of` — or every env). Raises `ValidationError`
+    when the intersection admits no task (the evidence lies outside the bundle's own scope).
     """
     hosts = tuple(h for h in own.hosts if h in bound.hosts)
-    everywhere = not (own.env_families or own.env_ids)
-    envs = tuple(e for e in bound.env_ids if everywhere or e in own.env_ids
-                 or (family_of is not None and family_of(e) in own.env_families))
+    envs = tuple(e for e in bound.env_ids if not own.env_selective or e in own.env_ids
+                 or own._admits_id(e, None, features_of))
     low = max(own.min_budget, bound.min_budget)
     highs = [h for h in (own.max_budget, bound.max_budget) if h is not None]
     high = min(highs) if highs else None
@@ -221,10 +220,10 @@ def bounded(own: Applicability, bound: Applicability,
 
 
 def release_scope(own: Applicability, pairs: Iterable,
-                  family_of: Callable[[str], str | None] | None = None) -> tuple[Applicability, Coverage]:
+                  features_of: Callable[[str], Any] | None = None) -> tuple[Applicability, Coverage]:
     """The scope a release backed by `pairs` may take, and the coverage it was derived from."""
     cov = coverage(pairs)
-    return bounded(own, evidence_bound(cov), family_of), cov
+    return bounded(own, evidence_bound(cov), features_of), cov
 
 
 
@@ -259,7 +258,7 @@ def decision_event(events: Sequence, name: str, version: int, before: int | None
     return found
 
 
-def bound_for_release(own: Applicability, decision, family_of=None) -> tuple[Applicability, dict]:
+def bound_for_release(own: Applicability, decision, features_of=None) -> tuple[Applicability, dict]:
     """The scope a release of a bundle with applicability `own` takes, given its last gate decision
     event (None, or a decision that records no pairs: a release without gate evidence, which keeps
     `own` and says so).
@@ -277,7 +276,7 @@ def bound_for_release(own: Applicability, decision, family_of=None) -> tuple[App
                      "own": own.scope_key, "note": "the gate decision records no pairs: not bounded by evidence"}
     cov = coverage(pairs)
     bound = evidence_bound(cov)
-    scope = bounded(own, bound, family_of)
+    scope = bounded(own, bound, features_of)
     return scope, {"decision_seq": decision.seq, "verdict": verdict_of(decision.payload),
                    "bound": bound.scope_key, "own": own.scope_key, "covered": cov.describe()}
 

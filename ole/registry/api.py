@@ -335,7 +335,7 @@ class Registry:
             if self.journal.replayed(key) is not None:
                 return self.get(format_ref(*this))
             events = self.events(name=this[0], version=this[1])
-            applied, evidence = bound_for_release(own, decision_event(events, *this), scopes.family_of)
+            applied, evidence = bound_for_release(own, decision_event(events, *this), scopes.features_of)
             scope = applied.scope_key
             state = self.state()
             if state.status_of(*this) == "rejected" and not force:

@@ -23,7 +23,7 @@ from ole.bundle import GENERAL_SCOPE, Bundle, format_ref, load_bundle_yaml, pars
 from ole.errors import OleError, ValidationError
 from ole.registry.journal import Journal
 from ole.registry.records import DEFAULT_CHANNEL, EVENT_KINDS, POINTER_KINDS, Event, FsckReport, IndexRow, Key
-from ole.registry.scopes import check_specialization, family_of
+from ole.registry.scopes import check_specialization, features_of
 from ole.registry.state import State, derive_state
 from ole.trace import TraceArchive
 
@@ -116,7 +116,7 @@ def _admits(own: str, scope: str) -> bool:
     """Whether a version whose applicability is `own` may serve `scope` (a malformed key is reported
     by the event check, not here)."""
     try:
-        return parse_scope(scope).within(parse_scope(own), family_of=family_of)
+        return parse_scope(scope).within(parse_scope(own), features_of=features_of)
     except OleError:
         return True
 

@@ -19,7 +19,7 @@ from ole.bundle import GENERAL_SCOPE, Applicability, format_ref, parse_ref
 from ole.coverage import bound_for_release, decision_event
 from ole.errors import OleError, ValidationError
 from ole.registry.records import DEFAULT_CHANNEL, Event, Planned
-from ole.registry.scopes import family_of
+from ole.registry.scopes import features_of
 from ole.registry.state import State, derive_state
 
 
@@ -59,7 +59,7 @@ def legacy_releases(events: Sequence[Event], applicability_of: Callable[[str], A
         except OleError:
             continue
         try:
-            applied, evidence = bound_for_release(own, decision, family_of)
+            applied, evidence = bound_for_release(own, decision, features_of)
             new_scope: str | None = applied.scope_key
             why = f"its gate decision #{decision.seq} covered only `{evidence['bound']}`"
         except ValidationError as exc:

@@ -23,6 +23,7 @@ from ole.registry.records import Event, Key, RegisteredBundle, ScopeChampion, Se
 from ole.registry.state import State
 
 if TYPE_CHECKING:
+    from evogym.features import EnvFeatures
     from ole.trace import RunCondition, TaskSpec
 
 MAX_LISTED = 3
@@ -167,10 +168,10 @@ def _stage_of(canary: Event | None, steps: list[Event], evaluations: Sequence[Ev
 def check_specialization(child: Bundle, parent: Bundle) -> None:
     """Raise `ValidationError` unless `child`'s scope is strictly narrower than `parent`'s."""
     c, p = child.applicability, parent.applicability
-    if not c.within(p, family_of=family_of):
+    if not c.within(p, features_of=features_of):
         raise ValidationError(f"a specialization must stay inside its parent's scope: `{c.scope_key}` is not "
                               f"within `{p.scope_key}`", hint="narrow the parent's applicability, never widen it")
-    if p.within(c, family_of=family_of):
+    if p.within(c, features_of=features_of):
         raise ValidationError(f"a specialization must be strictly narrower than its parent: `{c.scope_key}` "
                               f"admits the same tasks as `{p.scope_key}`",
                               hint="narrow hosts, env families/ids, budget range or model families, "
@@ -194,18 +195,32 @@ def family_of(env: str) -> str | None:
         return None
 
 
-def task_context(env: str, host: str, budget: int, model: str | None = None) -> TaskContext:
-    """The `TaskContext` of a task on `env`; an unknown env is a `NotFound` with close names."""
-    from evogym.envs import resolve
+def features_of(env: str) -> "EnvFeatures | None":
+    """The features of an env slug (`evogym.features`: family, space kinds, action dimension,
+    horizon), None when the slug is unknown here."""
     from evogym.errors import EnvNotFound
+    from evogym.features import features_of as lookup
     try:
-        family = resolve(env).family
+        return lookup(env)
+    except EnvNotFound:
+        return None
+
+
+def task_context(env: str, host: str, budget: int, model: str | None = None,
+                 features: "EnvFeatures | None" = None) -> TaskContext:
+    """The `TaskContext` of a task on `env`, with its features (`evogym.features`; given, e.g. read
+    from the host's `/info`, or looked up); an unknown env is a `NotFound` with close names."""
+    from evogym.errors import EnvNotFound
+    from evogym.features import features_of as lookup
+    try:
+        found = features or lookup(env)
     except EnvNotFound as exc:
         raise NotFound(exc.message, suggestions=exc.suggestions,
                        hint="" if exc.suggestions else exc.hint) from None
     from ole.bundle import validate_data
-    return validate_data(TaskContext, {"host": host, "env": env, "family": family, "budget": budget,
-                                       "model": model}, source="task")
+    return validate_data(TaskContext, {"host": host, "env": env, "family": found.family, "budget": budget,
+                                       "model": model, "obs": found.obs, "act": found.act,
+                                       "action_dim": found.action_dim, "horizon": found.horizon}, source="task")
 
 
 def context_for(task: "TaskSpec", condition: "RunCondition") -> TaskContext:

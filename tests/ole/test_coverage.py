@@ -19,6 +19,7 @@ from ole.errors import ValidationError
 from ole.gate import GateConfig, decide
 from ole.paired import RunResult, make_pair
 from ole.registry import Registry
+from ole.registry.scopes import features_of
 from ole.trace import RunCondition, TaskSpec
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -80,7 +81,7 @@ def test_a_bundle_scope_is_narrowed_to_the_bound_and_refused_when_they_do_not_me
                           max_budget=128)
     assert bounded(Applicability(), bound).scope_key == "hosts=builtin;envs=gym/acrobot,gym/halfcheetah5;budget=32-128"
     own = Applicability(env_families=("generic",), max_budget=64)
-    narrowed = bounded(own, bound, family_of=FAMILY.get)
+    narrowed = bounded(own, bound, features_of=features_of)
     assert narrowed.env_ids == ("gym/halfcheetah5",) and (narrowed.min_budget, narrowed.max_budget) == (32, 64)
     with pytest.raises(ValidationError, match="outside the bundle's own scope"):
         bounded(Applicability(hosts=("llm",)), bound)

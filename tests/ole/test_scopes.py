@@ -19,7 +19,7 @@ from ole.bundle import (GENERAL_SCOPE, HOSTS, Applicability, TaskContext, bundle
 from ole.errors import Conflict, NotFound, ValidationError
 from ole.registry.lineage import Lineage
 from ole.registry import Registry
-from ole.registry.scopes import rank, task_context
+from ole.registry.scopes import features_of, rank, task_context
 
 PROJECT = Path(__file__).resolve().parents[2]
 FIXTURES = Path(__file__).resolve().parent / "fixtures"
@@ -45,25 +45,42 @@ env_ids = st.lists(st.sampled_from([ACROBOT, FOURROOMS, DOORKEY, "gym/ant5", "gy
 models = st.lists(st.sampled_from(["gpt", "gpt-4o", "claude", "claude-3", "llama"]), unique=True, max_size=2)
 
 
+kinds = st.lists(st.sampled_from(["box", "discrete", "dict", "image"]), unique=True, max_size=2)
+
+
+@st.composite
+def ranges(draw, top: int) -> tuple[int | None, int | None]:
+    low = draw(st.one_of(st.none(), st.integers(1, top)))
+    high = draw(st.one_of(st.none(), st.integers(low or 1, top * 2)))
+    return low, high
+
+
 @st.composite
 def applicabilities(draw) -> Applicability:
     low = draw(st.integers(1, 64))
     high = draw(st.one_of(st.none(), st.integers(low, 256)))
     hosts = draw(st.lists(st.sampled_from(HOSTS), unique=True, min_size=1))
+    regional = draw(st.booleans())
+    adim, horizon = draw(ranges(8)), draw(ranges(1000))
+    region = dict(obs_kinds=draw(kinds), action_kinds=draw(kinds), min_action_dim=adim[0], max_action_dim=adim[1],
+                  min_horizon=horizon[0], max_horizon=horizon[1]) if regional else {}
     return app(hosts=hosts, env_families=draw(families), env_ids=draw(env_ids), min_budget=low, max_budget=high,
-               model_families=draw(models))
+               model_families=draw(models), **region)
 
 
 FAMILY = {ACROBOT: "curated", FOURROOMS: "minigrid", DOORKEY: "minigrid", "gym/ant5": "generic",
           "gymnasium/parking-v0": "highway"}
+FEATURES = {env: features_of(env) for env in FAMILY}
 
 
 @st.composite
 def tasks(draw) -> TaskContext:
     env = draw(st.sampled_from(sorted(FAMILY)))
     model = draw(st.sampled_from([None, "openai/gpt-4o-mini", "gpt-3.5", "anthropic/claude-3-5", "llama3"]))
+    f = FEATURES[env]
     return TaskContext(host=draw(st.sampled_from(HOSTS)), env=env, family=FAMILY[env],
-                       budget=draw(st.sampled_from([1, 8, 32, 64, 128, 300])), model=model)
+                       budget=draw(st.sampled_from([1, 8, 32, 64, 128, 300])), model=model,
+                       obs=f.obs, act=f.act, action_dim=f.action_dim, horizon=f.horizon)
 
 
 @settings(max_examples=200, deadline=None)
@@ -73,7 +90,8 @@ def test_scope_keys_round_trip_and_name_the_scope(a):
     assert parse_scope(key).scope_key == key
     assert parse_scope(key).within(a) and a.within(parse_scope(key))
     reordered = a.model_copy(update={f: tuple(reversed(getattr(a, f)))
-                                     for f in ("hosts", "env_families", "env_ids", "model_families")})
+                                     for f in ("hosts", "env_families", "env_ids", "model_families", "obs_kinds",
+                                               "action_kinds")})
     assert reordered.scope_key == key
 
 
@@ -82,9 +100,9 @@ def test_scope_keys_round_trip_and_name_the_scope(a):
 def test_matches_mismatch_and_within_agree(a, b, sample):
     for task in sample:
         assert (a.mismatch(task) is None) == a.matches_task(task)
-        if a.within(b, family_of=FAMILY.get) and a.matches_task(task):
+        if a.within(b, features_of=FEATURES.get) and a.matches_task(task):
             assert b.matches_task(task), (a.scope_key, b.scope_key, task)
-    assert a.within(Applicability()) and a.within(a, family_of=FAMILY.get)
+    assert a.within(Applicability()) and a.within(a, features_of=FEATURES.get)
 
 
 @settings(max_examples=200, deadline=None)
@@ -100,16 +118,77 @@ def test_specificity_is_a_total_order_with_general_last(scopes, rnd):
 
 
 def test_the_documented_specificity_order():
-    ordered = ["envs=gym/acrobot", "envs=gym/acrobot,gym/ant5", "hosts=builtin;families=curated",
+    ordered = ["envs=gym/acrobot", "envs=gym/acrobot,gym/ant5", "act=box;adim=2-8;horizon=100-1000",
+               "act=box;adim=2-4", "act=box;adim=2-8", "act=box;adim=2-", "hosts=builtin;families=curated",
                "families=curated", "families=curated,minigrid", "hosts=builtin;budget=1-32", "hosts=builtin",
                "budget=1-32", "budget=8-", "models=gpt-4o", "models=gpt", GENERAL_SCOPE]
     assert rank(reversed(ordered)) == ordered
+
+
+REGION_ENVS = [ACROBOT, FOURROOMS, "gym/ant5", "gym/halfcheetah5", "gym/pusher5", "gym/reacher5", "gym/bipedal",
+               "gymnasium/parking-v0", "gymnasium/roundabout-v0", "gymnasium/FetchPush-v4", "gym/racing",
+               "gymnasium/CartPole-v1", "gymnasium/Pendulum-v1"]
+
+
+@pytest.mark.parametrize("key", ["act=box", "act=box;adim=2-6", "obs=box;act=discrete", "horizon=-200",
+                                 "families=generic;adim=4-;horizon=1000-", "obs=image,dict",
+                                 "act=box;adim=1-2;envs=gymnasium/CartPole-v1"])
+def test_a_feature_scope_admits_exactly_the_envs_whose_features_meet_it(key):
+    scope = parse_scope(key)
+    for env in REGION_ENVS:
+        f = features_of(env)
+        expected = env in scope.env_ids or (
+            (not scope.env_families or f.family in scope.env_families)
+            and (not scope.obs_kinds or f.obs in scope.obs_kinds)
+            and (not scope.action_kinds or f.act in scope.action_kinds)
+            and (scope.min_action_dim is None or f.action_dim >= scope.min_action_dim)
+            and (scope.max_action_dim is None or f.action_dim <= scope.max_action_dim)
+            and (scope.min_horizon is None or f.horizon >= scope.min_horizon)
+            and (scope.max_horizon is None or f.horizon <= scope.max_horizon))
+        assert scope.matches_task(ctx(env)) is expected, (key, env)
+        assert (scope.mismatch(ctx(env)) is None) is expected
+
+
+def test_a_task_whose_features_are_unknown_is_in_no_region():
+    unknown = TaskContext(host="builtin", env="gym/ant5", family="generic", budget=32)
+    assert not parse_scope("act=box").matches_task(unknown)
+    assert parse_scope("families=generic").matches_task(unknown)  # the family is always known
+    assert parse_scope("envs=gym/ant5").matches_task(unknown)
+
+
+def test_a_feature_scope_routes_exactly_the_matching_tasks(reg):
+    region = specialise(reg, 0.5, hosts=["builtin"], action_kinds=["box"], min_action_dim=2, max_action_dim=6,
+                        min_budget=32, max_budget=128)
+    reg.release(region, reason="gains on box-action envs of 2-6 dimensions")
+    scope = "hosts=builtin;act=box;adim=2-6;budget=32-128"
+    for env in REGION_ENVS:
+        f = features_of(env)
+        inside = f.act == "box" and 2 <= f.action_dim <= 6
+        for budget in (16, 32, 128):
+            chosen = reg.select("default", ctx(env, budget=budget))
+            expected = inside and 32 <= budget <= 128
+            assert (chosen.ref, chosen.scope) == ((region, scope) if expected else ("coder@1", GENERAL_SCOPE)), \
+                (env, budget)
+    assert "act [box], action dim 2–6" in reg.select("default", ctx(ACROBOT)).reason
+
+
+def test_old_scope_keys_and_hashes_read_unchanged():
+    old = app(env_families=["minigrid"], min_budget=8)
+    assert old.scope_key == "families=minigrid;budget=8-" and parse_scope(old.scope_key) == old
+    seed = bundle_from_data({"name": "coder", "loop_policy": {}, "applicability": {"env_families": ["minigrid"]}})
+    with_region_fields = seed.model_copy(update={"applicability": app(env_families=["minigrid"], obs_kinds=[],
+                                                                      min_horizon=None)})
+    assert seed.content_hash == with_region_fields.content_hash
+    assert seed.content_hash != seed.model_copy(update={"applicability": app(env_families=["minigrid"],
+                                                                             min_horizon=10)}).content_hash
 
 
 @pytest.mark.parametrize("text, message", [
     ("", "empty scope"), ("envs", "is not FIELD=VALUE"), ("colour=red", "unknown field `colour`"),
     ("families=a;families=b", "given twice"), ("envs=x;families=a", "in the order"),
     ("budget=0-5", "not MIN-MAX"), ("budget=9-3", "below min_budget"), ("hosts=robot", "hosts"),
+    ("adim=-", "not MIN-MAX"), ("adim=8-2", "below min_action_dim"), ("act=wheel", "not a space kind"),
+    ("horizon=0-10", "greater than or equal to 1"), ("envs=gym/acrobot;act=box", "in the order"),
 ])
 def test_bad_scope_keys_are_one_line_errors(text, message):
     with pytest.raises(ValidationError, match=message):
@@ -166,7 +245,8 @@ def test_in_scope_tasks_get_the_scope_champion_and_others_the_general_one(reg):
     assert "most specific" in chosen.reason and "coder@1" in chosen.reason
     other = reg.select("default", ctx(ACROBOT))
     assert (other.ref, other.scope, other.matched) == ("coder@1", GENERAL_SCOPE, (GENERAL_SCOPE,))
-    assert "not matching: `families=minigrid`: env gym/acrobot (family curated) is not in families" in other.reason
+    assert ("not matching: `families=minigrid`: env gym/acrobot (family curated, obs box, act discrete, action dim 1, "
+            "horizon 500) is not in families [minigrid]") in other.reason
     assert reg.get(mini).status == "active" and reg.get("coder@1").status == "active"
 
 
