@@ -203,10 +203,12 @@ def read_yaml_file(path: Path) -> dict:
         raise ValidationError(f"{path} is a directory, expected a YAML file", hint="name a .yaml file") from None
     except OSError as exc:
         raise ValidationError(f"cannot read {path}: {exc.strerror or exc}", hint="check its permissions") from None
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):  # before fdopen, which refuses a directory with an IsADirectoryError of its own
+        os.close(fd)
+        kind = "a directory" if stat.S_ISDIR(mode) else "not a regular file"
+        raise ValidationError(f"{path} is {kind}, expected a YAML file", hint="name a .yaml file")
     with os.fdopen(fd, "rb") as handle:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            kind = "a directory" if stat.S_ISDIR(os.fstat(fd).st_mode) else "not a regular file"
-            raise ValidationError(f"{path} is {kind}, expected a YAML file", hint="name a .yaml file")
         try:
             raw = handle.read(MAX_BYTES + 1)
         except OSError as exc:

@@ -18,6 +18,8 @@ from pathlib import Path
 
 from evogym import cliparser
 from ole.errors import ValidationError
+from ole.preflight import (check_could_write, check_llm_file, check_model, check_proposer,  # noqa: F401 - re-exported
+                           check_task_names, check_writable)
 
 
 @dataclass(frozen=True)
@@ -29,10 +31,14 @@ class Output:
     exit_code: int = 0
 
 
+ROOT_HELP = ("registry root (default: $OLE_ROOT, else the nearest bundles/ at or above the current directory "
+             "holding seed bundles or a .registry/, else the per-user root ~/.local/share/ole/bundles)")
+"""The one help text of --root: the root search of `ole.roots`, in order."""
+
+
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--root", default=argparse.SUPPRESS,
-                        help="registry root (default: $OLE_ROOT, else the project's bundles/)")
+    common.add_argument("--root", default=argparse.SUPPRESS, help=ROOT_HELP)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the traceback of an error")
@@ -44,7 +50,7 @@ COMMON = _common()
 
 def add_global_options(parser: argparse.ArgumentParser) -> None:
     """--root/--json/--debug before the noun; the same flags after the verb override them."""
-    parser.add_argument("--root", default=None, help="registry root (default: $OLE_ROOT, else bundles/)")
+    parser.add_argument("--root", default=None, help=ROOT_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
@@ -108,105 +114,27 @@ class ListArg(argparse.Action):
                                                f"or `{flag} 1 {flag} 2`)") from None
 
 
-def check_task_names(envs, profile: str | None = None) -> None:
-    """Resolve env slugs (and a host profile) before anything runs or is written.
-
-    evogym's own errors carry the did-you-mean; they become `ValidationError`s (exit 2).
-    """
-    from evogym.pools import profile as lookup_profile
-    from evogym.envs import resolve
-    from evogym.errors import EvogymError
-    try:
-        for env in envs:
-            resolve(env)
-        if profile is not None:
-            lookup_profile(profile)
-    except EvogymError as exc:
-        raise ValidationError(exc.message, hint=exc.hint or "see `evogym envs`") from None
-
-
-def check_llm_file(flag: str, spec: str | None) -> None:
-    """A `scripted:FILE` / `replay:FILE` model string must name an existing file."""
-    for prefix in ("scripted:", "replay:"):
-        if spec and spec.startswith(prefix) and not Path(spec[len(prefix):]).expanduser().is_file():
-            raise ValidationError(f"{flag} {spec}: no file {spec[len(prefix):]}",
-                                  hint=f"{prefix.rstrip(':')} mode reads an existing file")
-
-
-BUILTIN_PROPOSERS = ("builtin", "random", "tpe")
-"""Proposer names that are not LLM model strings (`ole evolve --proposer`)."""
-
-
-def check_model(flag: str, spec: str | None) -> None:
-    """An LLM model string is usable here: a `scripted:`/`replay:` file exists, or (a live litellm
-    model) the `llm` extra is installed. Checked before any run starts, so a missing extra is a
-    one-line error, not a task that runs without its agent and reports the starting policy's score."""
-    if not spec:
-        return
-    check_llm_file(flag, spec)
-    if not spec.startswith(("scripted:", "replay:")):
-        from ole.extras import check
-        check("llm", f"{flag} {spec} (a live LLM)")
-
-
-def check_proposer(flag: str, spec: str) -> None:
-    """`builtin`, `random`, `tpe` (the `baselines` extra), `scripted:FILE`, `replay:FILE` or a live
-    litellm model written as PROVIDER/MODEL. Anything else is refused with the closest name: a typo
-    such as `ranom` must not be sent to litellm as a model, fail every proposal, and look like a
-    run that found nothing."""
-    import difflib
-    from evogym.errors import did_you_mean
-    from ole.extras import check
-    if spec in BUILTIN_PROPOSERS:
-        if spec == "tpe":
-            check("baselines", f"{flag} tpe")
-        return
-    if spec.startswith(("scripted:", "replay:")) or "/" in spec.strip("/"):
-        check_model(flag, spec)
-        return
-    close = difflib.get_close_matches(spec, BUILTIN_PROPOSERS, n=1, cutoff=0.6)
-    raise ValidationError(f"unknown {flag} `{spec}`",
-                          hint=did_you_mean(close) if close else
-                          f"one of {', '.join(BUILTIN_PROPOSERS)}, scripted:FILE, replay:FILE, or a live model "
-                          "as PROVIDER/MODEL, e.g. openai/gpt-4o-mini")
-
-
-def check_writable(flag: str, path: str | Path) -> Path:
-    """Create `path` (a folder the command will write into) and prove a file can be written there,
-    before any task runs: an unwritable --traces-dir must not be found after the task's work is done."""
-    import tempfile
-    folder = Path(path)
-    try:
-        folder.mkdir(parents=True, exist_ok=True)
-        with tempfile.NamedTemporaryFile(dir=folder, prefix=".ole-write-check-"):
-            pass
-    except OSError as exc:
-        raise ValidationError(f"{flag} {folder} is not writable: {exc.strerror or exc}",
-                              hint=f"choose a folder you can write, e.g. {flag} ./{folder.name or 'out'}") from None
-    return folder
-
-
-def check_could_write(flag: str, path: str | Path) -> None:
-    """`check_writable` without writing anything (`--estimate-only`): the folder, or the nearest
-    folder above it that exists, must be a writable folder."""
-    folder = Path(path)
-    probe = folder
-    while not os.path.lexists(probe) and probe != probe.parent:
-        probe = probe.parent
-    if not probe.is_dir() or not os.access(probe, os.W_OK | os.X_OK):
-        what = "is not a folder" if probe.exists() and not probe.is_dir() else "is not writable"
-        raise ValidationError(f"{flag} {folder} is not writable: {probe} {what}",
-                              hint=f"choose a folder you can write, e.g. {flag} ./{folder.name or 'out'}")
+HARNESS_WORKSPACE = "EVOPOLICYGYM_WORKSPACE"
+"""Set by a harness (`evogym run`, `evogym suite run`) for the agent it starts in a run's workspace."""
 
 
 def open_registry(args: argparse.Namespace, *, show_warnings: bool = True):
-    """The registry at --root / $OLE_ROOT / bundles/ (auto-registers seeds on first use).
+    """The registry at --root / $OLE_ROOT / the project's bundles/ / the per-user root (`ole.roots`;
+    seeds are registered on first use).
 
     Root files that were skipped or ignored while seeding are printed to stderr, one
-    `ole: warning:` line each; the command itself goes on.
+    `ole: warning:` line each; the command itself goes on. Under a harness (its workspace variable
+    set), falling back to the per-user root is said too: the agent runs in the run's workspace, so
+    the project it was launched from is not found, and it would otherwise be used silently.
     """
     from ole.registry import Registry
-    registry = Registry(getattr(args, "root", None))
+    from ole.roots import choose
+    choice = choose(getattr(args, "root", None))
+    if choice.source == "user" and os.environ.get(HARNESS_WORKSPACE):
+        print(f"ole: warning: {choice.describe()}: a harness runs its agent in the run's workspace, where your "
+              "project's bundles/ is not found (hint: pass --root DIR or set OLE_ROOT=DIR to use it)",
+              file=sys.stderr, flush=True)
+    registry = Registry(choice.path)
     for line in registry.warnings if show_warnings else ():
         print(f"ole: warning: {line}", file=sys.stderr, flush=True)
     for line in registry.bounded_on_open:  # recorded as events: said once, always
@@ -277,5 +205,38 @@ def agent_command(kind: str, trailing: list[str] | None, flag: str | None = None
     argv = argv or (shlex.split(flag) if flag else [])
     if not argv:
         raise ValidationError("the command agent needs a command", hint=f"e.g. {example}")
+    _check_program(argv[0])
     return tuple(str(Path(a).resolve()) if not a.startswith("-") and not Path(a).is_absolute() and Path(a).exists()
                  else a for a in argv)
+
+
+def _check_program(program: str) -> None:
+    """The command agent's program must exist and be executable before a host is started: otherwise
+    every run fails inside the host with the reason only in the run's agent log."""
+    import shutil
+    if "/" not in program:
+        if shutil.which(program) is None:
+            raise ValidationError(f"the command agent's program `{program}` is not on PATH",
+                                  hint="check the spelling, or give its path (e.g. ./my_agent.sh, .venv/bin/python)")
+        return
+    path = Path(program)
+    if not path.is_file() or not os.access(path, os.X_OK):
+        what = "does not exist" if not path.exists() else "is not an executable file"
+        raise ValidationError(f"the command agent's program {program} {what}",
+                              hint="give an executable file, or run a script through its interpreter: -- python x.py")
+
+
+def decision_lines(d) -> list[str]:
+    """A gate decision (`ole.gate.GateDecision`) for people: the verdict with its statistics, then
+    each criterion (`ok` or what failed, measured vs required), what the pairs covered, the ablation."""
+    from ole.gate import ci_text
+    s = d.stats
+    looks = f", {len(d.looks)} looks" if len(d.looks) > 1 else ""
+    alpha = d.alpha_applied if d.alpha_applied is not None else d.config.alpha
+    lines = [f"{d.verdict.upper()} (mean r {s.mean_r:+.3f}, {ci_text(s)}, win rate {s.win_rate:.2f}, "
+             f"p={s.p_value:.4f} at alpha {alpha:.4g}, worst r {s.worst_r:+.3f}{looks})"]
+    lines += [f"  {c.name:<8} {'ok' if c.passed else 'FAILED: ' + '; '.join(c.reasons)}" for c in d.criteria]
+    lines.append(f"  covered: {d.evidence().describe()}")
+    if d.ablation is not None and d.ablation.steps:
+        lines.append(f"  {d.ablation.describe()}")
+    return lines

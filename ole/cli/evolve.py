@@ -1,4 +1,4 @@
-"""`ole evolve --mode offline|online`: evolve the champion's loop policy.
+"""`ole evolve --mode offline|online`: evolve the champion's loop policy; `ole evolve ls`: past evolves.
 
 With no other arguments, offline mode runs the embedded default (`ole.evolve.DEFAULT_SUITE`):
 the built-in agent and the built-in proposer, searched at 32 episodes per run (quick
@@ -6,86 +6,157 @@ profile) with staged evaluation of 12 candidates per generation; the search's ga
 into env scopes, each ablated to the changes that carry it and gated at budgets 32 and 128 with
 an adaptive sample, so one run may release several scope champions, each bounded by what its
 gate sampled. The cost estimate (runs, episodes, wall time) is printed before anything runs;
-`--estimate-only` prints only that. Re-running the same command resumes: stored evaluations are
-not spent again. Progress goes to stderr; the summary (or --json) to stdout.
+`--estimate-only` prints only that. Progress goes to stderr; the summary (or --json) to stdout.
+
+Every flag can also be given in a YAML file, `--config FILE`, under the flag's name with `_`
+(`gate_pools: [201, 202]`); a flag on the command line wins over the file. The evolve writes
+its resolved settings to WORKDIR/evolve.yaml: `ole evolve --config WORKDIR/evolve.yaml` resumes
+it (stored evaluations are not spent again), and `ole evolve ls` lists the evolves of the
+registry with their outcome. The Python API runs the same: `ole.evolve(mode="offline", ...)`.
 """
 from __future__ import annotations
 
 import argparse
 import sys
-
-import pydantic
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
-from ole.cli.common import (Output, agent_command, check_could_write, check_model, check_proposer, check_task_names,
-                            check_writable, leaf, ListArg, open_registry, seed_int)
-from ole.cost import CostCaps, CostMeter, estimate
+from ole.cli.common import ListArg, Output, agent_command, inline, leaf, seed_int, table
 from ole.errors import ValidationError
-from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite, open_engine
-from ole.gate import ci_text
-from ole.jobs import EXECUTIONS
-from ole.registry import DEFAULT_CHANNEL
+
+if TYPE_CHECKING:
+    from ole.api import EvolveResult
+    from ole.cost import CostMeter
+    from ole.evolves import EvolveSettings
+
+EXAMPLE = "ole evolve --mode offline --host command -- python my_agent.py"
+LS_SEARCH = "runs"
+"""Where `ole evolve ls` looks for workdirs by default (`ole evolve` writes `runs/evolve-MODE`)."""
 
 
-SUITE = Suite()
-CFG = EvolveConfig()
+def register(subparsers) -> None:
+    """Add `ole evolve`."""
+    from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite
+    from ole.evolves import ONLINE_DEFAULTS
+    from ole.jobs import EXECUTIONS
+    from ole.registry.records import DEFAULT_CHANNEL
+    suite, cfg = Suite(), EvolveConfig()
+    p = leaf(subparsers, "evolve", evolve, "evolve the champion offline (archive search) or online (task stream); "
+             "`evolve ls` lists past evolves",
+             description=__doc__)
+    p.add_argument("--mode", choices=("offline", "online"), default=None, help="evolution mode (required here or "
+                   "in --config)")
+    p.add_argument("--config", default=None, metavar="FILE",
+                   help="YAML of these settings under their flag names (e.g. WORKDIR/evolve.yaml, which resumes "
+                        "that evolve); a flag given here wins over the file")
+    g = p.add_argument_group("tasks")
+    g.add_argument("--envs", "--env", action=ListArg, dest="envs", default=None, metavar="ENV",
+                   help=f"env slugs, `--envs a b` or `--envs a,b` (default: {' '.join(DEFAULT_SUITE)})")
+    g.add_argument("--profile", default=None,
+                   help=f"host run profile: paper, bench, quick or strict (default: {suite.profile})")
+    g.add_argument("--budget", type=int, default=None, help=f"episode budget per run (default: {suite.budget})")
+    g.add_argument("--search-pools", action=ListArg, item=int, default=None, metavar="SEED",
+                   help=f"pool seeds the proposer sees (default: {_csv(cfg.search_pools)})")
+    g.add_argument("--gate-pools", action=ListArg, item=int, default=None, metavar="SEED",
+                   help=f"pool seeds of the gate (default: {_csv(cfg.gate_pools)})")
+    g.add_argument("--gate-budgets", action=ListArg, item=int, default=None, metavar="N",
+                   help=f"episode budgets of every gate instance; a release covers their band "
+                        f"(default: {_csv(cfg.gate_budgets)})")
+    g.add_argument("--agent-seeds", action=ListArg, item=seed_int, default=None, metavar="SEED",
+                   help=f"agent seeds (default: {_csv(cfg.agent_seeds)})")
+    g.add_argument("--host", choices=("builtin", "llm", "command"), default=None,
+                   help="host agent (default: builtin); `command` runs the command line after `--`")
+    g.add_argument("--model", default=None, help="model string of the LLM agent")
+    s = p.add_argument_group("search")
+    s.add_argument("--population", type=int, default=None,
+                   help=f"candidates per generation (default: {cfg.population})")
+    s.add_argument("--generations", type=int, default=None, help=f"offline generations (default: {cfg.generations})")
+    s.add_argument("--seed", type=seed_int, default=None, help=f"proposer seed (default: {cfg.seed})")
+    s.add_argument("--eta", type=int, default=None,
+                   help=f"staged evaluation: keep the best 1/eta of the candidates per rung (default: {cfg.eta})")
+    s.add_argument("--screen", type=int, default=None,
+                   help="staged evaluation: search instances of the first rung (default: one pool of every env)")
+    s.add_argument("--max-scopes", type=int, default=None,
+                   help=f"most env scopes gated (and released) per run (default: {cfg.max_scopes})")
+    s.add_argument("--no-ablation", action="store_true",
+                   help="gate candidates as proposed (default: cut each to the changes that carry its gain)")
+    s.add_argument("--proposer", default=None,
+                   help="builtin (evidence-guided; the default), random or tpe (black-box baselines over the same "
+                        "space), or an LLM model string (`scripted:FILE`, `replay:FILE` or a litellm model)")
+    s.add_argument("--gate-config", default=None, help="gate YAML (default: the packaged ole/gate.yaml)")
+    s.add_argument("--channel", default=None, help=f"release channel (default: {DEFAULT_CHANNEL})")
+    o = p.add_argument_group("online")
+    o.add_argument("--tasks", type=int, default=None, help=f"stream length (default: {ONLINE_DEFAULTS['tasks']})")
+    o.add_argument("--every-k", type=int, default=None,
+                   help=f"a challenger every k tasks (default: {ONLINE_DEFAULTS['every_k']})")
+    replaced_online_flags(o)
+    r = p.add_argument_group("resources")
+    r.add_argument("--executor", choices=("local", "ray"), default=None, help="where runs execute (default: local)")
+    r.add_argument("--address", default=None, help="Ray cluster address (--executor ray)")
+    r.add_argument("--workers", type=int, default=None, help=f"parallel runs (default: {cfg.workers})")
+    r.add_argument("--execution", choices=EXECUTIONS, default=None,
+                   help="how runs execute, never what they compute: fast (the default: warm hosts, "
+                        "hidden-evaluation results shared across runs, longest runs first) or baseline (a fresh "
+                        "host per run, nothing shared, jobs in listed order: to measure what fast saves)")
+    r.add_argument("--workdir", default=None, help="resume store and host runs (default: runs/evolve-MODE)")
+    r.add_argument("--traces", default=None, help="trace archive (default: traces)")
+    r.add_argument("--max-episodes", type=int, default=None, help="cap on charged episodes")
+    r.add_argument("--max-wall-s", type=float, default=None, help="cap on wall seconds")
+    r.add_argument("--max-tokens", type=int, default=None, help="cap on LLM tokens")
+    r.add_argument("--max-usd", type=float, default=None, help="cap on LLM dollars")
+    r.add_argument("--estimate-only", action="store_true", help="print the cost estimate and stop")
+    t = p.add_argument_group("tracking (ole.tracking)")
+    t.add_argument("--track", choices=("mlflow",), default=None,
+                   help="log this evolve as one MLflow run: params, per-generation and gate metrics, bundles, "
+                        "the report (the `mlflow` extra)")
+    t.add_argument("--track-uri", default=None, metavar="URI",
+                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else a local file store ./mlruns)")
+    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
+                   help="the command agent's command line (with --host command), after `--`")
 
 
-def check_flags(args: argparse.Namespace, cfg: EvolveConfig) -> None:
-    """Refuse caller mistakes before the estimate is printed or anything is written.
-
-    `--estimate-only` must fail on the same flags a real run would fail on, so every
-    name and file given on the command line is resolved here: env slugs, the profile,
-    the gate config, `scripted:`/`replay:` files, and the online stream settings.
-    """
-    from ole.gate import load_config
-    _one_mode(args)
-    check_task_names(cfg.suite.envs, cfg.suite.profile)
-    if args.gate_config is not None:
-        load_config(args.gate_config)
-    if cfg.suite.host == "llm" and not cfg.suite.model:
-        raise ValidationError("--host llm needs --model", hint="e.g. --model openai/gpt-4o-mini or replay:FILE")
-    check_proposer("--proposer", args.proposer)
-    if args.track is not None:
-        from ole.extras import check
-        check(args.track, f"--track {args.track}")
-    elif args.track_uri is not None:
-        raise ValidationError("--track-uri names where --track logs", hint="add --track mlflow, or drop --track-uri")
-    check_model("--model", cfg.suite.model if cfg.suite.host == "llm" else None)
-    if args.mode == "online":
-        _online_config(args)
+def register_ls(subparsers) -> None:
+    """Add `ole evolve ls` alone (what `ole evolve ls` loads: no engine import)."""
+    from ole.cli.common import noun
+    verbs = noun(subparsers, "evolve", "past evolves of this registry (`ole evolve --help` for evolving)")
+    p = leaf(verbs, "ls", ls, "list the evolves of this registry root with their outcome")
+    p.add_argument("--in", dest="search", action="append", default=None, metavar="DIR",
+                   help=f"a workdir, or a folder of workdirs, to look in (repeatable; default: {LS_SEARCH}/)")
 
 
-OFFLINE_ONLY = ("population", "generations", "eta", "screen", "max_scopes")
-"""Search flags online mode never reads (its challengers are proposed one at a time, one scope each)."""
-ONLINE_ONLY = ("tasks", "every_k")
-ONLINE_DEFAULTS = {"tasks": 6, "every_k": 3}
+def _csv(values) -> str:
+    return ",".join(str(v) for v in values)
 
 
-def _one_mode(args: argparse.Namespace) -> None:
-    """A flag the chosen mode does not read is refused, never silently ignored (one meaning per
-    setting); then the online stream settings get their defaults."""
-    unused = OFFLINE_ONLY if args.mode == "online" else ONLINE_ONLY
-    given = [f"--{name.replace('_', '-')}" for name in unused if getattr(args, name, None) is not None]
-    if given:
-        other = "offline" if args.mode == "online" else "online"
-        raise ValidationError(f"{', '.join(given)} only appl{'y' if len(given) > 1 else 'ies'} to --mode {other}; --mode {args.mode} would ignore "
-                              f"{'them' if len(given) > 1 else 'it'}", hint=f"drop {' '.join(given)}")
-    for name, default in ONLINE_DEFAULTS.items():
-        if getattr(args, name, None) is None:
-            setattr(args, name, default)
+# ----- flags -> settings ------------------------------------------------------------------------
+
+FLAG_SETTINGS = ("mode", "envs", "profile", "budget", "search_pools", "gate_pools", "gate_budgets", "agent_seeds",
+                 "host", "model", "population", "generations", "seed", "eta", "screen", "max_scopes", "proposer",
+                 "gate_config", "channel", "tasks", "every_k", "executor", "address", "workers", "execution",
+                 "workdir", "traces", "max_episodes", "max_wall_s", "max_tokens", "max_usd", "track", "track_uri")
+"""Settings read from the flag of the same name (`ablate`, `command` and `root` are read apart)."""
 
 
-def _online_config(args: argparse.Namespace):
-    from ole.evolve.online import OnlineConfig
+def settings_from(args: argparse.Namespace) -> "EvolveSettings":
+    """The evolve's settings: the --config file's, with every flag given on the line over them."""
+    from ole.evolves import EvolveSettings, load_settings
     replaced_flags(args)
-    try:
-        return OnlineConfig(tasks=args.tasks, every_k=args.every_k)
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        flag = "--" + str(first["loc"][0]).replace("_", "-")
-        raise ValidationError(f"bad {flag}: {first['msg']} (got {first.get('input')!r})",
-                              hint="see `ole evolve --help`") from None
+    base = load_settings(args.config) if args.config else EvolveSettings()
+    given: dict[str, Any] = {k: getattr(args, k) for k in FLAG_SETTINGS if getattr(args, k, None) is not None}
+    if "envs" in given:
+        given["envs"] = tuple(given["envs"])
+    if args.no_ablation:
+        given["ablate"] = False
+    host = given.get("host") or base.host or "builtin"
+    trailing = list(getattr(args, "command", None) or [])
+    if trailing or (host == "command" and base.command is None):
+        given["command"] = agent_command(host, trailing, example=EXAMPLE)
+    elif base.command is not None:  # the file's command line: relative paths are the caller's, as on the line
+        given["command"] = agent_command(host, ["--", *base.command], example=EXAMPLE)
+    root = getattr(args, "root", None)
+    if root is not None:
+        given["root"] = root
+    return EvolveSettings(**given).over(base)
 
 
 REPLACED_FLAGS = {"monitor": "--monitor", "rollback_tau": "--rollback-tau"}
@@ -108,297 +179,98 @@ def replaced_flags(args: argparse.Namespace) -> None:
                                    "and pass --gate-config FILE")
 
 
-def _csv(values) -> str:
-    return ",".join(str(v) for v in values)
+def _proposer(spec: str, workdir: Path, cfg):
+    """`ole.api.make_proposer` (the online harness, `ole agent work --online`, builds its proposer here)."""
+    from ole.api import make_proposer
+    return make_proposer(spec, workdir, cfg)
 
 
-def register(subparsers) -> None:
-    """Add `ole evolve`."""
-    p = leaf(subparsers, "evolve", evolve, "evolve the champion offline (archive search) or online (task stream)",
-             description=__doc__)
-    p.add_argument("--mode", choices=("offline", "online"), required=True, help="evolution mode")
-    g = p.add_argument_group("tasks")
-    g.add_argument("--envs", "--env", action=ListArg, dest="envs", default=None, metavar="ENV",
-                   help=f"env slugs, `--envs a b` or `--envs a,b` (default: {' '.join(DEFAULT_SUITE)})")
-    g.add_argument("--profile", default=None, help=f"host run profile (default: {SUITE.profile})")
-    g.add_argument("--budget", type=int, default=None, help=f"episode budget per run (default: {SUITE.budget})")
-    g.add_argument("--search-pools", action=ListArg, item=int, default=None, metavar="SEED", help=f"pool seeds the proposer sees (default: {_csv(CFG.search_pools)})")
-    g.add_argument("--gate-pools", action=ListArg, item=int, default=None, metavar="SEED", help=f"pool seeds of the gate (default: {_csv(CFG.gate_pools)})")
-    g.add_argument("--gate-budgets", action=ListArg, item=int, default=None, metavar="N",
-                   help=f"episode budgets of every gate instance; a release covers their band "
-                        f"(default: {_csv(CFG.gate_budgets)})")
-    g.add_argument("--agent-seeds", action=ListArg, item=seed_int, default=None, metavar="SEED", help=f"agent seeds (default: {_csv(CFG.agent_seeds)})")
-    g.add_argument("--host", choices=("builtin", "llm", "command"), default=None,
-                   help="host agent (default: builtin); `command` runs the command line after `--`")
-    g.add_argument("--model", default=None, help="model string of the LLM agent")
-    s = p.add_argument_group("search")
-    s.add_argument("--population", type=int, default=None, help=f"candidates per generation (default: {CFG.population})")
-    s.add_argument("--generations", type=int, default=None, help=f"offline generations (default: {CFG.generations})")
-    s.add_argument("--seed", type=seed_int, default=None, help=f"proposer seed (default: {CFG.seed})")
-    s.add_argument("--eta", type=int, default=None,
-                   help=f"staged evaluation: keep the best 1/eta of the candidates per rung (default: {CFG.eta})")
-    s.add_argument("--screen", type=int, default=None,
-                   help="staged evaluation: search instances of the first rung (default: one pool of every env)")
-    s.add_argument("--max-scopes", type=int, default=None,
-                   help=f"most env scopes gated (and released) per run (default: {CFG.max_scopes})")
-    s.add_argument("--no-ablation", action="store_true",
-                   help="gate candidates as proposed (default: cut each to the changes that carry its gain)")
-    s.add_argument("--proposer", default="builtin",
-                   help="builtin (evidence-guided), random or tpe (black-box baselines over the same space), "
-                        "or an LLM model string (`scripted:FILE`, `replay:FILE` or a litellm model)")
-    s.add_argument("--gate-config", default=None, help="gate YAML (default: ole/gate.yaml)")
-    s.add_argument("--channel", default=None, help=f"release channel (default: {DEFAULT_CHANNEL})")
-    o = p.add_argument_group("online")
-    o.add_argument("--tasks", type=int, default=None, help=f"stream length (default: {ONLINE_DEFAULTS['tasks']})")
-    o.add_argument("--every-k", type=int, default=None,
-                   help=f"a challenger every k tasks (default: {ONLINE_DEFAULTS['every_k']})")
-    replaced_online_flags(o)
-    r = p.add_argument_group("resources")
-    r.add_argument("--executor", choices=("local", "ray"), default="local", help="where runs execute")
-    r.add_argument("--address", default=None, help="Ray cluster address (--executor ray)")
-    r.add_argument("--workers", type=int, default=None, help=f"parallel runs (default: {CFG.workers})")
-    r.add_argument("--execution", choices=EXECUTIONS, default=EXECUTIONS[0],
-                   help="how runs execute, never what they compute: fast (warm hosts, hidden-evaluation results "
-                        "shared across runs, longest runs first) or baseline (a fresh host per run, nothing shared, "
-                        "jobs in listed order: the execution before issue 21, to measure the saving)")
-    r.add_argument("--workdir", default=None, help="resume store and host runs (default: runs/evolve-MODE)")
-    r.add_argument("--traces", default="traces", help="trace archive (default: %(default)s)")
-    r.add_argument("--max-episodes", type=int, default=None, help="cap on charged episodes")
-    r.add_argument("--max-wall-s", type=float, default=None, help="cap on wall seconds")
-    r.add_argument("--max-tokens", type=int, default=None, help="cap on LLM tokens")
-    r.add_argument("--max-usd", type=float, default=None, help="cap on LLM dollars")
-    r.add_argument("--estimate-only", action="store_true", help="print the cost estimate and stop")
-    t = p.add_argument_group("tracking (ole.tracking)")
-    t.add_argument("--track", choices=("mlflow",), default=None,
-                   help="log this evolve as one MLflow run: params, per-generation and gate metrics, bundles, "
-                        "the report (the `mlflow` extra)")
-    t.add_argument("--track-uri", default=None, metavar="URI",
-                   help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else a local file store ./mlruns)")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
-                   help="the command agent's command line (with --host command), after `--`")
+def planned_envs(cfg, mode: str, tasks: int, every_k: int, monitor: int, max_pairs: int | None = None):
+    """`ole.evolves.planned_runs`: one (env slug, budget) per planned run."""
+    from ole.evolves import planned_runs
+    return planned_runs(cfg, mode, tasks, every_k, monitor, max_pairs)
 
 
-def config_from(args: argparse.Namespace) -> EvolveConfig:
-    """The EvolveConfig from the flags; a flag left out keeps the config's default."""
-    def given(**kw) -> dict:
-        return {k: v for k, v in kw.items() if v is not None}
-    envs = tuple(args.envs) if args.envs else None
-    command = agent_command(args.host or "builtin", getattr(args, "command", None),
-                            example="ole evolve --mode offline --host command -- python my_agent.py")
-    try:
-        suite = Suite(**given(envs=envs, profile=args.profile, budget=args.budget, host=args.host, model=args.model,
-                              command=command))
-        caps = CostCaps(episodes=args.max_episodes, wall_s=args.max_wall_s, tokens=args.max_tokens,
-                        usd=args.max_usd)
-        return EvolveConfig(suite=suite, caps=caps, **given(
-            search_pools=args.search_pools, gate_pools=args.gate_pools, agent_seeds=args.agent_seeds,
-            population=args.population, generations=args.generations, seed=args.seed, channel=args.channel,
-            workers=args.workers, eta=args.eta, screen=args.screen, gate_budgets=args.gate_budgets,
-            max_scopes=args.max_scopes, ablate=False if args.no_ablation else None))
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"]) or "config"
-        raise ValidationError(f"bad evolve flags: {where}: {first['msg'].removeprefix('Value error, ')}",
-                              hint="see `ole evolve --help`") from None
-
-
-def planned_envs(cfg: EvolveConfig, mode: str, tasks: int, every_k: int, monitor: int, max_pairs: int | None = None
-                 ) -> list[tuple[str, int | None]]:
-    """One (env slug, budget) per planned run (no cache hits assumed beyond the champion's).
-
-    Offline: the champion on every search instance; per generation, each rung's surviving
-    candidates on that rung's new instances; the gate's champion on every gate instance the
-    adaptive sample may add (up to `max_pairs`, at every gate budget) and each of up to
-    `max_scopes` gated candidates on its share (one env each when the search splits by env).
-    Ablation is not counted (it depends on how many fields a candidate moved). An estimate, not a bound.
-    """
-    def runs_of(instances) -> list[tuple[str, int | None]]:
-        return [(t.env, t.budget) for t, _ in instances]
-    search = runs_of(cfg.suite.instances(cfg.search_pools, cfg.agent_seeds))
-    looks = cfg.gate_looks()
-    first = runs_of(looks[0])
-    gate = (first + runs_of([i for look in looks[1:] for i in look]))[: max(max_pairs or 0, len(first))]
-    if mode == "offline":
-        runs, alive, prev = list(search), cfg.population, 0
-        for n in cfg.rungs():
-            runs += search[prev:n] * alive * cfg.generations
-            alive, prev = max(1, -(-alive // cfg.eta)), n
-        scopes = min(cfg.max_scopes, len(cfg.suite.envs))
-        return runs + gate + gate[: -(-len(gate) * scopes // len(cfg.suite.envs))]
-    stream = [(cfg.suite.envs[i % len(cfg.suite.envs)], cfg.suite.budget) for i in range(tasks)]
-    return stream + gate * (1 + tasks // every_k) + stream[:monitor]
-
-
-def _proposer(spec: str, workdir: Path, cfg: EvolveConfig):
-    from ole.proposers.builtin import BuiltinProposer
-    if spec == "builtin":
-        return BuiltinProposer(host=cfg.suite.host)
-    if spec in ("random", "tpe"):
-        from ole.proposers.baselines import RandomProposer, TPEProposer
-        return (RandomProposer if spec == "random" else TPEProposer)(host=cfg.suite.host, seed=cfg.seed)
-    from ole.llm import LLMClient
-    from ole.proposers.llm import LLMProposer
-    return LLMProposer(LLMClient.from_model_string(spec, log_path=workdir / "proposer-calls.jsonl"))
-
+# ----- the command ------------------------------------------------------------------------------
 
 class _Progress:
     """Progress lines on stderr; on a terminal also a bar over the estimated episodes, with ETA.
 
-    The bar follows the engine's cost meter (episodes charged so far), so it moves with
-    each finished run whatever the driver is doing; without a terminal only the lines appear.
+    The bar follows the engine's cost meter (episodes charged so far), so it moves with each
+    finished run whatever the driver is doing; `close` sets it to what was spent (an evolve that
+    gates nothing spends less than the estimate, which counts the gates: the bar ends there, full,
+    instead of stopping short). Without a terminal only the lines appear.
     """
 
-    def __init__(self, episodes: int | None = None) -> None:
+    def __init__(self, episodes: int | None = None, stream=None) -> None:
         from evogym.progress import Progress
-        self.bar = Progress(episodes, "evolve", unit="episode") if episodes else None
+        self.bar = Progress(episodes, "evolve", unit="episode", stream=stream) if episodes else None
+        self.stream = stream
         self.meter: CostMeter | None = None
 
     def __call__(self, line: str) -> None:
         if self.bar is None:
-            print(line, file=sys.stderr, flush=True)
+            print(line, file=self.stream or sys.stderr, flush=True)
             return
         self.bar.line(line)
-        if self.meter is not None:
+        self._follow()
+
+    def _follow(self) -> None:
+        if self.bar is not None and self.meter is not None:
             self.bar.set(self.meter.episodes)
 
     def close(self) -> None:
-        if self.bar is not None:
-            self.bar.close()
-
-
-_progress = _Progress()
+        if self.bar is None:
+            return
+        self._follow()
+        bar = self.bar.bar
+        if bar is not None:  # done: the total is what was spent
+            bar.total = self.bar.done
+            bar.refresh()
+        self.bar.close()
 
 
 def evolve(args: argparse.Namespace) -> Output:
     """Run offline or online evolution and summarize what was released and why."""
-    from ole.executors import make_executor
-    from ole.gate import load_config
-    from ole.jobs import run_job
-    cfg = config_from(args)
-    check_flags(args, cfg)
-    workdir = Path(args.workdir or f"runs/evolve-{args.mode}")
-    gate = load_config(args.gate_config)
-    monitored = -(-args.tasks * int(gate.analysis.exposure * 1000) // 1000)  # the canary's share of the stream
-    runs = planned_envs(cfg, args.mode, args.tasks, args.every_k, monitored, gate.max_pairs)
-    est = estimate(runs, budget=cfg.suite.budget or 32, workers=cfg.workers, llm_agent=cfg.suite.host == "llm",
-                   proposals=cfg.population * cfg.generations, llm_proposer=args.proposer != "builtin")
-    if not args.estimate_only:  # before anything is printed or run: a run must be able to keep its results
-        check_writable("--workdir", workdir)
-        check_writable("--traces", args.traces)
-    else:  # the estimate refuses what the run would, writing nothing
-        check_could_write("--workdir", workdir)
-        check_could_write("--traces", args.traces)
-    _progress(f"ole evolve --mode {args.mode}: envs {', '.join(cfg.suite.envs)}; estimate (ablation runs not counted):")
-    for line in est.lines(cfg.caps):
-        _progress("  " + line)
+    from ole import api
+    settings = settings_from(args)
+    plan = api.plan_evolve(settings, writing=not args.estimate_only)
+    for line in api.estimate_lines(plan):
+        print(line, file=sys.stderr, flush=True)
     if args.estimate_only:
-        return Output({"estimate": est.model_dump()}, "")
-    progress = _Progress(est.episodes)
-    with open_registry(args) as registry, make_executor(args.executor, workers=cfg.workers,
-                                                        address=args.address) as executor, \
-            _track(args, cfg, registry) as tracker:
-        engine = open_engine(registry=registry, workdir=workdir, traces_root=Path(args.traces), cfg=cfg,
-                             evaluate=run_job, proposer=_proposer(args.proposer, workdir, cfg), gate=gate,
-                             executor=executor, progress=progress, driver=_driver(args),
-                             execution=args.execution)
-        progress.meter = engine.meter
-        try:
-            if args.mode == "offline":
-                output = _offline(engine, cfg, registry, est)
-            else:
-                output = _online(engine, cfg, registry, args, est)
-        finally:
-            progress.close()
-        if tracker is not None:  # ole.tracking: metrics and artifacts of this evolve
-            from ole.tracking import record_evolve
-            assert isinstance(output.data, dict), "an evolve's output data is its JSON summary"
-            record_evolve(tracker, registry, output.data, [workdir])
-        return output
+        return Output({"estimate": plan.estimate.model_dump()}, "")
+    from ole.cli.common import open_registry
+    args.root = settings.root
+    progress = _Progress(plan.estimate.episodes)
+    try:
+        with open_registry(args) as registry:
+            result = api.run_evolve(plan, registry=registry, progress=progress,
+                                    on_start=lambda engine: setattr(progress, "meter", engine.meter))
+    finally:
+        progress.close()
+    channel = plan.cfg.channel
+    if plan.mode == "online":
+        return Output(result.summary, _online_text(result.summary, channel))
+    text = _summary(result, channel)
+    if result.failure:
+        return Output(result.summary, text + f"\nerror: {result.failure} (hint: check --proposer and its credentials)", 1)
+    return Output(result.summary, text)
 
 
-def _track(args: argparse.Namespace, cfg: EvolveConfig, registry):
-    """The `--track` run around the evolve (a no-op context without `--track`)."""
-    from ole.distribution import version
-    from ole.tracking import track
-    params = {"mode": args.mode, "proposer": args.proposer, "executor": args.executor,
-              "config": cfg.model_dump(mode="json"), **({"online": _driver(args)} if args.mode == "online" else {})}
-    return track(args.track, uri=args.track_uri, mode=args.mode, envs=cfg.suite.envs, params=params,
-                 tags={"ole.version": version(), "ole.registry": str(registry.root), "ole.channel": cfg.channel})
-
-
-def _driver(args: argparse.Namespace) -> dict:
-    """The mode's own settings, part of the workspace fingerprint (a resume must use the same)."""
-    if args.mode == "offline":
-        return {"mode": "offline"}
-    return {"mode": "online", "tasks": args.tasks, "every_k": args.every_k}
-
-
-def _offline(engine, cfg, registry, est) -> Output:
-    from ole.bundle import diff_bundles
-    from ole.evolve.offline import OfflineEvolution
-    champ = registry.champion(cfg.channel)
-    report = OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()
-    if report.released:
-        registry.activate_pending(cfg.channel)  # no task is in flight offline: this is a task boundary
-    gates = []
-    for g in report.gates:
-        d = g.decision
-        changes = [f"{c.component}.{c.field}: {c.old!r} -> {c.new!r}"
-                   for c in diff_bundles(champ.bundle, registry.get(g.final).bundle) if c.component != "applicability"]
-        scope = _released_scope(registry, g.final) if g.released else None
-        gates.append({"source": g.source, "final": g.final, "envs": g.envs, "search_gains": g.gains,
-                      "verdict": d.verdict, "reasons": list(d.reasons), "gain": _gain(d), "changes": changes,
-                      "bound": d.bound, "released_scope": scope, "coverage": d.evidence().describe(),
-                      "ablation": d.ablation.model_dump(mode="json") if d.ablation else None})
-    first = gates[0] if gates else None
-    data = {"mode": "offline", "champion": report.champion, "candidates": [c.ref for c in report.candidates],
-            "retained": report.retained, "gates": gates, "released": report.released,
-            "final": first["final"] if first else None, "verdict": first["verdict"] if first else None,
-            "screened": report.screened, "stopped": report.stopped,
-            "rejected_proposals": len(engine.rejections), "spent": engine.meter.summary(),
-            "estimate": est.model_dump(), "config": cfg.model_dump(mode="json")}
-    failed = [p.rejection for p in engine.rejections if (p.rejection or "").startswith("LLM call failed")]
-    if failed and len(failed) == len(engine.rejections) and not report.candidates:  # the proposer never answered
-        return Output(data, _summary(data, report, cfg.channel) + f"\nerror: all {len(failed)} proposals failed "
-                      f"before a candidate existed: {failed[0]} (hint: check --proposer and its credentials)", 1)
-    return Output(data, _summary(data, report, cfg.channel))
-
-
-def _released_scope(registry, ref: str) -> str | None:
-    """The scope key the release of `ref` took (bounded by its gate's evidence)."""
-    releases = [e for e in registry.events(kind="release") if e.ref == ref]
-    return releases[-1].payload.get("scope") if releases else None
-
-
-def _gain(d) -> dict:
-    """The gate's measured gain: mean r, its interval with the true level, pairs and looks."""
-    s = d.stats
-    return {"mean_r": s.mean_r, "ci_low": s.ci_low, "ci_high": s.ci_high, "ci_level": s.ci_level,
-            "n_pairs": s.n_pairs, "p_value": s.p_value, "alpha": d.alpha_applied, "looks": len(d.looks)}
-
-
-def _online(engine, cfg, registry, args, est) -> Output:
-    from ole.evolve.online import OnlineEvolution, engine_worker, run_stream
-    online = _online_config(args)
-    evo = OnlineEvolution(engine, cfg, online)
-    events = run_stream(evo, engine_worker(engine))
-    data = {"mode": "online", "tasks": len(events.worked), "releases": events.releases,
-            "rollbacks": [{"task": i, "bundle": ref, "mean_r": r} for i, ref, r in events.rollbacks],
-            "promotions": [{"task": i, "bundle": ref, "mean_r": r} for i, ref, r in events.promotions],
-            "decisions": [{"challenger": d.challenger, "verdict": d.verdict, "mean_r": d.stats.mean_r}
-                          for d in events.decisions],
-            "active": registry.champion(cfg.channel).ref, "spent": engine.meter.summary(), "estimate": est.model_dump()}
+def _online_text(data: dict, channel: str) -> str:
     lines = [f"online: {data['tasks']} tasks worked; active now {data['active']}"]
     lines += [f"  gate: {d['challenger']} -> {d['verdict']} (mean r {d['mean_r']:+.3f})" for d in data["decisions"]]
     lines += [f"  rollback after task {r['task']}: {r['bundle']} (monitored clipped mean r {r['mean_r']:+.3f})"
               for r in data["rollbacks"]]
     lines += [f"  promoted after task {r['task']}: {r['bundle']} (monitored clipped mean r {r['mean_r']:+.3f})"
               for r in data["promotions"]]
-    lines += _hints(cfg.channel)
-    return Output(data, "\n".join(lines))
+    return "\n".join(lines + _hints(channel))
 
 
-def _summary(data: dict, report, channel: str) -> str:
+def _summary(result: "EvolveResult", channel: str) -> str:
+    from ole.cli.common import decision_lines
+    from ole.gate import ci_text
+    data = result.summary
     screened = data.get("screened") or {}
     deepest = max(screened.values(), default=0)
     lines = [f"offline: champion {data['champion']}; {len(data['candidates'])} candidates registered "
@@ -407,31 +279,48 @@ def _summary(data: dict, report, channel: str) -> str:
              f"retained {', '.join(data['retained']) or 'none'}"]
     if data["stopped"]:
         lines.append(f"stopped early: {data['stopped']}")
-    if not report.gates and not data["stopped"]:
+    if not data["gates"] and not data["stopped"]:
         lines.append(f"no env gained in the search: nothing gated, the champion {data['champion']} stays everywhere")
-    for g, info in zip(report.gates, data["gates"]):
-        d, s = g.decision, g.decision.stats
-        looks = f", {len(d.looks)} looks" if len(d.looks) > 1 else ""
-        alpha = d.alpha_applied if d.alpha_applied is not None else d.config.alpha
-        lines.append(f"scope {', '.join(g.envs)}: gate on {s.n_pairs} unseen pairs{looks}: {g.final} "
-                     f"(from {g.source}) -> {d.verdict.upper()} (mean r {s.mean_r:+.3f}, {ci_text(s)}, "
-                     f"win rate {s.win_rate:.2f}, p={s.p_value:.4f} at alpha {alpha:.4g}, worst r {s.worst_r:+.3f})")
-        lines += [f"  {c.name:<8} {'ok' if c.passed else 'FAILED: ' + '; '.join(c.reasons)}" for c in d.criteria]
-        lines.append(f"  covered: {info['coverage']}")
-        if d.ablation is not None and d.ablation.steps:
-            lines.append(f"  {d.ablation.describe()}")
+    for info, d in zip(data["gates"], result.decisions):
+        s = d.stats
+        lines.append(f"scope {', '.join(info['envs'])}: gate on {s.n_pairs} unseen pairs: {info['final']} "
+                     f"(from {info['source']}) -> " + decision_lines(d)[0])
+        lines += decision_lines(d)[1:]
         lines += ["  changed: " + "; ".join(info["changes"])] if info["changes"] else []
-        if g.released:
-            lines.append(f"  released and activated {g.final} on channel `{channel}` for scope "
+        if info["final"] in result.released:
+            lines.append(f"  released and activated {info['final']} on channel `{channel}` for scope "
                          f"`{info['released_scope']}` (bounded by what the gate sampled): gain mean r "
                          f"{s.mean_r:+.3f} ({ci_text(s)})")
         else:
-            lines.append(f"  not released: {', '.join(g.envs)} keep {data['champion']}")
+            lines.append(f"  not released: {', '.join(info['envs'])} keep {data['champion']}")
     sp = data["spent"]
     lines.append(f"spent: {sp['episodes']} episodes, {sp['wall_s'] / 60:.1f} min")
     return "\n".join(lines + _hints(channel))
 
 
 def _hints(channel: str) -> list[str]:
-    return ["inspect: `ole lineage show`, `ole champion history`, `ole bundle show NAME@VERSION`",
+    return ["inspect: `ole lineage show`, `ole champion history`, `ole bundle show NAME@VERSION`, `ole evolve ls`",
             f"roll back: `ole rollback --channel {channel} --reason \"...\"` (active from the next task)"]
+
+
+def ls(args: argparse.Namespace) -> Output:
+    """The evolves whose settings name this registry root (`WORKDIR/evolve.yaml`), oldest first, with
+    their outcome: finished, stopped at a cost cap, or unfinished (running, interrupted or failed)."""
+    from ole.evolves import list_evolves
+    from ole.roots import choose
+    root = choose(getattr(args, "root", None)).path
+    search = [Path(d) for d in (args.search or [LS_SEARCH])]
+    for d in args.search or ():
+        if not Path(d).is_dir():
+            raise ValidationError(f"--in {d} is not a directory", hint="name an evolve's --workdir or the folder holding it")
+    entries, skipped = list_evolves(root, search)
+    data = {"root": str(root), "evolves": [e.model_dump(mode="json") for e in entries], "skipped": skipped}
+    if not entries:
+        where = ", ".join(map(str, search))
+        return Output(data, f"no evolve of {root} in {where} (hint: `ole evolve --mode offline`; --in DIR for "
+                            "another --workdir)" + "".join(f"\n  skipped {inline(s)}" for s in skipped))
+    rows = [["workdir", "mode", "envs", "started (UTC)", "status", "released", "gates"]]
+    rows += [[e.workdir, e.mode, ",".join(x.split("/")[-1] for x in e.envs), e.started_at[:19].replace("T", " "),
+              e.status, ",".join(e.released) or "-", "; ".join(e.verdicts) or "-"] for e in entries]
+    text = table(rows) + "\nresume one: ole evolve --config WORKDIR/evolve.yaml"
+    return Output(data, text + "".join(f"\n  skipped {inline(s)}" for s in skipped))
