@@ -2,7 +2,8 @@
 
 `validate_snapshot` parses every `*.py` of the snapshot without executing a byte of it: a
 file that does not parse, a source file too large to parse, or a `policy.py` without a
-literal top-level `class Policy` is refused here, as a `CallResult`, before a sandbox starts.
+literal top-level `class Policy` (v0.1.0's ABI) or `def make_policy` (EvoPolicyGym main's
+`make_policy(context)`) is refused here, as a `CallResult`, before a sandbox starts.
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ def validate_snapshot(code_dir: Path) -> CallResult | None:
     """Static checks of a snapshot, executing nothing; None when it may be started.
 
     `policy.py` must exist as a regular file and contain a literal top-level
-    `class Policy`; every `*.py` below `code_dir` must parse (symlinks are not followed).
+    `class Policy` or `def make_policy`; every `*.py` below `code_dir` must parse (symlinks are not followed).
     """
     code_dir = Path(code_dir)
     entry = code_dir / "policy.py"
@@ -40,9 +41,10 @@ def validate_snapshot(code_dir: Path) -> CallResult | None:
             if isinstance(tree_or_error, CallResult):
                 return tree_or_error
             trees[rel] = tree_or_error
-    if not any(isinstance(n, ast.ClassDef) and n.name == "Policy" for n in trees["policy.py"].body):
-        return failure("missing_policy", "policy.py has no top-level `class Policy` statement "
-                        "(an import or assignment does not count); define the class in policy.py")
+    if not any(isinstance(n, ast.ClassDef) and n.name == "Policy" or isinstance(n, ast.FunctionDef)
+               and n.name == "make_policy" for n in trees["policy.py"].body):
+        return failure("missing_policy", "policy.py has no top-level `class Policy` or `def make_policy` statement "
+                        "(an import or assignment does not count); define one of them in policy.py")
     return None
 
 

@@ -8,7 +8,8 @@ packages and the Python prefix. Order matters and is the security contract:
    memory limit), cap BLAS threads;
 2. install the seccomp filter (no socket, fork, exec, ptrace, mount, namespaces ...;
    threads still work) -- before any policy byte is imported;
-3. only then import `policy.py`, check `Policy` is a class and construct it;
+3. only then import `policy.py`, check `Policy` is a class and construct it (or, for
+   EvoPolicyGym main's ABI, find `make_policy`, called afresh at every episode's reset);
 4. serve `reset` / `act` requests until the request pipe closes.
 
 A pre-started sandbox (`evogym/sandbox/spare.py`) gets one `prepare` request between 2
@@ -158,13 +159,48 @@ def load_policy(policy_dir, request):
             raise
         return None, failure("import_error", exc, 1)
     cls = getattr(module, "Policy", None)
+    make = getattr(module, "make_policy", None)
+    if callable(make):  # EvoPolicyGym main's entrypoint (policy.py:make_policy) wins: its programs may
+        return MadePolicy(make, request), None  # also define a `class Policy` of their own shape
     if not isinstance(cls, type):
-        msg = f"policy.py must define class Policy; found {type(cls).__name__}"
+        msg = f"policy.py must define class Policy or a function make_policy; found Policy = {type(cls).__name__}"
         return None, {"category": "missing_policy", "message": msg, "traceback": None}
     try:
         return cls(request["obs_space"], request["action_space"], request["env_meta"]), None
     except Exception as exc:  # noqa: BLE001
         return None, failure("init_error", exc, 1)
+
+
+class PolicyContext:
+    """What EvoPolicyGym main's `make_policy(context)` receives: the public, case-independent
+    facts of one episode (never a seed of the environment). `policy_seed` is the episode's
+    position in its submit (0, 1, ...): reproducible, and the same for every program."""
+
+    __slots__ = ("observation_space", "action_space", "metadata", "environment_parameters", "policy_seed")
+
+    def __init__(self, request, policy_seed):
+        self.observation_space = request["obs_space"]
+        self.action_space = request["action_space"]
+        self.metadata = request["env_meta"]
+        self.environment_parameters = {}
+        self.policy_seed = policy_seed
+
+
+class MadePolicy:
+    """A `make_policy(context)` program behind our reset/act calls: upstream makes a fresh
+    policy object for every episode, so `reset(i)` calls `make_policy` (its failure is the
+    episode's `reset_error`) and `act` goes to the object it returned. Observations arrive as
+    plain lists and numbers, upstream's carriers."""
+
+    def __init__(self, make, request):
+        self.make, self.request, self.policy = make, request, None
+
+    def reset(self, episode_index):
+        self.policy = None  # a failing make_policy must not leave the last episode's object acting
+        self.policy = self.make(PolicyContext(self.request, episode_index))
+
+    def act(self, observation):
+        return self.policy.act(observation)
 
 
 def _flush_output():

@@ -195,7 +195,7 @@ BROKEN = [
     ("class_by_import", {"policy.py": "from helper import Policy\n", "helper.py": policy()},
      "start", "missing_policy", "does not count"),
     ("not_a_class", {"policy.py": policy() + "\nPolicy = 3\n"}, "start", "missing_policy",
-     "must define class Policy; found int"),
+     "must define class Policy or a function make_policy; found Policy = int"),
     ("helper_syntax", {"policy.py": policy(header="import helper\n"), "helper.py": "def f(\n"},
      "start", "import_error", "helper.py:1: SyntaxError"),
     ("import_raises", {"policy.py": policy(header="raise RuntimeError('boom at import')\n")},
