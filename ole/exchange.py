@@ -104,3 +104,11 @@ def import_document(registry, doc: ExportedBundle, *, source: str, expect_hash: 
     note = f"imported from {Path(source).name} (exported from {doc.exported_from or 'another registry'})"
     return registry.register(staged, note=note), False, tuple(external)
 
+
+
+def external_children(registry, entry) -> list:
+    """Versions of `entry`'s name that name its content hash as an external parent: exported from a
+    registry where `entry` was their parent and imported here before it (importing a child first
+    keeps its parent external; the parent arriving later is that parent)."""
+    return [v for v in registry.versions(entry.name, skip_damaged=True)
+            if entry.content_hash in v.bundle.provenance.external_parents and v.ref != entry.ref]
