@@ -2,13 +2,14 @@
 
     import ole
     reg = ole.open_registry("bundles")
-    result = ole.evolve(mode="offline", envs=["gym/acrobot"], budget=8, registry=reg)
-    decision = ole.gate("coder@3", envs=["gym/acrobot"], budgets=[8], pools=[201], registry=reg)
+    result = ole.evolve_offline(envs=["gym/acrobot"], budget=8, registry=reg)
+    decision = ole.judge("coder@3", envs=["gym/acrobot"], budgets=[8], pools=[201, 202], registry=reg)
     print(decision.verdict, decision.reasons)
 
 Every function takes `registry=`: an open `Registry`, a root folder, or None (the root search of
 `ole.roots`); a registry it opened itself it also closes. Settings have the CLI's defaults and
-names (`ole.evolve(gate_pools=[201, 202])` is `ole evolve --gate-pools 201 202`), and the CLI is a
+names (`ole.evolve_offline(gate_pools=[201, 202])` is `ole evolve --mode offline --gate-pools 201 202`;
+`ole.judge` is `ole gate`, `ole.stream` the online ask/tell surface), and the CLI is a
 thin layer over these functions: it parses flags, calls them and renders what they return. The
 records are the ones `--json` prints: `GateDecision` (`ole gate`), `ScopeChampion` (`ole champion
 show`), `Lineage` (`ole lineage show`), `EvolveResult.summary` (`ole evolve`), `Trace` (`ole run`).
@@ -232,9 +233,23 @@ def _engine(plan: EvolvePlan, registry: "Registry", progress: Progress) -> Itera
         yield engine
 
 
+def evolve_offline(settings: EvolveSettings | None = None, *, registry: Any = None,
+                   progress: Progress | None = None, **given: Any) -> EvolveResult:
+    """`ole evolve --mode offline`: search the archive's evidence over generations, gate each env scope's
+    gain on unseen instances, release what passes (bounded by its gate's evidence). Settings by flag name."""
+    return evolve(settings, registry=registry, progress=progress, **{**given, "mode": "offline"})
+
+
+def evolve_online(settings: EvolveSettings | None = None, *, registry: Any = None,
+                  progress: Progress | None = None, **given: Any) -> EvolveResult:
+    """`ole evolve --mode online`: work a synthetic task stream of `tasks` tasks, a gated challenger
+    every `every_k`, each release staged and monitored. To feed your own tasks, use `stream`."""
+    return evolve(settings, registry=registry, progress=progress, **{**given, "mode": "online"})
+
+
 def evolve(settings: EvolveSettings | None = None, *, registry: Any = None, progress: Progress | None = None,
            on_start: Callable[["Engine"], None] | None = None, **given: Any) -> EvolveResult:
-    """Run one evolve (offline or online) with the CLI's defaults; resumable from its workdir.
+    """Run one evolve (offline or online, `mode`) with the CLI's defaults; resumable from its workdir.
 
     Settings are `ole evolve`'s flags by name (`mode`, `envs`, `budget`, `gate_pools`, ...), given as
     an `EvolveSettings` and/or keywords. `progress` gets every progress line, the estimate first
@@ -349,7 +364,7 @@ def _online(engine: "Engine", plan: EvolvePlan, registry: "Registry") -> EvolveR
 
 
 @contextmanager
-def online(settings: EvolveSettings | None = None, *, registry: Any = None, progress: Progress | None = None,
+def stream(settings: EvolveSettings | None = None, *, registry: Any = None, progress: Progress | None = None,
            **given: Any) -> Iterator["OnlineEvolution"]:
     """An online evolution to drive with ask/tell from your own task loop (settings as `evolve`'s,
     mode online): `a = evo.ask()` fixes the bundle of the next task at its boundary, `evo.tell(trace)`
@@ -365,7 +380,7 @@ def online(settings: EvolveSettings | None = None, *, registry: Any = None, prog
 
 # ----- the gate of any registered version -------------------------------------------------------
 
-def gate(challenger: str, *, vs: str | None = None, envs: Sequence[str] | None = None,
+def judge(challenger: str, *, vs: str | None = None, envs: Sequence[str] | None = None,
          budgets: Sequence[int] | None = None, pools: Sequence[int] | None = None,
          extra_pools: Sequence[int] | None = None, agent_seeds: Sequence[int] = (0,),
          host: Literal["builtin", "llm", "command"] = "builtin", model: str | None = None,
@@ -373,7 +388,7 @@ def gate(challenger: str, *, vs: str | None = None, envs: Sequence[str] | None =
          channel: str = "default", registry: Any = None, workdir: str | Path | None = None,
          traces: str | Path = "traces", workers: int = 1, executor: str = "local", address: str | None = None,
          isolation: str | None = None, progress: Progress | None = None) -> "GateDecision":
-    """Pair `challenger` (`NAME@VERSION`, e.g. a hand-written bundle you registered) with a champion on
+    """`ole gate`: pair `challenger` (`NAME@VERSION`, e.g. a hand-written bundle you registered) with a champion on
     unseen gate instances and judge it with the release gate, as an evolve's gate does; the decision
     is recorded in the registry, so `ole release` of it is bounded by what these pairs covered.
 

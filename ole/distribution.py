@@ -58,6 +58,6 @@ def evogym_conflict() -> str | None:
         return (f"{where} is shared with the distribution `{other.metadata['Name']}` {other.version}, an unrelated "
                 "project (Evolution Gym) that installs a package of the same name as this EvoPolicyGym host "
                 f"(hint: use separate virtual environments, or `pip uninstall {OTHER_EVOGYM}` and reinstall "
-                f"{DISTRIBUTION})")
+                f"{DISTRIBUTION} from its source tree or wheel: pip install --force-reinstall PATH)")
     return (f"{where} is not this project's EvoPolicyGym host: it was overwritten or removed "
-            f"(hint: reinstall {DISTRIBUTION}: pip install --force-reinstall {DISTRIBUTION})")
+            f"(hint: reinstall {DISTRIBUTION} from its source tree or wheel: pip install --force-reinstall PATH)")

@@ -117,8 +117,9 @@ def _ray() -> Any:
     try:
         import ray  # noqa: PLC0415 — optional extra, imported only when asked for
     except ImportError:
+        from ole.extras import install_hint
         raise ExecutorUnavailable("the Ray executor needs the `ray` package, which is not installed",
-                                  hint="install the `ray` extra: pip install 'openloopevolve[ray]'") from None
+                                  hint=install_hint("ray")) from None
     return ray
 
 

@@ -28,9 +28,30 @@ class MissingExtra(OleError):
     """A feature was asked for whose optional dependency is not installed."""
 
 
+def requirement(extra: str) -> str:
+    """The extra's requirement as the installed metadata states it (e.g. `litellm<2,>=1.50`), else
+    its module name (a source tree that was never installed has no metadata)."""
+    import importlib.metadata
+    try:
+        declared = importlib.metadata.requires(DISTRIBUTION) or []
+    except importlib.metadata.PackageNotFoundError:
+        declared = []
+    marker = f'extra == "{extra}"'
+    found = [r.split(";")[0].strip() for r in declared if marker in r and not r.startswith(DISTRIBUTION)]
+    return found[0] if len(found) == 1 else EXTRAS[extra]
+
+
+def install_hint(extra: str) -> str:
+    """How to install an extra with a command that works today: `openloopevolve` is not on any package
+    index yet, so `pip install 'openloopevolve[llm]'` fails; the extra's own package installs from
+    anywhere, and `pip install '.[llm]'` from the source tree."""
+    return (f"install the `{extra}` extra: pip install '{requirement(extra)}' (in the source tree: "
+            f"pip install '.[{extra}]')")
+
+
 def _error(extra: str, feature: str) -> MissingExtra:
     return MissingExtra(f"{feature} needs the `{EXTRAS[extra]}` package, which is not installed",
-                        hint=f"install the `{extra}` extra: pip install '{DISTRIBUTION}[{extra}]'")
+                        hint=install_hint(extra))
 
 
 def check(extra: str, feature: str) -> None:

@@ -438,8 +438,8 @@ def _litellm() -> Any:
     try:
         import litellm
     except ImportError as exc:
-        raise LLMUnavailable("litellm is not installed",
-                             hint="install the `llm` extra: pip install 'openloopevolve[llm]'") from exc
+        from ole.extras import install_hint
+        raise LLMUnavailable("litellm is not installed", hint=install_hint("llm")) from exc
     litellm.telemetry = False
     litellm.success_callback = []
     litellm.failure_callback = []

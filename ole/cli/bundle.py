@@ -9,21 +9,23 @@ import argparse
 import os
 from pathlib import Path
 
-from ole.bundle import (EDGES, GENERAL_SCOPE, check_hash, diff_bundles, dump_bundle_yaml, format_ref, load_bundle_yaml,
-                        parse_ref)
-from ole.cli.common import Output, inline, leaf, noun, open_registry, table
+from ole.cli.common import Output, inline, leaf, next_command, noun, open_registry, table
 from ole.errors import Conflict, OleError, ValidationError
 
 
 def register(subparsers) -> None:
     """Add `ole bundle ...`."""
+    from ole.bundle import EDGES
     verbs = noun(subparsers, "bundle", "validate, register and inspect bundles")
     p = leaf(verbs, "validate", validate, "check bundle YAML files strictly (writes nothing)")
     p.add_argument("files", nargs="+", metavar="FILE")
     p = leaf(verbs, "register", register_file, "register a bundle file as the next version of its name")
     p.add_argument("file", metavar="FILE")
     p.add_argument("--parent", action="append", default=[], metavar="VERSION",
-                   help="parent version of the same name (`2` or `coder@2`); twice for a recombination")
+                   help="parent version of the same name (`2` or `coder@2`); twice for a recombination; required "
+                        "once the name has versions (or --no-parent)")
+    p.add_argument("--no-parent", action="store_true",
+                   help="start a new lineage root under a name that already has versions (no parent on purpose)")
     p.add_argument("--edge", choices=EDGES,
                    help="how it was derived (default: manual, or recombination with two parents); "
                         "specialization: its applicability is strictly narrower than the parent's")
@@ -33,9 +35,9 @@ def register(subparsers) -> None:
                    help="fail unless the content hash is this, or starts with it (e.g. the 12 digits `list` prints)")
     p = leaf(verbs, "show", show, "show one version: status, provenance, events (as YAML comments), then its YAML")
     p.add_argument("ref", metavar="NAME[@VERSION]")
-    p = leaf(verbs, "diff", diff, "per-component differences between two versions")
-    p.add_argument("a", metavar="NAME@VERSION")
-    p.add_argument("b", metavar="NAME@VERSION")
+    p = leaf(verbs, "diff", diff, "per-component differences between two versions, or a version and a draft file")
+    p.add_argument("a", metavar="NAME@VERSION|FILE", help="a registered version, or a bundle YAML file (a draft)")
+    p.add_argument("b", metavar="NAME@VERSION|FILE", help="a registered version, or a bundle YAML file (a draft)")
     p = leaf(verbs, "list", list_bundles, "list registered versions")
     p.add_argument("name", nargs="?", metavar="NAME")
     p = leaf(verbs, "export", export, "write a version as YAML for another registry (lineage by content hash)")
@@ -48,6 +50,7 @@ def register(subparsers) -> None:
 
 def _parent_version(text: str, name: str) -> int:
     """`--parent 2` or `--parent coder@2` -> 2; the name, when given, must be the file's own."""
+    from ole.bundle import format_ref, parse_ref
     if text.strip().isdigit() and int(text) >= 1:
         return int(text)
     try:
@@ -66,6 +69,7 @@ def _parent_version(text: str, name: str) -> int:
 
 def validate(args: argparse.Namespace) -> Output:
     """Validate each FILE and list every error; exit 2 if any is invalid. Nothing is written."""
+    from ole.bundle import load_bundle_yaml
     results, lines = [], []
     for file in args.files:
         try:
@@ -84,25 +88,52 @@ def validate(args: argparse.Namespace) -> Output:
 
 
 def register_file(args: argparse.Namespace) -> Output:
-    """Register FILE (stamping --parent/--edge/--evidence); identical content dedupes."""
+    """Register FILE (stamping --parent/--edge/--evidence); identical content dedupes.
+
+    Once a name has versions, a new one needs its parent (`--parent N`), or `--no-parent` to start a
+    second lineage root on purpose: without either, a forgotten --parent silently split the lineage.
+    The first version of an empty registry becomes its champion without a gate, and says so."""
+    from ole.bundle import check_hash, load_bundle_yaml
     bundle = load_bundle_yaml(Path(args.file))
     if args.expect_hash is not None:
         check_hash(args.expect_hash, bundle.content_hash, what="--expect-hash")
     args.parent = [_parent_version(p, bundle.name) for p in args.parent]
+    if args.no_parent and (args.parent or bundle.provenance.parents):
+        raise ValidationError("--no-parent contradicts the parents given", hint="drop --no-parent or the parents")
     with open_registry(args) as registry:
         existing = registry.find_content(bundle.name, bundle.content_hash)
         if existing is not None:
             _same_provenance(existing, args, bundle)
+        else:
+            _needs_parent(registry, bundle, args)
+        first = not registry.names()
         entry = existing or registry.register(bundle, parents=args.parent, edge=args.edge,
                                               evidence_ids=args.evidence, note=args.note)
     data = {"ref": entry.ref, "status": entry.status, "content_hash": entry.content_hash,
-            "deduplicated": existing is not None}
+            "deduplicated": existing is not None, "first_version": first}
     if existing:
         text = f"identical content is already registered as {entry.ref} ({entry.status}); nothing recorded"
     else:
         text = (f"registered {entry.ref} ({entry.status}, content {entry.content_hash[:12]})\n"
-                f"next: ole release {entry.ref} --reason \"...\"")
+                + (first_champion(entry.ref) if first else
+                   f"next: {next_command(args, 'gate', entry.ref)} (then `ole release` it, bounded by that evidence)"))
     return Output(data, text)
+
+
+def first_champion(ref: str) -> str:
+    """The line that says an empty registry's first version became its champion without a gate."""
+    return (f"note: {ref} is the first version of this registry, so it is the champion of channel `default` for "
+            "every task without any gate (register or import your seed first to gate this one against it)")
+
+
+def _needs_parent(registry, bundle, args: argparse.Namespace) -> None:
+    """A name with versions takes a new one only with its parent, or with --no-parent."""
+    if args.parent or bundle.provenance.parents or args.no_parent or bundle.name not in registry.names():
+        return
+    latest = registry.get(bundle.name).version
+    raise ValidationError(f"`{bundle.name}` already has versions 1–{latest}, and no parent was given: this would start "
+                          "a second lineage root", hint=f"pass --parent {latest} (or the version you edited), or "
+                          "--no-parent to start a new root on purpose")
 
 
 def _same_provenance(existing, args: argparse.Namespace, bundle=None) -> None:
@@ -125,6 +156,7 @@ def _same_provenance(existing, args: argparse.Namespace, bundle=None) -> None:
 
 def show(args: argparse.Namespace) -> Output:
     """Show one version (latest when VERSION is omitted) with its events."""
+    from ole.bundle import dump_bundle_yaml, format_ref
     with open_registry(args) as registry:
         entry = registry.get(args.ref)
         events = [e for e in registry.events(name=entry.name)  # incl. rollbacks/activations away from it
@@ -150,24 +182,38 @@ def show(args: argparse.Namespace) -> Output:
 
 
 def _scope_note(event) -> str:
+    from ole.bundle import GENERAL_SCOPE
     scope = event.payload.get("scope") if event.kind != "registration" else None
     return f" scope {scope}" if scope and scope != GENERAL_SCOPE else ""
 
 
 def diff(args: argparse.Namespace) -> Output:
-    """Per-component field changes from A to B (provenance excluded)."""
+    """Per-component field changes from A to B (provenance excluded); A or B may be a bundle YAML file
+    not registered yet (a draft: compare it with the version it was edited from before registering it)."""
+    from ole.bundle import diff_bundles
     with open_registry(args) as registry:
-        a, b = registry.get(args.a), registry.get(args.b)
-    changes = diff_bundles(a.bundle, b.bundle)
-    data = {"a": a.ref, "b": b.ref, "changes": [c.model_dump(mode="json") for c in changes]}
+        (a_ref, a), (b_ref, b) = _side(registry, args.a), _side(registry, args.b)
+    changes = diff_bundles(a, b)
+    data = {"a": a_ref, "b": b_ref, "changes": [c.model_dump(mode="json") for c in changes]}
     if not changes:
-        return Output(data, f"{a.ref} and {b.ref} have the same loop policy and applicability")
-    rows = [["component", "field", a.ref, b.ref]] + [[c.component, c.field, repr(c.old), repr(c.new)] for c in changes]
+        return Output(data, f"{a_ref} and {b_ref} have the same loop policy and applicability")
+    rows = [["component", "field", a_ref, b_ref]] + [[c.component, c.field, repr(c.old), repr(c.new)] for c in changes]
     return Output(data, table(rows))
+
+
+def _side(registry, text: str):
+    """(label, bundle) of one side of a diff: an existing file is a draft bundle, anything else a version."""
+    from ole.bundle import load_bundle_yaml
+    path = Path(text)
+    if os.path.lexists(path) or text.endswith((".yaml", ".yml")):
+        return str(path), load_bundle_yaml(path)
+    entry = registry.get(text)
+    return entry.ref, entry.bundle
 
 
 def list_bundles(args: argparse.Namespace) -> Output:
     """All registered versions (of NAME, or of every name)."""
+    from ole.bundle import parse_ref
     with open_registry(args) as registry:
         names = [args.name] if args.name else registry.names()
         entries = [e for name in names for e in registry.versions(name, skip_damaged=True)]
@@ -216,17 +262,28 @@ def export(args: argparse.Namespace) -> Output:
 
 
 def import_file(args: argparse.Namespace) -> Output:
-    """Register an export here: hash verified, parents matched by content hash, absent ones kept external."""
-    from ole.exchange import import_document, read_document
+    """Register an export here: hash verified, parents matched by content hash, absent ones kept external.
+
+    Says when the import is the first version of an empty registry (it becomes the champion without a
+    gate) and which versions imported before it name its content as their external parent."""
+    from ole.bundle import format_ref
+    from ole.exchange import external_children, import_document, read_document
     doc = read_document(Path(args.file))
     with open_registry(args) as registry:
+        first = not registry.names()
         entry, existed, external = import_document(registry, doc, source=args.file, expect_hash=args.expect_hash)
+        children = [] if existed else external_children(registry, entry)
     prov = entry.bundle.provenance
     data = {"ref": entry.ref, "status": entry.status, "content_hash": entry.content_hash, "deduplicated": existed,
-            "parents": list(prov.parents), "external_parents": list(external)}
+            "parents": list(prov.parents), "external_parents": list(external), "first_version": first and not existed,
+            "children": [c.ref for c in children]}
     if existed:
         return Output(data, f"identical content is already registered as {entry.ref} ({entry.status}); "
                             "nothing recorded")
     lineage = ", ".join([format_ref(entry.name, p) for p in prov.parents] + [f"external {h[:12]}" for h in external])
-    return Output(data, f"imported {entry.ref} (content {entry.content_hash[:12]}, verified; parents "
-                        f"{lineage or 'none'})\nnext: ole release {entry.ref} --reason \"...\"")
+    lines = [f"imported {entry.ref} (content {entry.content_hash[:12]}, verified; parents {lineage or 'none'})"]
+    lines += [f"{c.ref}, imported before it, names it as a parent (external {entry.content_hash[:12]})"
+              for c in children]
+    lines.append(first_champion(entry.ref) if first else
+                 f"next: {next_command(args, 'gate', entry.ref)} (then `ole release` it, bounded by that evidence)")
+    return Output(data, "\n".join(lines))

@@ -226,6 +226,14 @@ def _check_program(program: str) -> None:
                               hint="give an executable file, or run a script through its interpreter: -- python x.py")
 
 
+def next_command(args: argparse.Namespace, *words: str) -> str:
+    """`ole WORDS...` as the user should type it next: with the `--root` this command was given, so a
+    hint never sends them to another registry (the root search of a later command may find another)."""
+    import shlex
+    root = getattr(args, "root", None)
+    return shlex.join(["ole", *(["--root", str(root)] if root else []), *words])
+
+
 def decision_lines(d) -> list[str]:
     """A gate decision (`ole.gate.GateDecision`) for people: the verdict with its statistics, then
     each criterion (`ok` or what failed, measured vs required), what the pairs covered, the ablation."""

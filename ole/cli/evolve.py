@@ -250,21 +250,21 @@ def evolve(args: argparse.Namespace) -> Output:
         progress.close()
     channel = plan.cfg.channel
     if plan.mode == "online":
-        return Output(result.summary, _online_text(result.summary, channel))
-    text = _summary(result, channel)
+        return Output(result.summary, "\n".join([_online_text(result.summary), *_hints(args, channel)]))
+    text = "\n".join([_summary(result, channel), *_hints(args, channel)])
     if result.failure:
         return Output(result.summary, text + f"\nerror: {result.failure} (hint: check --proposer and its credentials)", 1)
     return Output(result.summary, text)
 
 
-def _online_text(data: dict, channel: str) -> str:
+def _online_text(data: dict) -> str:
     lines = [f"online: {data['tasks']} tasks worked; active now {data['active']}"]
     lines += [f"  gate: {d['challenger']} -> {d['verdict']} (mean r {d['mean_r']:+.3f})" for d in data["decisions"]]
     lines += [f"  rollback after task {r['task']}: {r['bundle']} (monitored clipped mean r {r['mean_r']:+.3f})"
               for r in data["rollbacks"]]
     lines += [f"  promoted after task {r['task']}: {r['bundle']} (monitored clipped mean r {r['mean_r']:+.3f})"
               for r in data["promotions"]]
-    return "\n".join(lines + _hints(channel))
+    return "\n".join(lines)
 
 
 def _summary(result: "EvolveResult", channel: str) -> str:
@@ -295,12 +295,14 @@ def _summary(result: "EvolveResult", channel: str) -> str:
             lines.append(f"  not released: {', '.join(info['envs'])} keep {data['champion']}")
     sp = data["spent"]
     lines.append(f"spent: {sp['episodes']} episodes, {sp['wall_s'] / 60:.1f} min")
-    return "\n".join(lines + _hints(channel))
+    return "\n".join(lines)
 
 
-def _hints(channel: str) -> list[str]:
-    return ["inspect: `ole lineage show`, `ole champion history`, `ole bundle show NAME@VERSION`, `ole evolve ls`",
-            f"roll back: `ole rollback --channel {channel} --reason \"...\"` (active from the next task)"]
+def _hints(args: argparse.Namespace, channel: str) -> list[str]:
+    from ole.cli.common import next_command as ole
+    return [f"inspect: `{ole(args, 'lineage', 'show')}`, `{ole(args, 'champion', 'history')}`, "
+            f"`{ole(args, 'bundle', 'show', 'NAME@VERSION')}`, `{ole(args, 'evolve', 'ls')}`",
+            f"roll back: `{ole(args, 'rollback', '--channel', channel, '--reason', '...')}` (active from the next task)"]
 
 
 def ls(args: argparse.Namespace) -> Output:

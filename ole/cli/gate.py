@@ -64,7 +64,7 @@ def gate(args: argparse.Namespace) -> Output:
     check_model("--model", args.model if args.host == "llm" else None)
     command = agent_command(args.host, args.command, example="ole gate coder@2 --host command -- python agent.py")
     with open_registry(args) as registry:
-        d = api.gate(args.challenger, vs=args.vs, envs=args.envs, budgets=args.budgets, pools=args.pools,
+        d = api.judge(args.challenger, vs=args.vs, envs=args.envs, budgets=args.budgets, pools=args.pools,
                      extra_pools=args.extra_pools, agent_seeds=args.agent_seeds, host=args.host, model=args.model,
                      command=command, profile=args.profile, gate_config=args.gate_config, channel=args.channel,
                      registry=registry, workdir=args.workdir, traces=args.traces, workers=args.workers,

@@ -7,11 +7,11 @@ from pathlib import Path
 
 from ole.cli.common import Output, leaf, noun, open_registry
 from ole.errors import ValidationError
-from ole.registry.lineage import FORMATS, Lineage
 
 
 def register(subparsers) -> None:
     """Add `ole lineage ...`."""
+    from ole.registry.lineage import FORMATS
     verbs = noun(subparsers, "lineage", "the version graph of bundles")
     p = leaf(verbs, "show", show, "draw the lineage as a tree, JSON, Graphviz dot or Mermaid")
     p.add_argument("name", nargs="?", metavar="NAME", help="only this bundle name (default: all)")
@@ -24,6 +24,7 @@ def show(args: argparse.Namespace) -> Output:
     if args.png and not Path(args.png).resolve().parent.is_dir():
         raise ValidationError(f"cannot write {args.png}: folder {Path(args.png).parent} does not exist",
                               hint="create the folder first, or pass another --png path")
+    from ole.registry.lineage import Lineage
     with open_registry(args) as registry:
         lineage = Lineage.from_registry(registry)
     text = lineage.render("json" if args.json else args.format, args.name)

@@ -45,10 +45,14 @@ def _workdirs(given: list[str] | None) -> list[Path]:
 
 
 def _check_out(out: Path, port: int) -> None:
+    """Before anything is read: the output folder must be one this user can write (a report asked for
+    in a read-only folder was an internal PermissionError after the registry was read)."""
+    from ole.cli.common import check_writable
     if out.exists() and not out.is_dir():
         raise ValidationError(f"--out {out} exists and is not a folder", hint="pass a folder path")
     if not 0 <= port <= 65535:
         raise ValidationError(f"--port {port} is out of range", hint="0 picks a free port")
+    check_writable("--out", out)
 
 
 def report(args: argparse.Namespace) -> Output:
@@ -65,7 +69,8 @@ def report(args: argparse.Namespace) -> Output:
     text = (f"wrote {len(pages)} pages ({len(data.versions)} versions, {len(data.gates)} gate decisions, "
             f"{len(data.curves)} runs) to {out}/\nopen {index.as_uri()}")
     if not workdirs:
-        text += "\n(no evolve workdir found: run curves are empty; pass --workdir DIR)"
+        text += ("\n(no evolve workdir found: run curves are empty; pass --workdir DIR. The runs of `ole run` are "
+                 "not evolve runs: `ole trace ls` lists them)")
     if args.serve:
         _serve(out, args.port, text)
     return Output(summary, text)

@@ -4,7 +4,6 @@ from __future__ import annotations
 import argparse
 
 from ole.cli.common import Output, leaf, noun, table
-from ole.trace import TraceArchive
 
 
 def register(subparsers) -> None:
@@ -24,6 +23,7 @@ def ls(args: argparse.Namespace) -> Output:
     A damaged file degrades only itself: it is listed as DAMAGED with the reason, and the
     readable traces are listed as usual (`ole fsck` quarantines damaged ones).
     """
+    from ole.trace import TraceArchive
     archive = TraceArchive(args.traces_dir)
     traces = archive.select(env=args.env)
     rows = [["trace", "env", "bundle", "final", "normalized", "submits", "episodes"]]
@@ -42,6 +42,7 @@ def ls(args: argparse.Namespace) -> Output:
 
 def show(args: argparse.Namespace) -> Output:
     """The whole trace as JSON (--json) or a readable summary with the history table."""
+    from ole.trace import TraceArchive
     t = TraceArchive(args.traces_dir).get(args.trace_id)
     o = t.outcome
     head = [f"trace {t.trace_id}", f"task {t.task.env} profile {t.task.profile} pool-seed {t.task.pool_seed}",

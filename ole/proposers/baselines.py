@@ -58,8 +58,8 @@ def _require_optuna():
     try:
         import optuna
     except ImportError:
-        raise OleError("the TPE baseline needs optuna", hint="install the `baselines` extra: "
-                       "pip install -e '.[baselines]'") from None
+        from ole.extras import install_hint
+        raise OleError("the TPE baseline needs optuna", hint=install_hint("baselines")) from None
     optuna.logging.set_verbosity(optuna.logging.WARNING)
     return optuna
 

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install 'openloopevolve[ray]')")
+ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install '.[ray]')")
 
 from ole.bundle import Bundle  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402

@@ -93,7 +93,7 @@ def test_a_failed_evolve_is_a_failed_run(tmp_path, capsys, monkeypatch):
 def test_tracking_flags_are_checked_up_front(tmp_path, capsys, monkeypatch):
     monkeypatch.setitem(EXTRAS, "mlflow", "mlflow_is_not_installed_here")
     assert main(_evolve(tmp_path, "--track", "mlflow")) == 2
-    assert "install the `mlflow` extra: pip install 'openloopevolve[mlflow]'" in capsys.readouterr().err
+    assert "install the `mlflow` extra: pip install 'mlflow-skinny<4,>=3.0'" in capsys.readouterr().err
     assert main(_evolve(tmp_path, "--track-uri", "file:///tmp/x")) == 2
     assert "--track-uri names where --track logs" in capsys.readouterr().err
     assert not (tmp_path / "work").exists()
