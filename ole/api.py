@@ -148,9 +148,10 @@ def settings_of(settings: EvolveSettings | None = None, **given: Any) -> EvolveS
     return over.over(settings or EvolveSettings())
 
 
-def plan_evolve(settings: EvolveSettings, *, writing: bool = True) -> EvolvePlan:
+def plan_evolve(settings: EvolveSettings, *, writing: bool = True, gate: "GateConfig | None" = None) -> EvolvePlan:
     """Check every setting and estimate the cost; nothing runs. `writing=False` (`--estimate-only`)
-    checks that the workdir and the trace archive could be written without creating them."""
+    checks that the workdir and the trace archive could be written without creating them. `gate`
+    replaces the settings' gate config file (the API's `gate=`)."""
     from ole.evolves import check_gate_reach, estimate_of
     from ole.gate import load_config
     from ole.preflight import (check_could_write, check_model, check_proposer, check_task_names,
@@ -158,7 +159,9 @@ def plan_evolve(settings: EvolveSettings, *, writing: bool = True) -> EvolvePlan
     cfg = settings.evolve_config()
     mode = settings.check_mode()
     check_task_names(cfg.suite.envs, cfg.suite.profile)
-    gate = load_config(settings.gate_config)
+    if gate is not None and settings.gate_config is not None:
+        raise ValidationError("give the gate once: a GateConfig (gate=) or a file (gate_config=)")
+    gate = gate or load_config(settings.gate_config)
     if cfg.suite.host == "llm" and not cfg.suite.model:
         raise ValidationError("--host llm needs --model", hint="e.g. --model openai/gpt-4o-mini or replay:FILE")
     check_proposer("--proposer", settings.proposer or "builtin")
@@ -217,10 +220,11 @@ def _driver(plan: EvolvePlan) -> dict[str, Any]:
 
 @contextmanager
 def _engine(plan: EvolvePlan, registry: "Registry", progress: Progress) -> Iterator["Engine"]:
-    """The engine over the plan's workdir, its executor closed after; the resolved settings are
-    written into the workdir once the workdir's fingerprint has accepted them."""
+    """The engine over the plan's workdir, its executor closed after; the resolved settings (and the
+    gate config they name, `WORKDIR/gate.yaml`) are written into the workdir once the workdir's
+    fingerprint has accepted them, so the workdir alone says what made it."""
     from ole.evolve import open_engine
-    from ole.evolves import write_settings
+    from ole.evolves import write_gate, write_settings
     from ole.executors import make_executor
     from ole.jobs import run_job
     s = plan.settings
@@ -229,34 +233,36 @@ def _engine(plan: EvolvePlan, registry: "Registry", progress: Progress) -> Itera
                              evaluate=run_job, proposer=make_proposer(s.proposer or "builtin", plan.workdir, plan.cfg),
                              gate=plan.gate, executor=executor, progress=progress, driver=_driver(plan),
                              execution=s.execution or "fast")
-        write_settings(plan.workdir, s.resolve(Path(registry.root)))
+        gate_file = write_gate(plan.workdir, plan.gate)
+        write_settings(plan.workdir, s.resolve(Path(registry.root)).model_copy(update={"gate_config": str(gate_file)}))
         yield engine
 
 
-def evolve_offline(settings: EvolveSettings | None = None, *, registry: Any = None,
+def evolve_offline(settings: EvolveSettings | None = None, *, registry: Any = None, gate: "GateConfig | None" = None,
                    progress: Progress | None = None, **given: Any) -> EvolveResult:
     """`ole evolve --mode offline`: search the archive's evidence over generations, gate each env scope's
     gain on unseen instances, release what passes (bounded by its gate's evidence). Settings by flag name."""
-    return evolve(settings, registry=registry, progress=progress, **{**given, "mode": "offline"})
+    return evolve(settings, registry=registry, gate=gate, progress=progress, **{**given, "mode": "offline"})
 
 
-def evolve_online(settings: EvolveSettings | None = None, *, registry: Any = None,
+def evolve_online(settings: EvolveSettings | None = None, *, registry: Any = None, gate: "GateConfig | None" = None,
                   progress: Progress | None = None, **given: Any) -> EvolveResult:
     """`ole evolve --mode online`: work a synthetic task stream of `tasks` tasks, a gated challenger
     every `every_k`, each release staged and monitored. To feed your own tasks, use `stream`."""
-    return evolve(settings, registry=registry, progress=progress, **{**given, "mode": "online"})
+    return evolve(settings, registry=registry, gate=gate, progress=progress, **{**given, "mode": "online"})
 
 
-def evolve(settings: EvolveSettings | None = None, *, registry: Any = None, progress: Progress | None = None,
-           on_start: Callable[["Engine"], None] | None = None, **given: Any) -> EvolveResult:
+def evolve(settings: EvolveSettings | None = None, *, registry: Any = None, gate: "GateConfig | None" = None,
+           progress: Progress | None = None, on_start: Callable[["Engine"], None] | None = None,
+           **given: Any) -> EvolveResult:
     """Run one evolve (offline or online, `mode`) with the CLI's defaults; resumable from its workdir.
 
     Settings are `ole evolve`'s flags by name (`mode`, `envs`, `budget`, `gate_pools`, ...), given as
-    an `EvolveSettings` and/or keywords. `progress` gets every progress line, the estimate first
-    (default: stderr); `on_start` gets the engine before the first run (the CLI's progress bar
-    follows its cost meter).
+    an `EvolveSettings` and/or keywords; `gate` a `GateConfig` instead of a `gate_config` file.
+    `progress` gets every progress line, the estimate first (default: stderr); `on_start` gets the
+    engine before the first run (the CLI's progress bar follows its cost meter).
     """
-    plan = plan_evolve(settings_of(settings, **given))
+    plan = plan_evolve(settings_of(settings, **given), gate=gate)
     say = progress or _stderr
     for line in estimate_lines(plan):
         say(line)
@@ -364,14 +370,14 @@ def _online(engine: "Engine", plan: EvolvePlan, registry: "Registry") -> EvolveR
 
 
 @contextmanager
-def stream(settings: EvolveSettings | None = None, *, registry: Any = None, progress: Progress | None = None,
-           **given: Any) -> Iterator["OnlineEvolution"]:
+def stream(settings: EvolveSettings | None = None, *, registry: Any = None, gate: "GateConfig | None" = None,
+           progress: Progress | None = None, **given: Any) -> Iterator["OnlineEvolution"]:
     """An online evolution to drive with ask/tell from your own task loop (settings as `evolve`'s,
     mode online): `a = evo.ask()` fixes the bundle of the next task at its boundary, `evo.tell(trace)`
     records the finished task and every `every_k` tasks gates a challenger. The stream lives in the
     workdir, so several processes may ask and tell on one stream."""
     from ole.evolve.online import OnlineEvolution
-    plan = plan_evolve(settings_of(settings, **{"mode": "online", **given}))
+    plan = plan_evolve(settings_of(settings, **{"mode": "online", **given}), gate=gate)
     with _opened(registry) as reg, _engine(plan, reg, progress or _stderr) as engine:
         evo = OnlineEvolution(engine, plan.cfg, _online_config(plan.settings))
         yield evo

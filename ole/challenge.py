@@ -108,13 +108,16 @@ def config_of(c: Challenge, envs: tuple[str, ...], workers: int) -> "EvolveConfi
 
     from ole.evolve import EvolveConfig, Suite
     base = EvolveConfig()
+    # a challenge has no search, so nothing is held out from one (the engine's transfer sample, where
+    # it exists, follows an evolve's release, never a challenge's)
+    held_out = {"transfer_envs": ()} if "transfer_envs" in EvolveConfig.model_fields else {}
     extra = c.extra_pools if c.extra_pools is not None else (() if c.pools is not None else base.gate_extra_pools)
     try:
         return EvolveConfig(suite=Suite(envs=envs, profile=c.profile, host=c.host, model=c.model, command=c.command),
                             search_pools=(), gate_pools=base.gate_pools if c.pools is None else c.pools,
                             gate_extra_pools=extra,
                             gate_budgets=base.gate_budgets if c.budgets is None else c.budgets, agent_seeds=c.agent_seeds,
-                            channel=c.channel, workers=workers)
+                            channel=c.channel, workers=workers, **held_out)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(p) for p in first["loc"]) or "gate"

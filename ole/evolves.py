@@ -324,6 +324,19 @@ def write_settings(workdir: Path, resolved: EvolveSettings) -> Path:
     return path
 
 
+GATE_FILE = "gate.yaml"
+"""The gate config an evolve used, written beside its settings (which name it)."""
+
+
+def write_gate(workdir: Path, gate: "GateConfig") -> Path:
+    """Write the gate config in use into the workdir (the settings then name this copy)."""
+    from ole.yamlio import dump_yaml
+    path = workdir / GATE_FILE
+    _atomic_write(path, "# The gate config of this evolve (its settings name this file).\n"
+                  + dump_yaml(gate.model_dump(mode="json")))
+    return path
+
+
 def write_outcome(workdir: Path, summary: dict[str, Any]) -> Path:
     """Record how the evolve ended (its JSON summary and the time) beside its settings."""
     path = workdir / OUTCOME_FILE

@@ -39,7 +39,8 @@ def register(subparsers) -> None:
     p.add_argument("--agent-seeds", action=ListArg, item=seed_int, default=(0,), metavar="SEED",
                    help="agent seeds crossed with every pool (default: 0)")
     p.add_argument("--host", choices=("builtin", "llm", "command"), default="builtin",
-                   help="host agent of every run (default: builtin); `command` runs the command line after `--`")
+                   help="host agent of every run (default: builtin); `command` runs --agent-command")
+    p.add_argument("--agent-command", metavar="CMD", help="the command agent's command line, quoted (--host command)")
     p.add_argument("--model", help="model string of the LLM agent")
     p.add_argument("--profile", default="quick", help="host profile: paper, bench, quick or strict (default: quick)")
     p.add_argument("--gate-config", metavar="FILE", help="gate YAML (default: the packaged ole/gate.yaml)")
@@ -49,8 +50,6 @@ def register(subparsers) -> None:
     p.add_argument("--workers", type=int, default=1, help="parallel runs (default: 1)")
     p.add_argument("--executor", choices=("local", "ray"), default="local", help="where runs execute")
     p.add_argument("--address", help="Ray cluster address (--executor ray)")
-    p.add_argument("command", nargs=argparse.REMAINDER, metavar="-- CMD ...",
-                   help="the command agent's command line (with --host command), after `--`")
 
 
 def gate(args: argparse.Namespace) -> Output:
@@ -62,7 +61,8 @@ def gate(args: argparse.Namespace) -> Output:
         from ole.errors import ValidationError
         raise ValidationError("--host llm needs --model", hint="e.g. --model openai/gpt-4o-mini or replay:FILE")
     check_model("--model", args.model if args.host == "llm" else None)
-    command = agent_command(args.host, args.command, example="ole gate coder@2 --host command -- python agent.py")
+    command = agent_command(args.host, None, args.agent_command,
+                            example="ole gate coder@2 --host command --agent-command 'python agent.py'")
     with open_registry(args) as registry:
         d = api.judge(args.challenger, vs=args.vs, envs=args.envs, budgets=args.budgets, pools=args.pools,
                      extra_pools=args.extra_pools, agent_seeds=args.agent_seeds, host=args.host, model=args.model,

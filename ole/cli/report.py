@@ -19,6 +19,8 @@ from ole.errors import ValidationError
 
 DEFAULT_WORKDIRS = ("runs/evolve-offline", "runs/evolve-online")
 """What `ole evolve` writes by default (`--workdir` of each mode); those that exist are read."""
+GATE_WORKDIRS = "runs/gate"
+"""Where `ole gate` keeps one workdir per gate by default; each one found is read too."""
 DEFAULT_OUT = "runs/report"
 
 
@@ -27,8 +29,8 @@ def register(subparsers) -> None:
     p = leaf(subparsers, "report", report, "write a static HTML report: lineage, gate decisions, runs",
              description=__doc__)
     p.add_argument("--workdir", action="append", default=None, metavar="DIR",
-                   help=f"evolve workdir to read (repeatable; default: those of {', '.join(DEFAULT_WORKDIRS)} "
-                        "that exist)")
+                   help=f"evolve or gate workdir to read (repeatable; default: those of "
+                        f"{', '.join(DEFAULT_WORKDIRS)} that exist, and every {GATE_WORKDIRS}/*)")
     p.add_argument("--out", default=DEFAULT_OUT, metavar="DIR", help="output folder (default: %(default)s)")
     p.add_argument("--serve", action="store_true", help="then serve the folder on loopback until Ctrl-C")
     p.add_argument("--port", type=int, default=0, help="port for --serve (default: any free port)")
@@ -36,7 +38,8 @@ def register(subparsers) -> None:
 
 def _workdirs(given: list[str] | None) -> list[Path]:
     if given is None:
-        return [Path(d) for d in DEFAULT_WORKDIRS if Path(d).is_dir()]
+        gates = sorted(p for p in Path(GATE_WORKDIRS).glob("*") if (p / "evaluations.sqlite3").is_file())
+        return [Path(d) for d in DEFAULT_WORKDIRS if Path(d).is_dir()] + gates
     for d in given:
         if not Path(d).is_dir():
             raise ValidationError(f"--workdir {d} is not a directory",
