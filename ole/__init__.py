@@ -11,7 +11,7 @@ fast as the `ole` command's start (a name's module loads scipy or the engine onl
 Functions (`ole.api`): `open_registry`, `run`, `evolve_offline`, `evolve_online`, `stream` (online
 ask/tell), `judge` (`ole gate`), `lineage`, `champions`, `decisions`. Records: `EvolveSettings`,
 `EvolveResult`, `GateConfig`, `GateDecision`, `Registry`, `RegisteredBundle`, `ScopeChampion`,
-`Lineage`, `Bundle`, `load_bundle`, `TaskSpec`, `RunCondition`, `Trace`.
+`Lineage`, `Bundle`, `load_bundle` / `dump_bundle` (YAML text or a path), `TaskSpec`, `RunCondition`, `Trace`.
 """
 from __future__ import annotations
 
@@ -40,6 +40,7 @@ _FACE: dict[str, tuple[str, str]] = {
     "Lineage": ("ole.registry.lineage", "Lineage"),
     "Bundle": ("ole.bundle", "Bundle"),
     "load_bundle": ("ole.bundle", "load_bundle_yaml"),
+    "dump_bundle": ("ole.bundle", "dump_bundle_yaml"),
     "TaskSpec": ("ole.trace", "TaskSpec"),
     "RunCondition": ("ole.trace", "RunCondition"),
     "Trace": ("ole.trace", "Trace"),
@@ -50,14 +51,15 @@ function of the same name."""
 
 __all__ = ["__version__", "open_registry", "run", "evolve_offline", "evolve_online", "stream", "judge", "lineage",
            "champions", "decisions", "EvolveResult", "EvolveSettings", "GateConfig", "GateDecision", "Registry",
-           "RegisteredBundle", "ScopeChampion", "Lineage", "Bundle", "load_bundle", "TaskSpec", "RunCondition",
-           "Trace"]
+           "RegisteredBundle", "ScopeChampion", "Lineage", "Bundle", "load_bundle", "dump_bundle", "TaskSpec",
+           "RunCondition", "Trace"]
 """The public names: `__version__` and those of `_FACE` (tests/ole/test_api.py checks they agree)."""
 
 if TYPE_CHECKING:  # what type checkers and IDEs see: the real signatures
     from ole.api import (EvolveResult, champions, decisions, evolve_offline, evolve_online, judge, lineage,
                          open_registry, run, stream)
     from ole.bundle import Bundle
+    from ole.bundle import dump_bundle_yaml as dump_bundle
     from ole.bundle import load_bundle_yaml as load_bundle
     from ole.evolves import EvolveSettings
     from ole.gate import GateConfig, GateDecision
