@@ -37,6 +37,11 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, help="episode budget (default: the profile's)")
     p.add_argument("--max-per-submit", type=int, help="cap episodes per submit (default: the profile's)")
     p.add_argument("--max-submissions", type=int, help="cap charged submits (default: the profile's; strict 128)")
+    p.add_argument("--max-candidates", type=int,
+                   help="most submissions a v3 finish may name for validation (default: the profile's; strict 1)")
+    p.add_argument("--program", type=Path,
+                   help="starting program: a folder holding policy.py, copied into an empty workspace/system/ "
+                        "(default: empty; with --session, the baseline program)")
     p.add_argument("--pool-seed", type=int, default=0, help="case-pool seed (0 = the paper's pools)")
     p.add_argument("--model", default="unknown", help="identity label of the agent/model (recorded in run.json)")
     p.add_argument("--data-dir", help="data files <slug>/{train,valid,heldout}.json (default: built-in pools)")
@@ -76,11 +81,17 @@ def _open_host(args):
                          isolation=args.isolation, limits=_limits(args), finalize_jobs=args.jobs,
                          max_per_submit=args.max_per_submit, allow_early_finish=not args.no_early_finish,
                          data_dir=args.data_dir, model=args.model,
-                         agent_timeout_s=getattr(args, "agent_timeout", None), max_submissions=args.max_submissions)
+                         agent_timeout_s=getattr(args, "agent_timeout", None), max_submissions=args.max_submissions,
+                         max_candidates=args.max_candidates)
+    if args.program is not None:  # refused before the run directory exists, as every other flag
+        from evogym.program import program_problem
+        problem = program_problem(args.program)
+        if problem is not None:
+            raise EvogymError(f"--program {args.program}: {problem}", hint="name a folder holding policy.py")
     sock = listen(args.bind, args.port)
     try:
         host = Host(args.run_dir, config, prestart=not args.no_prestart, auto_finalize=not args.session,
-                    eval_cache=args.eval_cache)
+                    eval_cache=args.eval_cache, program=args.program)
         return host, sock, Credential.create(host.run.control, token)
     except BaseException:
         sock.close()
@@ -191,6 +202,8 @@ def cmd_run(args) -> int:
                                 start_new_session=True)
         stopped = _wait_agent(proc, args.agent_timeout, terminated)
         host.run.event("agent.exit", code=proc.returncode, **({"stopped": stopped} if stopped else {}))
+        host.agent_outcome = {"returncode": proc.returncode, "timed_out": stopped == "timeout",
+                              "budget_spent": host.judge.state.remaining == 0}
         if stopped in ("sigterm", "interrupt"):
             watcher.line(f"{'SIGTERM' if stopped == 'sigterm' else 'interrupted'}: the agent was stopped; "
                          "finalizing the run with what it submitted")

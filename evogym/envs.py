@@ -3,7 +3,8 @@
 Id grammar (parsed only here, by `resolve`):
 - `gym/<name>`: one of the eight curated Core16 slugs (`gym/acrobot`, …);
 - `gymnasium/<id>`: any id in Gymnasium's registry once MiniGrid, highway-env and
-  Gymnasium-Robotics have registered theirs. The eight Core16 `gymnasium/…` slugs get
+  Gymnasium-Robotics have registered theirs; `gymnasium/<module>:<id>` (Gymnasium's own
+  syntax) imports `module` first, so a benchmark author's env registers itself. The eight Core16 `gymnasium/…` slugs get
   their pinned spec; any other id gets a generic spec.
 Bare ids such as `Acrobot-v1` are rejected with a suggestion (`gym/acrobot`), so every
 run records one canonical name.
@@ -185,12 +186,31 @@ def resolve(slug: str) -> EnvSpec:
     prefix, _, gym_id = slug.partition("/")
     if prefix == "gymnasium" and gym_id:
         _register_all()
-        if gym_id in gym.registry:
+        module, _, bare = gym_id.partition(":")
+        if bare and _import_registering(module):
+            if bare in gym.registry:  # registered by the import; every process resolves the slug, so imports it
+                return _generic_spec(slug, bare)
+        elif gym_id in gym.registry:
             return _generic_spec(slug, gym_id)
     raise EnvNotFound(
         f"unknown env `{slug}`: expected `gym/<curated name>` or `gymnasium/<registered Gymnasium id>`",
         suggestions=_suggestions(slug),
     )
+
+
+def _import_registering(module: str) -> bool:
+    """Import the module of a `gymnasium/<module>:<id>` slug (Gymnasium's own `module:id`
+    syntax: importing the module registers the id), under IMPORT_LOCK; False when it cannot
+    be imported. The operator names the module on the command line: it is trusted code, as
+    every simulator is."""
+    if not all(part.isidentifier() for part in module.split(".")):
+        return False
+    with IMPORT_LOCK:
+        try:
+            __import__(module)
+        except ImportError:
+            return False
+    return True
 
 
 @functools.cache
@@ -241,6 +261,23 @@ def _declared_limit(inner: object) -> int | None:
         limit = int(config["duration"] * config["policy_frequency"])
         return limit if limit > 0 else None
     return None
+
+
+FEEDBACK_HOOK = "evogym_feedback"
+"""The attribute an env class may define to write its own agent-facing feedback (EvoPolicyGym
+main's `Benchmark.feedback`): `evogym_feedback(episodes) -> {"score", "content", "artifacts"}`,
+`episodes` the public outcome of each episode (`evogym.feedback_v2`). Runs in the host."""
+
+
+@functools.cache
+def feedback_hook(slug: str) -> Any:
+    """The env class's `evogym_feedback` (`FEEDBACK_HOOK`), or None (the host's default feedback)."""
+    spec = resolve(slug)
+    with IMPORT_LOCK:
+        entry = gym.spec(spec.gym_id).entry_point
+        creator = gym.envs.registration.load_env_creator(entry) if isinstance(entry, str) else entry
+    hook = getattr(creator, FEEDBACK_HOOK, None)
+    return hook if callable(hook) else None
 
 
 def core16_equivalent(slug: str) -> str | None:

@@ -125,10 +125,12 @@ def _failed(exc: BaseException) -> BatchResult:
                                   message=f"hidden evaluation failed: {type(exc).__name__}: {exc}"[:2000]), [])
 
 
-def candidates(run) -> list[Candidate]:
+def candidates(run, charged: bool = False) -> list[Candidate]:
+    """The ok submits with their checkpoints, in order; `charged`: every submit that ran
+    (counted episodes), failed ones too (those an agent may name at a v3 finish, as upstream)."""
     out = []
     for summary in _submit_rows(run):
-        if summary.get("status") == "ok":
+        if summary.get("status") == "ok" or charged and summary.get("n_episodes"):
             name = run.submit_name(summary["submit_index"])
             try:
                 metrics = json.loads((run.checkpoints / name / "metrics.json").read_text())
@@ -154,8 +156,11 @@ def shortlist(cands: list[Candidate], named: tuple[int, ...] | None, limit: int 
     return cands[-limit:] if limit is not None else cands
 
 
-def _mean(batch: BatchResult) -> float | None:
-    if batch.start_failure is not None or not batch.episodes:
+def _mean(batch: BatchResult, played_out: bool = False) -> float | None:
+    """The validation mean, None when the candidate is dropped: when its policy could not start,
+    unless `played_out` (a candidate the agent named: scored, as upstream scores a failed one,
+    by its episodes played out without the policy, each counted as failed)."""
+    if not batch.episodes or batch.start_failure is not None and not played_out:
         return None
     return float(np.mean(batch.returns))
 
@@ -165,7 +170,7 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     run, config = host.run, host.config
     flush_syncs()  # every feedback file is on disk before the run is scored
     named = host.named_candidates
-    cands = shortlist(candidates(run), named, config.max_candidates)
+    cands = shortlist(candidates(run, charged=bool(named)), named, config.max_candidates)
     groups: dict[str, list[Candidate]] = {}
     for c in cands:
         groups.setdefault(c.tree_hash, []).append(c)
@@ -183,17 +188,20 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     val_failures: dict[str, int] = {}
     for c in cands:
         batch = results[c.tree_hash]
-        mean = _mean(batch)
+        mean = _mean(batch, played_out=bool(named))
         if mean is not None:
             scores[c.index] = (mean, batch.failures)
             val_failures[str(c.index)] = batch.failures
         run.event("eval.record", kind="valid", snap=c.index, mean_return=mean)
     doc = _base_doc(host)
     doc["candidate_submission_ids"] = [run.submit_name(c.index) for c in cands]
+    compared = [{"index": c.index, "digest": c.tree_hash, "score": scores[c.index][0], "episodes": len(host.pools.valid),
+                 "policy_failures": scores[c.index][1]} for c in cands if c.index in scores]
     if not scores:
         doc["outcome"] = _outcome("no_ok_submit", final_score=0.0)
         _aux(doc, host, None, None)
         atomic_write_json(run.run_json, doc)
+        _record(host, doc, compared, None)
         return doc
     best = select(scores, named)
     best_cand = next(c for c in cands if c.index == best)
@@ -229,7 +237,19 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
         normalized_score=anchors.normalized(config.env, final))
     _aux(doc, host, best, scores[best][0])
     atomic_write_json(run.run_json, doc)
+    _record(host, doc, compared, {"index": best, "digest": best_cand.tree_hash, "score": final,
+                                  "episodes": len(returns), "policy_failures": doc["outcome"]["heldout_failures"]})
     return doc
+
+
+def _record(host, doc: dict, compared: list[dict], assessment: dict | None) -> None:
+    """EvoPolicyGym main's run record beside run.json (`evogym.run_record`): a projection of
+    the decisions above; a failure to write it is recorded and leaves the run scored."""
+    from evogym import run_record
+    try:
+        run_record.write(host, doc, compared, assessment)
+    except Exception as exc:  # noqa: BLE001 - see the docstring
+        host.run.event("record.error", error=f"{type(exc).__name__}: {exc}"[:2000])
 
 
 def _outcome(status: str, **fields) -> dict:

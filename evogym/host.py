@@ -17,7 +17,9 @@ from evogym.evalcache import EvalCache
 from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 from evogym.finalize import Candidate, candidates as candidates_of, error_doc, finalize
 from evogym.judge import DENIED_IMPORTS, Judge, public_env_meta
+from evogym.program import seed_workspace
 from evogym.recording import Formatter
+from evogym.run_record import keep_initial
 from evogym.rollout import EpisodeJob, utc_stamp
 from evogym.rundir import RunConfig, RunDir, agents_md_text
 
@@ -26,7 +28,8 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
                 isolation: str = DEFAULT_ISOLATION, limits: sandbox.Limits | None = None, finalize_jobs: int = 0,
                 max_per_submit: int | None = None, allow_early_finish: bool = True,
                 max_steps: int | None = None, data_dir: str | None = None, model: str = "unknown",
-                agent_timeout_s: float | None = None, max_submissions: int | None = None) -> RunConfig:
+                agent_timeout_s: float | None = None, max_submissions: int | None = None,
+                max_candidates: int | None = None) -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
     prof = pools.profile(profile)
     spec = envs.resolve(env)
@@ -40,17 +43,24 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
     submissions = max_submissions if max_submissions is not None else prof.max_submissions
     if submissions is not None and submissions < 1:
         raise ConfigError(f"max submissions must be >= 1, got {submissions}")
-    if submissions is not None and prof.require_budget_exhaustion and budget > submissions * maximum:
-        raise ConfigError(f"profile {prof.name} must spend the whole budget, but {submissions} submissions of at "
-                          f"most {maximum} episodes cannot spend {budget}",
+    must_spend = prof.require_budget_exhaustion or not allow_early_finish
+    if submissions is not None and must_spend and budget > submissions * min(maximum, prof.pool):
+        # EvoPolicyGym main refuses such a configuration up front: every submit would be refused
+        # (budget_allocation) and finish never succeed (budget_remaining)
+        raise ConfigError(f"the whole budget must be spent ({'profile ' + prof.name if prof.require_budget_exhaustion else '--no-early-finish'}), "
+                          f"but a budget of {budget} cannot be exhausted within max_submissions: {submissions} "
+                          f"submissions of at most {min(maximum, prof.pool)} episodes",
                           hint="raise --max-submissions or --max-per-submit, or lower --budget")
+    candidates = max_candidates if max_candidates is not None else prof.max_candidates
+    if candidates is not None and not 1 <= candidates <= (submissions or budget):
+        raise ConfigError(f"max candidates must lie in 1..{submissions or budget} (max submissions), got {candidates}")
     return RunConfig(env=spec.slug, profile=prof.name, budget=budget, min_per_submit=prof.min_per_submit,
                      max_per_submit=maximum, n_env_instances=prof.pool, valid_size=prof.valid,
                      heldout_size=prof.heldout_for(spec.family), pool_seed=pool_seed, isolation=isolation,
                      limits=limits or sandbox.Limits(act_wall_s=prof.act_wall_s), finalize_jobs=finalize_jobs,
                      allow_early_finish=allow_early_finish and not prof.require_budget_exhaustion,
                      max_steps=max_steps, data_dir=str(Path(data_dir).resolve()) if data_dir else None, model=model,
-                     max_submissions=submissions, max_candidates=prof.max_candidates,
+                     max_submissions=submissions, max_candidates=candidates,
                      agent_timeout_s=agent_timeout_s)
 
 
@@ -58,13 +68,14 @@ class Host:
     """One run: owns the hidden pools and everything that touches them."""
 
     def __init__(self, run_dir, config: RunConfig, *, prestart: bool = True, auto_finalize: bool = True,
-                 eval_cache: str | Path | None = None) -> None:
+                 eval_cache: str | Path | None = None, program: Path | None = None) -> None:
         """`prestart`: keep sandboxes started ahead for the next submits (`evogym.sandbox.spare`);
         False starts every sandbox when its submit arrives (the old path, for benchmarks).
         `auto_finalize`: finalize as soon as the budget is spent (v0.1.0); False keeps the run
         open until `finish` (agent-session/v3, where the agent names its candidates then).
         `eval_cache`: a folder of hidden-evaluation results shared with other runs
-        (`evogym.evalcache`; trusted-side, never shown to the agent); None shares nothing."""
+        (`evogym.evalcache`; trusted-side, never shown to the agent); None shares nothing.
+        `program`: the starting program copied into an empty `system/` (`evogym.program`)."""
         if config.isolation == "bwrap":
             report = sandbox.probe_isolation()
             if not report.get("bwrap") or not report.get("userns"):
@@ -79,6 +90,11 @@ class Host:
                                     heldout=config.heldout_size)
         self.run = RunDir(run_dir)
         self.run.create(config)
+        if seed_workspace(self.run.system, program, baseline=False) is not None:
+            keep_initial(self.run.root, self.run.system)
+        self.agent_outcome: dict | None = None
+        """How the agent `evogym run` launched ended (`returncode`, `timed_out`, `budget_spent`),
+        set before the run closes; None when the host does not run the agent (`evogym serve`)."""
         self.started_at, self._t0 = utc_stamp(), time.monotonic()
         self.agents_md_hash = "sha256:" + hashlib.sha256(agents_md_text().encode()).hexdigest()
         self.auto_finalize = auto_finalize
@@ -144,9 +160,12 @@ class Host:
         """End the run now and finalize it; `candidates`: the ok submits hidden validation
         compares, in the agent's order of preference (checked by `candidate_refusal`), else
         the profile's rule (`RunConfig.max_candidates`)."""
-        if not self.config.allow_early_finish and self.judge.state.remaining > 0:
+        remaining = self.judge.state.remaining
+        if not self.config.allow_early_finish and remaining > 0:  # EvoPolicyGym main's words
+            units = "1 Episode budget unit remains" if remaining == 1 else f"{remaining} Episode budget units remain"
             return 409, {"status": "budget_remaining", "error": {
-                "message": f"this run requires spending the whole budget ({self.judge.state.remaining} left)"}}
+                "message": f"finish is not available: {units}. Continue evaluating or confirming candidate "
+                           "Programs, then retry finish."}}
         with self.judge.lock:
             if not self.judge.closed and self.judge.state.n_submits == 0 and self.judge.state.used == 0:
                 self.run.event("run.finish_without_submits")
@@ -161,7 +180,8 @@ class Host:
 
     def candidate_refusal(self, candidates: tuple[int, ...]) -> tuple[str, str] | None:
         """Why these submit indices cannot be the run's candidates: (agent-session/v3 error
-        code, message), or None. They must be distinct ok submits, at most `max_candidates`."""
+        code, message), or None. They must be distinct published submits (charged; failed
+        ones too, as upstream), at most `max_candidates`."""
         limit = self.config.max_candidates
         if not candidates:
             return "invalid_request", "name at least one submission"
@@ -169,12 +189,12 @@ class Host:
             return "candidate_limit", f"{len(candidates)} candidates named; this run validates at most {limit}"
         if len(set(candidates)) != len(candidates):
             return "duplicate_submission", "each candidate may be named once"
-        ok = {c.index for c in candidates_of(self.run)}
-        unknown = [i for i in candidates if i not in ok]
+        published = {c.index for c in candidates_of(self.run, charged=True)}
+        unknown = [i for i in candidates if i not in published]
         if unknown:
-            names = ", ".join(self.run.submit_name(i) for i in sorted(ok)) or "none"
-            return "unknown_submission", (f"{self.run.submit_name(unknown[0])} is not an ok submission of this run; "
-                                          f"candidates: {names}")
+            names = ", ".join(self.run.submit_name(i) for i in sorted(published)) or "none"
+            return "unknown_submission", (f"{self.run.submit_name(unknown[0])} is not a published submission of this "
+                                          f"run; published: {names}")
         return None
 
     # -- finalization ------------------------------------------------------------

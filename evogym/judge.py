@@ -14,7 +14,6 @@ import hashlib
 import json
 import os
 import shutil
-import stat
 import threading
 import time
 import weakref
@@ -32,78 +31,15 @@ from evogym.sandbox import CallResult, PolicyProcess, validate_snapshot
 from evogym.sandbox.spare import Spare, shadowed
 from evogym.verdicts import rollout_verdict, start_failure
 from evogym.instances import ParseError, parse as parse_instances
+from evogym.program import SnapshotError, program_problem, snapshot
+
+__all__ = ["Judge", "SnapshotError", "denied_imports", "program_problem", "snapshot"]
 
 # The spec's default denied imports (06-seeds-sandbox.md); env authors may add, never remove.
 DENIED_IMPORTS = ("transformers", "huggingface_hub", "datasets", "diffusers", "accelerate", "wandb",
                   "mlflow", "tensorboard", "requests", "urllib3", "httpx", "aiohttp", "subprocess",
                   "pkgutil")
-SNAPSHOT_MAX_FILES = 2000
-SNAPSHOT_MAX_BYTES = 64 << 20
-SNAPSHOT_SKIP_DIRS = {"__pycache__", ".git", ".pytest_cache", ".mypy_cache", ".ruff_cache"}
 IDEMPOTENCY_KEYS_KEPT = 1024
-
-
-class SnapshotError(Exception):
-    pass
-
-
-COPY_CHUNK = 1 << 20
-
-
-def snapshot(src: Path, dst: Path) -> str:
-    """Copy regular files of `src` into the empty directory `dst`: no symlinks, FIFOs or
-    devices, no caches, capped (over the caps `dst` is left empty and SnapshotError raised).
-    Returns the sha256 of what was copied (every directory's and file's relative path, and each
-    file's bytes as written): two snapshots with the same digest are the same tree.
-
-    `dst` exists before the copy so a sandbox can be launched on it meanwhile; a host that
-    dies mid-copy leaves a checkpoint without feedback, which the next start records as
-    `host_interrupted` and refunds."""
-    if os.path.islink(src):  # os.walk follows a linked top folder: the copy would be of whatever it names
-        raise SnapshotError(f"{Path(src).name}/ is a symbolic link; it must be a folder in the workspace")
-    files = size = 0
-    digest = hashlib.sha256()
-    for dirpath, dirnames, filenames in os.walk(src, followlinks=False):
-        dirnames[:] = sorted(d for d in dirnames if d not in SNAPSHOT_SKIP_DIRS
-                             and not os.path.islink(os.path.join(dirpath, d)))
-        rel = Path(dirpath).relative_to(src)
-        (dst / rel).mkdir(parents=True, exist_ok=True)
-        _framed(digest, b"D", rel.as_posix().encode("utf-8", "surrogateescape"))
-        for name in sorted(filenames):
-            path = Path(dirpath) / name
-            st = path.lstat()
-            if not path.is_file() or path.is_symlink():
-                continue
-            files += 1
-            size += st.st_size
-            if files > SNAPSHOT_MAX_FILES or size > SNAPSHOT_MAX_BYTES:
-                for child in list(dst.iterdir()):
-                    if child.is_dir() and not child.is_symlink():
-                        shutil.rmtree(child)
-                    else:
-                        child.unlink()
-                raise SnapshotError(f"system/ exceeds the snapshot limits ({SNAPSHOT_MAX_FILES} files, "
-                                    f"{SNAPSHOT_MAX_BYTES >> 20} MiB)")
-            # O_NONBLOCK: a file swapped for a FIFO after the check must not block the host
-            fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            if not stat.S_ISREG(os.fstat(fd).st_mode):
-                os.close(fd)
-                continue
-            _framed(digest, b"F", (rel / name).as_posix().encode("utf-8", "surrogateescape"))
-            content = hashlib.sha256()
-            # never looser than the source (a hard link to a 0600 file stays 0600), always readable to its owner
-            mode = (st.st_mode & 0o777) | stat.S_IRUSR
-            out = os.open(dst / rel / name, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, mode)
-            with os.fdopen(fd, "rb") as f_in, open(out, "wb") as f_out:
-                while chunk := f_in.read(COPY_CHUNK):
-                    content.update(chunk)
-                    f_out.write(chunk)
-            digest.update(content.digest())
-    return digest.hexdigest()
-
-
-def _framed(h, tag: bytes, data: bytes) -> None:
-    h.update(tag + len(data).to_bytes(8, "little") + data)
 
 
 def denied_imports(code_dir: Path, denied=DENIED_IMPORTS) -> list[str]:
@@ -265,21 +201,28 @@ class Judge:
 
     def submit_ids(self, ids: list[int]) -> tuple[int, dict] | tuple[str, str]:
         """A submit of agent-session/v3 (`evogym.session`): the ids are checked by the caller;
-        a refusal is free and leaves no trace (no folder, no index): (v3 error code, message).
-        Otherwise the submit's (http status, answer) as `submit` gives it."""
+        a refusal is free and leaves no trace (no folder, no index): (v3 error code, message),
+        in EvoPolicyGym main's order (`session_refusal`, then `program_invalid`). Otherwise the
+        submit's (http status, answer) as `submit` gives it, plus `episodes`: each episode's
+        outcome for upstream's feedback (`evogym.feedback_v2.episode_docs`; None when the policy
+        never ran)."""
         with self.lock:
             if self.closed:
                 return "session_closed", "the run is closed: no further submissions"
-            refusal = self.refusal(len(ids), any(i >= self.config.n_env_instances for i in ids))
+            refusal = self.session_refusal(len(ids))
             if refusal is not None:
-                return refusal[1], refusal[2]
-            answer = self._execute(list(ids), time.time(), utc_stamp())
+                return refusal
+            problem = program_problem(self.run.system)
+            if problem is not None:
+                self.run.event("submit.program_invalid", reason=problem)
+                return "program_invalid", f"the workspace Policy could not be captured: {problem}"
+            answer = self._execute(list(ids), time.time(), utc_stamp(), detail=True)
         if answer[0] == 200 and self.state.remaining == 0:
             self.on_exhausted()
         return answer
 
     def refusal(self, count: int, out_of_range: bool) -> tuple[str, str, str] | None:
-        """Why a request for `count` episodes is refused before anything runs (Phase 1):
+        """Why a v0.1.0 request for `count` episodes is refused before anything runs (Phase 1):
         (verdict, agent-session/v3 error code, message), or None when it may run."""
         c, st = self.config, self.state
         limit = min(c.max_per_submit, st.remaining)
@@ -293,14 +236,37 @@ class Judge:
         if c.max_submissions is not None and st.charged >= c.max_submissions:
             return "budget_invalid", "submission_limit", \
                 f"budget_invalid: all {c.max_submissions} submissions of this run are used"
-        if not c.allow_early_finish and c.max_submissions is not None:
-            capacity = (c.max_submissions - st.charged - 1) * c.max_per_submit
-            if st.remaining - count > capacity:
-                return "budget_invalid", "budget_allocation", (
-                    f"budget_invalid: {count} episodes leave {st.remaining - count}, more than the "
-                    f"{c.max_submissions - st.charged - 1} submissions left can spend; this run must spend its "
-                    f"whole budget: select at least {st.remaining - capacity} episodes")
-        return None
+        allocation = self._allocation(count)
+        return None if allocation is None else ("budget_invalid", "budget_allocation", f"budget_invalid: {allocation}")
+
+    def session_refusal(self, count: int) -> tuple[str, str] | None:
+        """Why a v3 submit of `count` (valid, distinct) ids is refused: (code, message), in
+        EvoPolicyGym main's order: submission_limit, episode_limit, budget_exhausted,
+        budget_allocation."""
+        c, st = self.config, self.state
+        if c.max_submissions is not None and st.charged >= c.max_submissions:
+            return "submission_limit", f"the submission limit is exhausted (all {c.max_submissions} are used)"
+        if not c.min_per_submit <= count <= c.max_per_submit:
+            return "episode_limit", (f"{count} episodes; a submission takes {c.min_per_submit} to "
+                                     f"{c.max_per_submit} (max_episodes_per_submission)")
+        if count > st.remaining:
+            return "budget_exhausted", f"insufficient Episode budget: {count} requested, {st.remaining} remain"
+        allocation = self._allocation(count)
+        return None if allocation is None else ("budget_allocation", allocation)
+
+    def _allocation(self, count: int) -> str | None:
+        """Why `count` episodes now would leave a budget the submissions left cannot spend, in a
+        run that must spend it all (`allow_early_finish` off), or None."""
+        c, st = self.config, self.state
+        if c.allow_early_finish or c.max_submissions is None:
+            return None
+        slots = c.max_submissions - st.charged - 1
+        capacity = slots * c.max_per_submit
+        if st.remaining - count <= capacity:
+            return None
+        return (f"{count} episodes leave {st.remaining - count}, more than the {slots} submissions left can "
+                f"spend; this submission is too small to exhaust the Episode budget within the remaining "
+                f"submission limit; select at least {st.remaining - capacity} Episodes")
 
     def _reject(self, index, status, instances, started, started_at, message) -> dict:
         """Phase-1 reject (or parse error): free, recorded, numbered like any submit."""
@@ -310,7 +276,8 @@ class Judge:
             "errors.txt": (error_line(status, message, utc_stamp()) + "\n").encode()})
         return summary
 
-    def _execute(self, instances: list[int], started: float, started_at: str) -> tuple[int, dict]:
+    def _execute(self, instances: list[int], started: float, started_at: str,
+                 detail: bool = False) -> tuple[int, dict]:
         index = self._next_index()
         cost, first = len(instances), self.state.used
         self.state.used += cost
@@ -320,8 +287,8 @@ class Judge:
         tree: PartialTree | None = None
         try:  # from the charge on, any host fault is refunded: making the feedback folder too
             tree = PartialTree(self.run.feedback / self.run.submit_name(index))
-            summary, status, timing = self._fill_tree(tree, index, ckpt, instances, cost, first, started,
-                                                      started_at)
+            summary, status, timing, outcomes = self._fill_tree(tree, index, ckpt, instances, cost, first, started,
+                                                                started_at)
         except Exception as exc:  # noqa: BLE001 - a host fault (disk, sandbox start-up): refunded
             if tree is not None:
                 tree.abort()
@@ -333,7 +300,8 @@ class Judge:
         self.run.event("submit.finish", durable=False, submit=index, status=status, cost=cost,
                        mean_return=summary["mean_return"], wall=summary["wall_time_seconds"],
                        timing={k: round(v, 6) for k, v in timing.items()})
-        return 200, {"submit_id": index, "status": status, "summary": summary}
+        return 200, {"submit_id": index, "status": status, "summary": summary,
+                     **({"episodes": outcomes} if detail else {})}
 
     def _refund(self, index, cost, instances, started, started_at, exc: Exception) -> tuple[int, dict]:
         """The host failed inside a charged submit: its feedback says so (`host_interrupted`, as a
@@ -369,8 +337,11 @@ class Judge:
         timing = {"rollout_s": time.monotonic() - t0}
         files = {"summary.json": b""}
         fields = {"n_episodes": cost, "env_instances": instances}
+        outcomes = None
         if batch is not None and batch.episodes:
             eps = batch.episodes
+            outcomes = [{"ret": e.ret, "length": e.length, "category": e.error_category,
+                         "invalid": e.recorder is not None and any(step[5] for step in e.recorder.steps)} for e in eps]
             t0 = time.monotonic()
             Formatter.share([made for _, made in pending])
             unwritten = set()
@@ -394,7 +365,7 @@ class Judge:
         t0 = time.monotonic()
         tree.commit(files)
         timing["write_s"] = time.monotonic() - t0
-        return summary, status, timing
+        return summary, status, timing, outcomes
 
     def _run_checkpoint(self, index, ckpt, instances, cost, on_episode) -> tuple[str, BatchResult | None, list[str]]:
         try:

@@ -36,15 +36,17 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import cast
 
+from evogym import envs, feedback_v2
 from evogym.credential import private_dir
 from evogym.errors import ConfigError
 from evogym.host import Host
+from evogym.program import seed_workspace
+from evogym.run_record import Journal, keep_initial
+from evogym.session_wire import FRAME_BYTES, MAX_EPISODE_INDICES, PROTOCOL, decode_frame, encode_frame, error
 
-PROTOCOL = "agent-session/v3"
-FRAME_BYTES = 64 << 10
-"""Largest frame either way (upstream's SESSION_MAX_FRAME_BYTES)."""
-MAX_EPISODE_INDICES = 2048
-"""Most ids in one submit (upstream's SESSION_MAX_EPISODE_INDICES)."""
+__all__ = ["FRAME_BYTES", "MAX_EPISODE_INDICES", "PROTOCOL", "Gateway", "Session", "decode_frame", "encode_frame",
+           "error", "task_text"]
+
 READ_TIMEOUT_S = 1.0
 """A request frame must arrive within this long of the connection (upstream's 1 s)."""
 SOCKET_NAME = "session.sock"
@@ -54,38 +56,22 @@ SUBMIT_FIELDS = frozenset({"protocol", "method", "episode_indices"})
 FINISH_FIELDS = frozenset({"protocol", "method", "submission_ids"})
 
 
-def error(code: str, message: str) -> dict:
-    return {"protocol": PROTOCOL, "ok": False, "error": {"code": code, "message": message}}
-
-
-def decode_frame(payload: bytes) -> dict | None:
-    """The request object of a frame's payload, or None when it is not one."""
-    try:
-        value = json.loads(payload.decode("utf-8"), parse_constant=_no_constant)
-    except (UnicodeDecodeError, ValueError, RecursionError):
-        return None
-    return value if type(value) is dict else None
-
-
-def _no_constant(name: str):
-    raise ValueError(f"{name} is not JSON")
-
-
-def encode_frame(message: dict) -> bytes:
-    payload = json.dumps(message, allow_nan=False, ensure_ascii=False, separators=(",", ":"),
-                         sort_keys=True).encode("utf-8")
-    return len(payload).to_bytes(4, "big") + payload
-
-
 class Session:
     """The request handler: agent-session/v3 messages in, `Host` calls, messages out."""
 
     def __init__(self, host: Host) -> None:
         self.host = host
         self.closed_by_agent = False
+        self.published = feedback_v2.Publications.recover(host.run.feedback)
+        """Upstream's submission ids of this run's published submits (`evogym.feedback_v2`)."""
+        self.journal = Journal(host.run.root)
+        """Upstream's event vocabulary (`record/events.jsonl`, `evogym.run_record`)."""
 
     def handle(self, request: dict) -> dict:
-        """One request (any decoded object) -> one answer; never raises for bad input."""
+        """One request (any decoded object) -> one answer; never raises for bad input. A closed
+        run answers `session_closed` to anything, as upstream's gateway does."""
+        if self.host.judge.closed:
+            return error("session_closed", "the run is closed: the agent's authority has ended")
         if request.get("protocol") != PROTOCOL:
             return error("protocol_mismatch", f"unsupported protocol {str(request.get('protocol'))[:40]!r}; "
                                               f"this host speaks {PROTOCOL}")
@@ -101,63 +87,105 @@ class Session:
         return error("invalid_request", "unknown method; use submit or finish")
 
     def submit(self, indices: object) -> dict:
-        bad = _bad_indices(indices, self.host.config.n_env_instances)
+        host = self.host
+        bad = _bad_indices(indices, host.config.n_env_instances)
         if bad is not None:
             return error(*bad)
-        answer = self.host.judge.submit_ids(list(cast("list[int]", indices)))  # _bad_indices checked: a list of ints
+        ids = list(cast("list[int]", indices))  # _bad_indices checked: a list of ints
+        answer = host.judge.submit_ids(ids)
         if isinstance(answer[0], str):
-            return error(answer[0], answer[1].removeprefix("budget_invalid: ").removeprefix("invalid_env_instance: "))
+            if answer[0] == "program_invalid":
+                self.journal.event("submission_rejected", reason="program_invalid")
+            return error(answer[0], answer[1])
         status, payload = answer
         if status != 200:  # the host failed and refunded the submit (judge._refund)
             return error("evaluation_failed", payload["error"]["message"])
-        summary, name = payload["summary"], self.host.run.submit_name(payload["submit_id"])
+        summary, index = payload["summary"], payload["submit_id"]
+        name = host.run.submit_name(index)
+        receipt = {"submission_id": self.published.add(index), "program_digest": _digest(host, name),
+                   "episode_indices": ids, "episodes_used": summary["n_episodes"],
+                   "episodes_remaining": summary["remaining_budget"]}
+        episodes = feedback_v2.episode_docs(ids, payload["episodes"], payload["status"])
+        try:
+            made = self._feedback(summary, episodes, name)
+            feedback_v2.publish(host.run.feedback, receipt, episodes, made)
+        except (feedback_v2.FeedbackError, OSError) as exc:
+            host.run.event("feedback_v2.error", submit=index, error=f"{type(exc).__name__}: {exc}"[:500])
+            return error("publication_failed", f"the submission ran ({name}, charged) but its feedback/v2 document "
+                                               f"could not be written: {exc}"[:500])
+        self._journal_published(receipt, episodes, made["score"])
         return {"protocol": PROTOCOL, "ok": True, "result": {
-            "submission_id": name, "program_digest": _digest(self.host, name), "score": summary["mean_return"],
-            "status": payload["status"], "episode_indices": list(indices),  # type: ignore[call-overload]
-            "episodes_used": summary["n_episodes"], "episodes_remaining": summary["remaining_budget"],
-            "feedback": f"feedback/{name}/summary.json"}}
+            **receipt, "score": made["score"],
+            "feedback": f"feedback/{feedback_v2.SUBMISSIONS}/{receipt['submission_id']}/feedback.json",
+            "status": payload["status"], "submit_index": index, "summary": f"feedback/{name}/summary.json"}}
+
+    def _feedback(self, summary: dict, episodes: list[dict], name: str) -> dict:
+        hook = envs.feedback_hook(self.host.config.env)
+        if hook is None:
+            return feedback_v2.default_feedback(summary, episodes, name)
+        return feedback_v2.env_feedback(hook, episodes)
+
+    def _journal_published(self, receipt: dict, episodes: list[dict], score: float | None) -> None:
+        sid, total = receipt["submission_id"], len(episodes)
+        for done, episode in enumerate(episodes, 1):
+            self.journal.event("episode_completed", submission_id=sid, completed=done, total=total,
+                               episode_index=episode["episode_index"], status=episode["status"])
+        self.journal.event("submission_published", submission_id=sid, program_digest=receipt["program_digest"],
+                           score=score, episodes_remaining=receipt["episodes_remaining"])
 
     def finish(self, ids: object) -> dict:
         host = self.host
-        if host.judge.closed:
-            return error("session_closed", "the run is closed")
-        if type(ids) is not list or not ids or not all(type(i) is str and i for i in ids):
-            return error("invalid_request", "submission_ids must be a non-empty list of submission ids")
-        indices = tuple(_submit_index(i) for i in ids)
+        if type(ids) is not list or not ids:
+            return self._reject_finish("invalid_request", "submission_ids must be a non-empty list of submission ids")
+        if not all(type(i) is str and i for i in ids):
+            return self._reject_finish("invalid_request", "submission_ids must contain non-empty text", len(ids))
+        indices = tuple(_index(self.published, name, -1 - n) for n, name in enumerate(ids))
         refusal = host.candidate_refusal(indices)
         if refusal is not None:
             code, message = refusal
-            if code == "unknown_submission" and -1 in indices:
-                message = f"{ids[indices.index(-1)][:40]!r} is not a submission id (submit_NNN)"
-            return error(code, message)
+            unknown = [name for name, i in zip(ids, indices) if i < 0]
+            if code == "unknown_submission" and unknown:
+                names = map(feedback_v2.submission_id, range(1, len(self.published.indices) + 1))
+                message = (f"{unknown[0][:40]!r} is not a published submission of this run; "
+                           f"published: {', '.join(names) or 'none'}")
+            return self._reject_finish(code, message, len(ids))
         status, payload = host.finish(indices)
         if status != 200:
-            return error(payload["status"], payload["error"]["message"])
+            return self._reject_finish(payload["status"], payload["error"]["message"], len(ids),
+                                       host.judge.state.remaining)
         if not host.closed_by(payload):  # another request (HTTP /finish, SIGTERM) closed it meanwhile
             return error("session_closed", "the run was closed by another request; these candidates were not used")
         self.closed_by_agent = True
-        names = [host.run.submit_name(i) for i in indices]  # canonical (`submit_0` names submit_000)
+        self.journal.event("finish_requested", candidate_count=len(ids), episodes_remaining=host.judge.state.remaining)
+        names = [self.published.name(i) for i in indices]  # canonical (`submit_000` names its submission-NNNNNN)
         return {"protocol": PROTOCOL, "ok": True, "result": {"candidate_submission_ids": names,
                                                              "agent_authority_closed": True}}
 
+    def _reject_finish(self, code: str, message: str, count: int | None = None, remaining: int | None = None) -> dict:
+        fields = {"candidate_count": count} if count is not None else {}
+        self.journal.event("finish_rejected", reason=code, **fields,
+                           **({"episodes_remaining": remaining} if remaining is not None else {}))
+        return error(code, message)
+
 
 def _bad_indices(indices: object, pool: int) -> tuple[str, str] | None:
+    """Why `episode_indices` is no valid request, in EvoPolicyGym main's order, or None."""
     if type(indices) is not list or not indices:
         return "invalid_request", "episode_indices must be a non-empty list"
-    if len(indices) > MAX_EPISODE_INDICES:
-        return "episode_limit", f"at most {MAX_EPISODE_INDICES} episode indices per submission"
     if not all(type(i) is int and 0 <= i < pool for i in indices):
-        return "invalid_request", f"episode_indices must be integers in [0, {pool})"
+        return "invalid_request", f"episode_indices contains an invalid pool index (integers in [0, {pool}))"
     if any(a >= b for a, b in zip(indices, indices[1:])):
         return "invalid_request", "episode_indices must be strictly increasing"
+    if len(indices) > MAX_EPISODE_INDICES:
+        return "episode_limit", f"at most {MAX_EPISODE_INDICES} episode indices per submission"
     return None
 
 
-def _submit_index(submission_id: str) -> int:
-    """`submit_NNN` -> NNN; -1 for anything else (never a submission)."""
-    digits = submission_id.removeprefix("submit_")
-    return int(digits) if submission_id.startswith("submit_") and digits.isascii() and digits.isdigit() \
-        and len(digits) <= 9 else -1
+def _index(published: feedback_v2.Publications, name: str, unknown: int) -> int:
+    """The submit index a submission id names; `unknown` (negative, distinct per name: two
+    unknown names are not duplicates) for anything that names no published submission."""
+    index = published.index_of(name)
+    return unknown if index is None else index
 
 
 def _digest(host: Host, name: str) -> str | None:
@@ -192,13 +220,16 @@ def task_text(host: Host) -> str:
         "Work this run through its session socket (`$EVOPOLICYGYM_SESSION_SOCKET`, relative to the workspace), "
         "e.g. with `evopolicygym-session`:",
         "", '    evopolicygym-session submit program --episodes "0:4"',
-        "    evopolicygym-session finish submit_003", "",
-        "`program` is this workspace's `system/` (a link). Episode indices are strictly increasing; "
-        "`START:END` is half open. Each submit answers a receipt with `submission_id`, `score` (the mean "
-        "return), `status`, `episodes_used` and `episodes_remaining`; its feedback is "
-        "`feedback/<submission_id>/`. The run stays open until you call `finish` with the ok submissions "
-        f"to validate ({f'at most {limit}' if limit else 'any number'}; ties go to the one named first). "
-        + finish, "",
+        "    evopolicygym-session finish submission-000003", "",
+        "`program` is this workspace's `system/` (a link); it starts with a baseline program. `policy.py` "
+        "defines `make_policy(context)` returning an object with `act(observation)` (a fresh one per "
+        "episode), or `class Policy` as above. Episode indices are strictly increasing; `START:END` is half "
+        "open. Each submit answers a receipt with `submission_id`, `score`, `status`, `episodes_used` and "
+        "`episodes_remaining`; `feedback/latest.json` names the newest `feedback/submissions/<submission_id>/"
+        "feedback.json`, and `feedback/submit_NNN/` (the receipt's `summary`) holds every episode's files. "
+        "A program without `policy.py` is refused for free (`program_invalid`). The run stays open until you "
+        f"call `finish` with the submissions to validate ({f'at most {limit}' if limit else 'any number'}; "
+        "ties go to the one named first). " + finish, "",
         "Benchmark public specification:", "", "```json", json.dumps(spec, indent=2, sort_keys=True), "```", ""])
 
 
@@ -218,7 +249,11 @@ class Gateway:
         self._prepare_workspace()
 
     def _prepare_workspace(self) -> None:
-        ws = self.host.run.workspace
+        """TASK.md, the `program` link, and in an empty `system/` the baseline program (upstream
+        starts every run from its benchmark's baseline; `--program` seeded it before)."""
+        ws, run = self.host.run.workspace, self.host.run
+        if seed_workspace(run.system, None, baseline=True) is not None:
+            keep_initial(run.root, run.system)
         (ws / TASK_FILE).write_text(task_text(self.host), encoding="utf-8")
         link = ws / PROGRAM_LINK
         if not link.is_symlink():

@@ -128,17 +128,18 @@ def test_upstream_session_client_submits_and_finishes(session):
     rc, first = cli("submit", "program", "--episodes", "0:2")
     assert rc == 0 and first["ok"] and first["protocol"] == PROTOCOL, first
     receipt = first["result"]
-    assert receipt["submission_id"] == "submit_000" and receipt["episode_indices"] == [0, 1]
+    assert receipt["submission_id"] == "submission-000001" and receipt["episode_indices"] == [0, 1]
     assert receipt["episodes_used"] == 2 and receipt["episodes_remaining"] == 2 and receipt["status"] == "ok"
     assert receipt["program_digest"].startswith("sha256:") and -200 < receipt["score"] < -50
-    assert json.loads((host.run.workspace / receipt["feedback"]).read_text())["mean_return"] == receipt["score"]
+    assert json.loads((host.run.workspace / receipt["feedback"]).read_text())["score"] == receipt["score"]
+    assert json.loads((host.run.workspace / receipt["summary"]).read_text())["mean_return"] == receipt["score"]
     rc, second = cli("submit", "program", "--episodes", "3,7")
     assert rc == 0 and second["result"]["episodes_remaining"] == 0
-    rc, refused = cli("finish", "submit_000", "submit_000")
+    rc, refused = cli("finish", "submission-000001", "submission-000001")
     assert rc == 1 and refused["error"]["code"] == "duplicate_submission"
-    rc, done = cli("finish", "submit_001", "submit_000")
+    rc, done = cli("finish", "submission-000002", "submission-000001")
     assert rc == 0 and done["result"] == {"agent_authority_closed": True,
-                                          "candidate_submission_ids": ["submit_001", "submit_000"]}
+                                          "candidate_submission_ids": ["submission-000002", "submission-000001"]}
     rc, closed = cli("submit", "program", "--episodes", "4")
     assert rc == 1 and closed["error"]["code"] == "session_closed"
     assert host.done.wait(300)
@@ -162,7 +163,8 @@ def test_upstream_session_client_submits_and_finishes(session):
     ({"protocol": PROTOCOL, "method": "submit", "episode_indices": [-1]}, "invalid_request"),
     ({"protocol": PROTOCOL, "method": "submit", "episode_indices": [1024]}, "invalid_request"),
     ({"protocol": PROTOCOL, "method": "submit", "episode_indices": [10 ** 30]}, "invalid_request"),
-    ({"protocol": PROTOCOL, "method": "submit", "episode_indices": list(range(2049))}, "episode_limit"),
+    # upstream's order: an id outside the pool (1024 here) is checked before the 2048-id limit
+    ({"protocol": PROTOCOL, "method": "submit", "episode_indices": list(range(2049))}, "invalid_request"),
     ({"protocol": PROTOCOL, "method": "submit", "episode_indices": [0, 1, 2, 3, 4]}, "episode_limit"),
     ({"protocol": PROTOCOL, "method": "finish", "submission_ids": []}, "invalid_request"),
     ({"protocol": PROTOCOL, "method": "finish", "submission_ids": [0]}, "invalid_request"),
@@ -205,18 +207,21 @@ def test_a_slow_client_is_answered_after_the_read_timeout(session):
 
 def test_submit_receipts_carry_run_state_and_charged_failures(session, tmp_path):
     host, gateway = session(budget=6)
-    missing = call(gateway, "submit", episode_indices=[0, 5])  # no policy.py: charged, as over HTTP
+    (host.run.system / "policy.py").write_text("POLICY = None\n")  # neither class Policy nor make_policy
+    missing = call(gateway, "submit", episode_indices=[0, 5])  # a program that fails: charged, as over HTTP
     assert missing["ok"] and missing["result"]["status"] == "missing_policy" and missing["result"]["score"] is None
     assert missing["result"]["episodes_remaining"] == 4 and missing["result"]["program_digest"].startswith("sha256:")
+    assert missing["result"]["submission_id"] == "submission-000001"
     (host.run.system / "policy.py").write_text(ZERO_POLICY)
     assert code(call(gateway, "submit", episode_indices=[0, 1, 2, 3, 4])) == "budget_exhausted"
     ok = call(gateway, "submit", episode_indices=[2, 3, 4, 5])["result"]
-    assert ok["status"] == "ok" and ok["submission_id"] == "submit_001" and ok["episodes_remaining"] == 0
+    assert ok["status"] == "ok" and ok["submission_id"] == "submission-000002" and ok["episodes_remaining"] == 0
+    assert ok["submit_index"] == 1 and ok["summary"] == "feedback/submit_001/summary.json"
     assert not host.judge.closed  # v3: the run stays open until the agent finishes
-    assert code(call(gateway, "finish", submission_ids=["submit_000"])) == "unknown_submission"  # not an ok one
-    finished = call(gateway, "finish", submission_ids=["submit_1"])  # a lenient spelling, answered canonically
-    assert finished["ok"] and finished["result"]["candidate_submission_ids"] == ["submit_001"]
-    assert code(call(gateway, "finish", submission_ids=["submit_001"])) == "session_closed"
+    assert code(call(gateway, "finish", submission_ids=["submission-000003"])) == "unknown_submission"
+    finished = call(gateway, "finish", submission_ids=["submit_001"])  # our name, answered as upstream's
+    assert finished["ok"] and finished["result"]["candidate_submission_ids"] == ["submission-000002"]
+    assert code(call(gateway, "finish", submission_ids=["submission-000002"])) == "session_closed"
     assert host.done.wait(300)
     assert json.loads(host.run.run_json.read_text())["candidate_submission_ids"] == ["submit_001"]
 
@@ -243,10 +248,10 @@ def test_strict_profile(session):
     assert code(call(gateway, "submit", episode_indices=[128])) == "invalid_request"  # the pool is 128
     untouched(host)
     assert call(gateway, "submit", episode_indices=[0, 1])["ok"]
-    assert code(call(gateway, "finish", submission_ids=["submit_000"])) == "budget_remaining"
+    assert code(call(gateway, "finish", submission_ids=["submission-000001"])) == "budget_remaining"
     assert call(gateway, "submit", episode_indices=[2, 127])["ok"]
-    assert code(call(gateway, "finish", submission_ids=["submit_000", "submit_001"])) == "candidate_limit"
-    assert call(gateway, "finish", submission_ids=["submit_000"])["ok"]
+    assert code(call(gateway, "finish", submission_ids=["submission-000001", "submission-000002"])) == "candidate_limit"
+    assert call(gateway, "finish", submission_ids=["submission-000001"])["ok"]
     assert host.done.wait(300)
     doc = json.loads(host.run.run_json.read_text())
     assert doc["outcome"]["status"] == "completed" and doc["final_submission_id"] == "submit_000"
