@@ -234,7 +234,8 @@ def _engine(plan: EvolvePlan, registry: "Registry", progress: Progress) -> Itera
                              gate=plan.gate, executor=executor, progress=progress, driver=_driver(plan),
                              execution=s.execution or "fast")
         gate_file = write_gate(plan.workdir, plan.gate)
-        write_settings(plan.workdir, s.resolve(Path(registry.root)).model_copy(update={"gate_config": str(gate_file)}))
+        write_settings(plan.workdir, s.resolve(Path(registry.root)).model_copy(
+            update={"gate_config": str(gate_file.resolve())}))
         yield engine
 
 

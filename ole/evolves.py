@@ -46,9 +46,10 @@ DRIVER_DEFAULTS: dict[str, Any] = {"proposer": "builtin", "executor": "local", "
 
 
 class EvolveSettings(BaseModel):
-    """Every setting of one evolve, named as its `ole evolve` flag; None = not given (its default)."""
+    """Every setting of one evolve, named as its `ole evolve` flag; None = not given (its default).
+    Strict, as bundles: `budget: '8'` in a config file is refused, not coerced."""
 
-    model_config = ConfigDict(frozen=True, extra="forbid")
+    model_config = ConfigDict(frozen=True, extra="forbid", strict=True)
     mode: Literal["offline", "online"] | None = None
     """offline (archive search over generations) or online (a task stream with ask/tell)."""
     root: str | None = None
