@@ -1,4 +1,4 @@
-"""Clients of the EvoPolicyGym protocol: v0.1.0 HTTP (stdlib `urllib`, loopback only) and
+"""Clients of the EvoPolicyGym protocol: v0.1.0 HTTP (stdlib `http.client`, loopback only) and
 agent-session/v3 (a Unix socket), behind one interface.
 
 Agents reach the host only through `HostClient` and the workspace files. A charged
@@ -11,7 +11,15 @@ a credential the launcher registered for that URL in this process (`remember_cre
 what `ole.runner` does), else the one in this process's environment when `url` is
 `$EVOPOLICYGYM_API` (`EVOPOLICYGYM_TOKEN`, or the file `EVOPOLICYGYM_TOKEN_FILE`: what a
 harness such as `evogym run` hands its agent). It is sent as a header, never as a URL or
-an argument.
+an argument, and only to a loopback host (`is_loopback`): a client for any other URL that
+would carry a credential is refused, and no request follows a redirect.
+
+Nothing handed to the client is trusted (issue 31): every request has a whole-request
+deadline (`CALL_TIMEOUT_S`, `SUBMIT_TIMEOUT_S`: a host that accepts and never answers, or
+trickles a byte at a time, is given up on), every answer and every file read is capped
+(`RESPONSE_MAX_BYTES`, `TOKEN_MAX_BYTES`, `TASK_TEXT_MAX_BYTES`, `SUMMARY_MAX_BYTES`) and
+only regular files are read (a FIFO or `/dev/zero` is refused, never waited on), and the
+task text is parsed in linear time.
 
 agent-session/v3: a URL `evopolicygym-session://<absolute socket path>` (`session_url`)
 makes `HostClient` speak v3 instead (`SessionClient`): submit and finish only, the static
@@ -20,48 +28,31 @@ specification parsed from the task text (`TASK.md` in the workspace, or
 """
 from __future__ import annotations
 
+import http.client
+import ipaddress
 import json
 import os
-import re
 import socket
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import urlsplit
 
-from ole.errors import OleError
+from ole.agents.hostio import (CALL_TIMEOUT_S, RESPONSE_MAX_BYTES, SUBMIT_TIMEOUT_S, TOKEN_MAX_BYTES, HostError,
+                               SubmitAnswer, is_int, read_bounded)
+from ole.agents.session_client import SESSION_PROTOCOL, SessionClient
 
-REQUEST_TIMEOUT_S = 3600.0
-"""One request may block for minutes: the submit that spends the budget finalizes inline."""
+__all__ = ["CALL_TIMEOUT_S", "SUBMIT_TIMEOUT_S", "SESSION_PROTOCOL", "SESSION_SCHEME", "Credential", "HostClient",
+           "HostError", "SessionClient", "SubmitAnswer", "credential_for", "forget_credential", "is_loopback",
+           "remember_credential", "session_url", "session_url_from_env"]
+
 FINALIZE_POLL_S = 0.5
 """Pause between `/info` polls while waiting for background finalization."""
 FINALIZE_WAIT_S = 7200.0
 """Longest wait for finalization before giving up."""
 SESSION_SCHEME = "evopolicygym-session://"
-SESSION_PROTOCOL = "agent-session/v3"
-SESSION_FRAME_BYTES = 64 << 10
-"""Largest agent-session/v3 frame either way (the protocol's limit)."""
-
-
-class HostError(OleError):
-    """The host could not be reached or refused the request outright."""
-
-
-@dataclass(frozen=True)
-class SubmitAnswer:
-    """The host's answer to one `/submit`."""
-
-    http_status: int
-    submit_id: int | None
-    status: str
-    summary: dict[str, Any]
-
-    @property
-    def charged(self) -> int:
-        return int(self.summary.get("n_episodes") or 0)
 
 
 @dataclass(frozen=True)
@@ -74,7 +65,12 @@ class Credential:
 
     @classmethod
     def from_file(cls, token_file: str | Path, header_file: str | Path | None = None) -> "Credential":
-        token = Path(token_file).read_text(encoding="utf-8").strip()
+        raw = read_bounded(token_file, TOKEN_MAX_BYTES, "the token file")
+        try:
+            token = raw.decode("ascii").strip()
+        except UnicodeDecodeError:
+            raise HostError(f"the token file {token_file} is not ASCII text",
+                            hint="is it the file `evogym serve` named?") from None
         if not token:
             raise HostError(f"the token file {token_file} is empty", hint="is it the file `evogym serve` named?")
         return cls(token, str(token_file), str(header_file) if header_file else None)
@@ -121,6 +117,23 @@ def credential_for(url: str) -> Credential | None:
     return None
 
 
+def is_loopback(url: str) -> bool:
+    """Whether `url` names this machine's loopback interface (`localhost`, 127.0.0.0/8, ::1):
+    the only hosts a run's token is ever sent to."""
+    try:
+        host = urlsplit(url).hostname
+    except ValueError:
+        return False
+    if host is None:
+        return False
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
+
+
 def session_url(socket_path: str | Path) -> str:
     """The `HostClient` URL of an agent-session/v3 socket."""
     return SESSION_SCHEME + str(Path(socket_path).resolve())
@@ -140,33 +153,42 @@ class HostClient:
     """Thin protocol client: `/info`, `/task`, `/submit`, `/finish` (or their agent-session/v3
     equivalents, for a session URL: see the module doc)."""
 
-    def __init__(self, url: str, *, timeout_s: float = REQUEST_TIMEOUT_S,
+    def __init__(self, url: str, *, timeout_s: float = CALL_TIMEOUT_S, submit_timeout_s: float = SUBMIT_TIMEOUT_S,
                  credential: Credential | None = None) -> None:
         self.url = url.rstrip("/")
         self.timeout_s = timeout_s
-        self.session = SessionClient(url.removeprefix(SESSION_SCHEME), timeout_s=timeout_s) \
-            if url.startswith(SESSION_SCHEME) else None
+        self.submit_timeout_s = submit_timeout_s
+        self.session = SessionClient(url.removeprefix(SESSION_SCHEME), timeout_s=timeout_s,
+                                     submit_timeout_s=submit_timeout_s) if url.startswith(SESSION_SCHEME) else None
         self.credential = credential if credential is not None or self.session else credential_for(url)
+        if self.credential is not None and self.session is None and not is_loopback(self.url):
+            raise HostError(f"refusing to send the run's token to {self.url}: it is sent only to a loopback host "
+                            "(localhost, 127.0.0.0/8, ::1)", hint="reach the host on this machine (an SSH tunnel "
+                            "for a remote one)")
 
-    def _request(self, method: str, path: str, body: dict | None = None) -> tuple[int, bytes, str]:
+    def _request(self, method: str, path: str, body: dict | None = None, *,
+                 timeout_s: float | None = None) -> tuple[int, bytes, str]:
+        """One exchange within `timeout_s` (default `self.timeout_s`) from connect to the last byte;
+        the body is read up to `RESPONSE_MAX_BYTES`. No redirect is followed."""
         data = None if body is None else json.dumps(body).encode()
         headers = {"Content-Type": "application/json"}
-        if self.credential is not None:
+        if self.credential is not None and is_loopback(self.url):
             headers["Authorization"] = f"Bearer {self.credential.token}"
-        req = urllib.request.Request(self.url + path, data=data, method=method, headers=headers)
+        limit = self.timeout_s if timeout_s is None else timeout_s
         try:
-            with urllib.request.urlopen(req, timeout=self.timeout_s) as resp:
-                return resp.status, resp.read(), resp.headers.get("Content-Type", "")
-        except urllib.error.HTTPError as err:
-            if err.code == 401:
-                raise HostError(f"the host at {self.url} refused {path}: 401, this process has "
-                                f"{'a wrong' if self.credential else 'no'} credential for it",
-                                hint="run inside its harness (EVOPOLICYGYM_TOKEN), or register the token "
-                                     "with remember_credential") from None
-            return err.code, err.read(), err.headers.get("Content-Type", "") if err.headers else ""
-        except (urllib.error.URLError, OSError) as err:
-            raise HostError(f"cannot reach the host at {self.url}{path}: {err}",
-                            hint="is `evogym serve` still running?") from err
+            status, raw, kind = _exchange(self.url, method, path, data, headers, limit)
+        except TimeoutError:
+            raise HostError(f"the host at {self.url} did not answer {method} {path} within {limit:g} s",
+                            hint="is it an evogym host, and is it still running?") from None
+        except (OSError, http.client.HTTPException, ValueError) as err:
+            raise HostError(f"cannot reach the host at {self.url}{path}: {err or type(err).__name__}",
+                            hint="is `evogym serve` still running?") from None
+        if status == 401:
+            raise HostError(f"the host at {self.url} refused {path}: 401, this process has "
+                            f"{'a wrong' if self.credential else 'no'} credential for it",
+                            hint="run inside its harness (EVOPOLICYGYM_TOKEN), or register the token "
+                                 "with remember_credential")
+        return status, raw, kind
 
     def info(self) -> dict[str, Any]:
         if self.session is not None:
@@ -174,7 +196,15 @@ class HostClient:
         status, raw, _ = self._request("GET", "/info")
         if status != 200:
             raise HostError(f"GET /info answered {status}, expected 200", hint=raw[:200].decode(errors="replace"))
-        return json.loads(raw)
+        try:
+            info = json.loads(raw)
+        except (ValueError, RecursionError):
+            info = None
+        if not isinstance(info, dict) or not isinstance(info.get("env_meta"), dict) \
+                or not is_int(info.get("episode_budget")):
+            raise HostError(f"GET /info at {self.url} answered no evogym /info (a JSON object with env_meta "
+                            "and episode_budget)", hint=raw[:200].decode(errors="replace"))
+        return info
 
     def task(self) -> str:
         if self.session is not None:
@@ -182,21 +212,27 @@ class HostClient:
         status, raw, _ = self._request("GET", "/task")
         if status != 200:
             raise HostError(f"GET /task answered {status}, expected 200", hint=raw[:200].decode(errors="replace"))
-        return raw.decode()
+        return raw.decode(errors="replace")
 
     def submit(self, env_instances: list[int] | str) -> SubmitAnswer:
         """Submit `system/` on these train episode ids; a 409 (run closed) raises."""
         if self.session is not None:
             return self.session.submit(env_instances)
-        status, raw, _ = self._request("POST", "/submit", {"env_instances": env_instances})
+        status, raw, _ = self._request("POST", "/submit", {"env_instances": env_instances},
+                                       timeout_s=self.submit_timeout_s)
         try:
             payload = json.loads(raw)
-        except json.JSONDecodeError as err:
-            raise HostError(f"POST /submit answered {status} with non-JSON body", hint=raw[:200].decode(errors="replace")) from err
+        except (ValueError, RecursionError):
+            payload = None
+        if not isinstance(payload, dict):
+            raise HostError(f"POST /submit answered {status} with no JSON object",
+                            hint=raw[:200].decode(errors="replace"))
         if status == 409:
             raise HostError("the run is closed (409 run_closed)", hint="the budget is spent or /finish was called")
-        return SubmitAnswer(status, payload.get("submit_id"), str(payload.get("status", "bad_request")),
-                            payload.get("summary") or {})
+        summary = payload.get("summary")
+        submit_id = payload.get("submit_id")
+        return SubmitAnswer(status, submit_id if is_int(submit_id) else None, str(payload.get("status", "bad_request")),
+                            summary if isinstance(summary, dict) else {})
 
     def finish(self) -> int:
         """Ask the host to finalize now (extension endpoint); returns the HTTP status (for a
@@ -215,7 +251,8 @@ class HostClient:
         (its absence is then the error to report).
         """
         try:
-            if not self.info()["state"]["is_finalized"]:
+            state = self.info().get("state")
+            if not (isinstance(state, dict) and state.get("is_finalized")):
                 self.finish()
         except HostError:
             return False
@@ -233,7 +270,7 @@ class HostClient:
         deadline = time.monotonic() + timeout_s
         while True:
             info = self.info()
-            state = info.get("state", {})
+            state = info["state"] if isinstance(info.get("state"), dict) else {}
             if state.get("is_finalized") and state.get("finalization", "done") in ("done", "error"):
                 return info
             if time.monotonic() > deadline:
@@ -241,159 +278,43 @@ class HostClient:
             time.sleep(FINALIZE_POLL_S)
 
 
-class SessionClient:
-    """agent-session/v3 over its Unix socket, presented as the v0.1.0 calls `HostClient` offers.
+def _exchange(url: str, method: str, path: str, data: bytes | None, headers: dict[str, str],
+              timeout_s: float) -> tuple[int, bytes, str]:
+    """One HTTP exchange, all of it within `timeout_s`: a timer shuts the socket down at the
+    deadline (a per-read timeout alone lets a host that trickles bytes hold the call for ever).
+    Raises TimeoutError at the deadline, ValueError for an answer over `RESPONSE_MAX_BYTES`."""
+    parts = urlsplit(url)
+    cls = http.client.HTTPSConnection if parts.scheme == "https" else http.client.HTTPConnection
+    conn = cls(parts.hostname or "", parts.port, timeout=timeout_s)
+    expired = threading.Event()
 
-    - `info()`: the static specification from the task text (its JSON block: spaces, step limit,
-      budget, submit bounds), with `state` from the run's summaries so far (the receipts'
-      `feedback`: `remaining_budget`, `n_submits`; `is_finalized` once finish succeeded);
-    - `submit(ids)`: ids in any order (sent sorted and distinct, as v3 requires); a refusal is
-      an answer with the v3 error code as its status (`episode_limit`, ...), nothing charged;
-    - `finish()`: names the candidates itself: the ok submissions with the best mean returns,
-      as many as the run validates (`max_candidates`, else all), best first (v3's ties go to
-      the one named first, the latest submit among equal scores here).
-    The state is read from the workspace's feedback, so any instance (the agent's, or `ole
-    agent work` finishing after it) sees the same run.
-    """
-
-    def __init__(self, socket_path: str, *, timeout_s: float = REQUEST_TIMEOUT_S) -> None:
-        self.path = socket_path
-        self.timeout_s = timeout_s
-        self.workspace = Path(os.environ.get("EVOPOLICYGYM_WORKSPACE") or ".")
-        self._spec: dict | None = None
-        self._text: str | None = None
-        self.finished = False
-
-    def call(self, message: dict) -> dict:
-        """One request on a new connection, one answer (the protocol's framing)."""
-        payload = json.dumps(message, separators=(",", ":"), sort_keys=True).encode()
-        try:
-            with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as conn:
-                conn.settimeout(self.timeout_s)
-                _connect(conn, self.path)
-                conn.sendall(len(payload).to_bytes(4, "big") + payload)
-                length = int.from_bytes(_exactly(conn, 4), "big")
-                if not 0 < length <= SESSION_FRAME_BYTES:
-                    raise HostError(f"the session answered a frame of {length} bytes", hint="is it an evogym host?")
-                answer = json.loads(_exactly(conn, length))
-        except (OSError, ValueError) as err:
-            raise HostError(f"cannot reach the agent session at {self.path}: {err}",
-                            hint="is the harness still running?") from err
-        if type(answer) is not dict or answer.get("protocol") != SESSION_PROTOCOL:
-            raise HostError("the session answered outside agent-session/v3", hint=str(answer)[:200])
-        return answer
-
-    def task(self) -> str:
-        if self._text is None:
-            path = os.environ.get("EVOPOLICYGYM_TASK_FILE") or str(self.workspace / "TASK.md")
+    def expire() -> None:
+        expired.set()
+        if conn.sock is not None:
             try:
-                self._text = Path(path).read_text(encoding="utf-8")
-            except OSError as err:
-                raise HostError(f"no task text at {path}: {err.strerror or err}",
-                                hint="agent-session/v3 has no task call; the harness must give the task as "
-                                     "TASK.md in the workspace or in $EVOPOLICYGYM_TASK_FILE") from None
-        return self._text
+                conn.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:  # already closed: the exchange is over anyway
+                pass
 
-    def spec(self) -> dict:
-        if self._spec is None:
-            blocks = re.findall(r"```json\n(.*?)\n```", self.task(), flags=re.S)
-            try:
-                spec = json.loads(blocks[-1])
-                spec["metadata"]["env_meta"]
-            except (IndexError, ValueError, KeyError, TypeError):
-                raise HostError("the task text has no public specification (a ```json block with "
-                                "metadata.env_meta)", hint="is this an evogym agent-session/v3 task?") from None
-            self._spec = spec
-        return self._spec
-
-    def summaries(self) -> list[dict]:
-        """The summaries of the run's charged submits so far, in order."""
-        out = []
-        for path in sorted((self.workspace / "feedback").glob("submit_*/summary.json")):
-            try:
-                summary = json.loads(path.read_text())
-            except (OSError, ValueError):
-                continue
-            if summary.get("n_episodes"):
-                out.append(summary)
-        return out
-
-    def info(self) -> dict[str, Any]:
-        meta = self.spec()["metadata"]
-        done = self.summaries()
-        return {"env_meta": meta["env_meta"], "episode_budget": meta["episode_budget"],
-                "min_episodes_per_submit": meta["min_episodes_per_submission"],
-                "max_episodes_per_submit": meta["max_episodes_per_submission"],
-                "resource_limits": meta.get("resource_limits", {}), "protocol_version": SESSION_PROTOCOL,
-                "state": {"is_finalized": self.finished, "n_submits": len(done),
-                          "remaining_budget": done[-1]["remaining_budget"] if done else meta["episode_budget"],
-                          "finalization": "done" if self.finished else "pending",
-                          "early_finish_allowed": meta["finish_budget_policy"] == "allow_early"}}
-
-    def submit(self, env_instances: list[int] | str) -> SubmitAnswer:
-        ids = sorted(set(_ids(env_instances)))
-        answer = self.call({"protocol": SESSION_PROTOCOL, "method": "submit", "episode_indices": ids})
-        if not answer.get("ok"):
-            code = str(answer.get("error", {}).get("code", "invalid_request"))
-            if code == "session_closed":
-                self.finished = True
-                raise HostError("the run is closed (session_closed)", hint="finish was called or the run ended")
-            return SubmitAnswer(400, None, code, {"n_episodes": 0, "error": answer.get("error")})
-        result = answer["result"]
-        summary = {"n_episodes": result["episodes_used"], "remaining_budget": result["episodes_remaining"],
-                   "mean_return": result["score"], "env_instances": result["episode_indices"]}
-        try:  # the full summary, as the HTTP answer carries it
-            summary = json.loads((self.workspace / result["feedback"]).read_text())
-        except (OSError, ValueError):
-            pass
-        return SubmitAnswer(200, int(result["submission_id"].removeprefix("submit_")), str(result.get("status", "ok")),
-                            summary)
-
-    def finish(self) -> int:
-        """Finish with the best ok submissions as candidates: 200 when the session closed (now or
-        before), 409 when the host refused or there is nothing to name."""
-        limit = self.spec()["metadata"].get("max_candidates")
-        ok = [s for s in self.summaries() if s.get("status") == "ok" and s.get("mean_return") is not None]
-        ranked = sorted(ok, key=lambda s: (-s["mean_return"], -s["submit_index"]))[:limit]
-        if not ranked:
-            return 409  # nothing to validate: the harness finalizes when the agent exits
-        answer = self.call({"protocol": SESSION_PROTOCOL, "method": "finish",
-                            "submission_ids": [f"submit_{s['submit_index']:03d}" for s in ranked]})
-        self.finished = bool(answer.get("ok")) or answer.get("error", {}).get("code") == "session_closed"
-        return 200 if self.finished else 409
-
-
-def _connect(conn: socket.socket, path: str) -> None:
-    """Connect to a Unix socket; a path longer than AF_UNIX allows (108 bytes: deep run
-    directories) is reached through a descriptor of its directory, as the host binds it."""
-    if len(os.fsencode(path)) < 100:
-        conn.connect(path)
-        return
-    directory, name = os.path.split(path)
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
+    timer = threading.Timer(timeout_s, expire)
+    timer.daemon = True
+    timer.start()
     try:
-        conn.connect(f"/proc/self/fd/{fd}/{name}")
+        conn.connect()
+        if expired.is_set():  # the deadline passed while connecting (no socket to shut down then)
+            raise TimeoutError
+        conn.request(method, (parts.path.rstrip("/") or "") + path, body=data, headers=headers)
+        resp = conn.getresponse()
+        raw = resp.read(RESPONSE_MAX_BYTES + 1)
+        if len(raw) > RESPONSE_MAX_BYTES:
+            raise ValueError(f"the answer to {method} {path} is larger than {RESPONSE_MAX_BYTES} bytes")
+        return resp.status, raw, resp.getheader("Content-Type", "") or ""
+    except (OSError, http.client.HTTPException):
+        if expired.is_set():
+            raise TimeoutError from None
+        raise
     finally:
-        os.close(fd)
+        timer.cancel()
+        conn.close()
 
 
-def _exactly(conn: socket.socket, n: int) -> bytes:
-    chunks, got = [], 0
-    while got < n:
-        chunk = conn.recv(n - got)
-        if not chunk:
-            raise ValueError("the session closed the connection early")
-        chunks.append(chunk)
-        got += len(chunk)
-    return b"".join(chunks)
-
-
-def _ids(env_instances: list[int] | str) -> list[int]:
-    """Episode ids of a v0.1.0 request (`[0, 1]` or `"0-3,7"`)."""
-    if isinstance(env_instances, str):
-        out: list[int] = []
-        for token in env_instances.split(","):
-            lo, _, hi = token.strip().partition("-")
-            out.extend(range(int(lo), int(hi or lo) + 1))
-        return out
-    return [int(i) for i in env_instances]

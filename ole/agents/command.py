@@ -4,8 +4,9 @@ The loop policy cannot be enforced inside a foreign process, so it is handed ove
 instructions: an AGENTS.md-style brief rendering every component as concrete rules,
 plus the protocol contract. The brief is written to the agent log dir and its path is
 passed in `OLE_INSTRUCTIONS`, next to the reference's `EVOPOLICYGYM_*` variables.
-What is enforced here is the wall-clock cap (the whole process group is killed) and
-capped capture of stdout/stderr. The iterations are reconstructed afterwards from the
+What is enforced here: the containment of `ole.agents.sandbox` (an environment allowlist,
+and by default a bubblewrap sandbox that sees only its own run), the wall-clock cap (the
+whole process group is killed) and capped capture of stdout/stderr. The iterations are reconstructed afterwards from the
 workspace alone: `feedback/submit_NNN/summary.json` for verdicts and returns, and the
 `system/` snapshots a watcher thread took while the agent ran for edit kinds.
 """
@@ -15,6 +16,7 @@ import hashlib
 import json
 import os
 import shlex
+import shutil
 import signal
 import stat
 import subprocess
@@ -27,8 +29,10 @@ from typing import IO, Sequence
 
 from ole.agents import decisions
 from ole.agents.base import AgentContext, AgentResult, HostAgent
-from ole.agents.client import SESSION_SCHEME, HostClient, HostError, credential_for
+from ole.agents.client import SESSION_SCHEME, Credential, HostClient, HostError, credential_for
 from ole.agents.edits import diff_lines, edit_kind
+from ole.agents.hostio import SUMMARY_MAX_BYTES, read_json
+from ole.agents.sandbox import AgentSandbox, Contained, Grants, agent_environment
 from ole.loop_policy import LoopPolicy
 from ole.trace import Iteration
 
@@ -48,30 +52,34 @@ class CommandAgent(HostAgent):
     name = "command"
 
     def __init__(self, command: str | Sequence[str], *, output_cap_bytes: int = OUTPUT_CAP_BYTES,
-                 kill_grace_s: float = KILL_GRACE_S) -> None:
+                 kill_grace_s: float = KILL_GRACE_S, sandbox: AgentSandbox | None = None) -> None:
         argv = shlex.split(command) if isinstance(command, str) else list(command)
         if not argv:
             raise ValueError("the command agent needs a command: ole run --agent command -- CMD ARGS")
         self.command = argv
         self.output_cap_bytes = output_cap_bytes
         self.kill_grace_s = kill_grace_s
+        self.sandbox = sandbox if sandbox is not None else AgentSandbox()
+        """What the agent may see and reach beyond its own run (`ole.agents.sandbox`)."""
 
     def work(self, ctx: AgentContext) -> AgentResult:
         ctx.log_dir.mkdir(parents=True, exist_ok=True)
         info = HostClient(ctx.url).info()
-        brief = ctx.log_dir / INSTRUCTIONS
+        brief = (ctx.log_dir / INSTRUCTIONS).resolve()  # absolute: the command runs in the workspace
         brief.write_text(render_instructions(ctx.bundle.loop_policy, ctx.url, ctx.workspace, info))
-        # absolute: the command runs in the workspace, not in our working directory
-        env = {**os.environ, **protocol_env(ctx.url, ctx.workspace), "OLE_INSTRUCTIONS": str(brief.resolve())}
+        protocol = {**protocol_env(ctx.url, ctx.workspace), "OLE_INSTRUCTIONS": str(brief)}
         credential = credential_for(ctx.url)
         if credential is not None:  # in its environment, never in its argv
-            env.update(credential.env())
+            protocol.update(credential.env())
+        lessons = None
         if ctx.lessons_path is not None and ctx.bundle.loop_policy.memory.carry_lessons:
-            env["OLE_LESSONS"] = str(Path(ctx.lessons_path).resolve())
+            lessons = Path(ctx.lessons_path).resolve()
+            protocol["OLE_LESSONS"] = str(lessons)
+        env = agent_environment(protocol, self.sandbox)
         watcher = _Watcher(ctx.workspace / "system" / "policy.py")
         watcher.start()
         try:
-            rc, timed_out, wall = self._run(ctx, env)
+            rc, timed_out, wall = self._run(ctx, env, self._grants(ctx, brief, credential, lessons))
         finally:
             watcher.stop()
         ctx.progress(f"command agent exited with {rc} after {wall:.1f} s" + (" (wall-clock cap)" if timed_out else ""))
@@ -83,20 +91,48 @@ class CommandAgent(HostAgent):
                            extras={"stdout": "command.stdout.txt", "stderr": "command.stderr.txt",
                                    "instructions": INSTRUCTIONS, "exit": "command.exit.json"})
 
-    def _run(self, ctx: AgentContext, env: dict[str, str]) -> tuple[int, bool, float]:
+    def _grants(self, ctx: AgentContext, brief: Path, credential: Credential | None, lessons: Path | None) -> Grants:
+        """What of its run the sandboxed agent sees: the workspace (feedback and the host's texts
+        read-only), its brief, its run's token files, the lessons file, its own socket, the files
+        its command line names and what the operator granted."""
+        ws = ctx.workspace.resolve()
+        grants = Grants(ws)
+        for name in ("feedback", "AGENTS.md", "TASK.md"):  # the host's; the agent only reads them
+            if (ws / name).exists() and not (ws / name).is_symlink():
+                grants.read_only.append(ws / name)
+        grants.read_only.append(brief)
+        if credential is not None:
+            grants.read_only += [Path(f) for f in (credential.token_file, credential.header_file) if f]
+        if lessons is not None:
+            lessons.parent.mkdir(parents=True, exist_ok=True)  # as the lesson store makes it: bound in, it
+            lessons.touch(exist_ok=True)  # must exist (the agent extends it)
+            grants.read_write.append(lessons)
+        if ctx.url.startswith(SESSION_SCHEME):
+            grants.sockets.append(Path(ctx.url.removeprefix(SESSION_SCHEME)))
+        named = [shutil.which(self.command[0]) or self.command[0], *self.command[1:]]
+        grants.read_only += [Path(a) for a in named if os.path.isabs(a) and os.path.isfile(a)]
+        grants.read_only += [Path(p).resolve() for p in self.sandbox.read_only]
+        return grants
+
+    def _run(self, ctx: AgentContext, env: dict[str, str], grants: Grants) -> tuple[int, bool, float]:
         """Run the command: (exit status, whether the wall-clock cap stopped it, its wall seconds).
 
         Whatever way it ends (it exits, the cap, an interrupt of this process), nothing it started
         outlives it: its process group is killed, and so is every process carrying its run marker
-        in its environment (a daemon that left the group with setsid still has it)."""
+        in its environment (a daemon that left the group with setsid still has it); in the sandbox
+        its pid namespace ends with it besides."""
         marker = uuid.uuid4().hex
         env = {**env, AGENT_MARKER: marker}
         t0 = time.monotonic()
+        contained = Contained(self.sandbox, ctx.url, grants) if self.sandbox.isolation == "bwrap" else None
+        argv = contained.argv(self.command) if contained is not None else self.command
         try:
-            proc = subprocess.Popen(self.command, cwd=ctx.workspace.resolve(), env=env, stdin=subprocess.DEVNULL,
+            proc = subprocess.Popen(argv, cwd=ctx.workspace.resolve(), env=env, stdin=subprocess.DEVNULL,
                                     stdout=subprocess.PIPE, stderr=subprocess.PIPE, start_new_session=True)
         except OSError as exc:
-            (ctx.log_dir / "command.stderr.txt").write_text(f"cannot start {self.command[0]!r}: {exc}\n")
+            if contained is not None:
+                contained.close()
+            (ctx.log_dir / "command.stderr.txt").write_text(f"cannot start {argv[0]!r}: {exc}\n")
             (ctx.log_dir / "command.stdout.txt").write_text("")
             return 127, False, time.monotonic() - t0
         pumps = [_pump(proc.stdout, ctx.log_dir / "command.stdout.txt", self.output_cap_bytes),
@@ -115,6 +151,8 @@ class CommandAgent(HostAgent):
             if proc.returncode is None:
                 proc.kill()
                 proc.wait()
+            if contained is not None:
+                contained.close()
         for pump in pumps:
             pump.join(timeout=10)  # every writer is gone: EOF now
         return int(proc.returncode if proc.returncode is not None else -9), timed_out, wall
@@ -261,9 +299,10 @@ class _Watcher:
 
 def _read_regular(path: Path, limit: int) -> bytes | None:
     """Up to `limit` + 1 bytes of a regular file, None for anything else: a FIFO at
-    `system/policy.py` blocked the watcher's read for good."""
+    `system/policy.py` blocked the watcher's read for good, and a symbolic link there (to
+    another run's token) is not followed."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK)
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
     try:
@@ -284,10 +323,7 @@ def iterations_from_workspace(workspace: Path, snapshots: Sequence[tuple[float, 
     previous: str | None = None
     dirs = sorted((Path(workspace) / "feedback").glob("submit_*"), key=lambda p: p.name)
     for n, sub in enumerate(dirs):
-        try:
-            summary = json.loads((sub / "summary.json").read_text())
-        except (OSError, json.JSONDecodeError):
-            continue
+        summary = read_json(sub / "summary.json", SUMMARY_MAX_BYTES)  # bounded: a FIFO or 4 GiB file is skipped
         if not isinstance(summary, dict):  # the workspace is the agent's: anything can be there
             continue
         try:

@@ -201,7 +201,10 @@ class Session(abc.ABC):
         try:
             answer = self.host.submit(indices)
         except HostError as err:
-            raise Stop("budget_spent" if "closed" in str(err) else "error") from err
+            if "closed" in str(err):
+                raise Stop("budget_spent") from err
+            self.ctx.progress(f"stopping: the submit failed: {err}")  # the reason `ole agent work` reports
+            raise Stop("error") from err
         self.remaining = int(answer.summary.get("remaining_budget", self.remaining - answer.charged))
         self.spent[self.share_of(phase)] += answer.charged
         self.rejects = self.rejects + 1 if answer.http_status == 400 else 0

@@ -7,6 +7,13 @@ only through `EVOPOLICYGYM_API` (with the run's token from `EVOPOLICYGYM_TOKEN`)
 `EVOPOLICYGYM_WORKSPACE`; its iterations go to `iterations.jsonl` in its log folder (outside
 the workspace), and how its bundle was chosen to `selection.json` there.
 
+Nothing the harness hands over is trusted: the host URL must be a loopback http(s) URL (the
+run's token goes nowhere else), every request has a deadline (`ole.agents.hostio`), a token
+or task file must be a bounded regular file, the socket must be a listening Unix socket, and
+the workspace must already exist and look like a run's (`system/` and `feedback/` folders;
+it is never created). A refusal, or an agent that stopped on an error, exits non-zero and
+says why on stderr.
+
 When the harness gives an agent-session/v3 socket instead (`EVOPOLICYGYM_SESSION_SOCKET`,
 as `evogym run --session` and EvoPolicyGym main's runners do), the agent speaks v3: the task
 text is `TASK.md` in the workspace (or `$EVOPOLICYGYM_TASK_FILE`), and before exiting it
@@ -30,6 +37,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import stat
 import sys
 import tempfile
 from pathlib import Path
@@ -37,8 +45,18 @@ from pathlib import Path
 from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 from ole.cli.common import (ListArg, Output, agent_command, check_model, check_proposer, leaf, noun, open_registry,
                             seed_int)
-from ole.errors import ValidationError
+from ole.errors import OleError, ValidationError
 from ole.trace import RunCondition, TaskSpec
+
+WORKSPACE_DIRS = ("system", "feedback")
+"""Folders every run workspace has (evogym's `rundir.py` makes them before the agent starts); a
+folder without them is not worked: `ole agent work` once wrote `system/policy.py` anywhere."""
+
+
+class AgentStopped(OleError):
+    """The agent stopped on an error (the host failed, the command exited non-zero)."""
+
+    exit_code = 1
 
 
 def register(subparsers) -> None:
@@ -102,12 +120,14 @@ def _log_dir(args: argparse.Namespace) -> Path:
 
 def _host_url() -> str:
     """The host to work: agent-session/v3 when the harness gives a session socket
-    (`EVOPOLICYGYM_SESSION_SOCKET`, as EvoPolicyGym main's runners do), else v0.1.0 HTTP."""
+    (`EVOPOLICYGYM_SESSION_SOCKET`, as EvoPolicyGym main's runners do), else v0.1.0 HTTP on a
+    loopback URL. Checked before any work: the socket listens, the token file is a small file."""
     from urllib.parse import urlsplit
 
-    from ole.agents.client import session_url_from_env
+    from ole.agents.client import SESSION_SCHEME, SessionClient, is_loopback, session_url_from_env
     session = session_url_from_env()
     if session:
+        SessionClient(session.removeprefix(SESSION_SCHEME)).check()
         return session
     url = _env("EVOPOLICYGYM_API")
     try:
@@ -118,16 +138,62 @@ def _host_url() -> str:
     if parts is None or parts.scheme not in ("http", "https") or not parts.hostname:
         raise ValidationError(f"EVOPOLICYGYM_API={url!r} is not an http(s) URL of a host",
                               hint="the harness sets it, e.g. http://127.0.0.1:PORT")
+    if not is_loopback(url):
+        raise ValidationError(f"EVOPOLICYGYM_API={url!r} is not a loopback URL: the run's token is sent only to "
+                              "this machine (localhost, 127.0.0.0/8, ::1)",
+                              hint="run the agent on the host's machine (an SSH tunnel for a remote host)")
     token_file = os.environ.get("EVOPOLICYGYM_TOKEN_FILE")
-    if token_file and not os.environ.get("EVOPOLICYGYM_TOKEN") and not Path(token_file).is_file():
-        raise ValidationError(f"EVOPOLICYGYM_TOKEN_FILE={token_file!r} is not a readable file",
-                              hint="the harness names the run's token file (its ready line's token_file)")
+    if token_file and not os.environ.get("EVOPOLICYGYM_TOKEN"):
+        from ole.agents.client import Credential, HostError
+        try:
+            Credential.from_file(token_file)
+        except HostError as err:
+            raise ValidationError(f"EVOPOLICYGYM_TOKEN_FILE={token_file!r} is not a readable file of a token: "
+                                  f"{err.message}", hint="the harness names the run's token file (its ready "
+                                  "line's token_file)") from None
     return url
+
+
+def _workspace() -> Path:
+    """`EVOPOLICYGYM_WORKSPACE`, once it is known to be an existing run workspace (never created)."""
+    raw = _env("EVOPOLICYGYM_WORKSPACE")
+    path = Path(raw)
+    if not path.is_dir():
+        raise ValidationError(f"EVOPOLICYGYM_WORKSPACE={raw!r} is not an existing folder (it is never created)",
+                              hint="the harness names the run's workspace")
+    missing = [name for name in WORKSPACE_DIRS if not stat.S_ISDIR(_lstat_mode(path / name))]
+    if missing:
+        raise ValidationError(f"EVOPOLICYGYM_WORKSPACE={raw!r} is not a run workspace: it has no "
+                              f"{' or '.join(m + '/' for m in missing)} folder", hint="the harness names the run's "
+                              "workspace, which its host made with system/ and feedback/ (not links)")
+    return path.resolve()
+
+
+def _lstat_mode(path: Path) -> int:
+    try:
+        return os.lstat(path).st_mode
+    except OSError:
+        return 0
+
+
+def _stopped(result, log_dir: Path, lines: list[str]) -> AgentStopped:
+    """Why the agent stopped on an error, from what it left: its error file or extras, the command's
+    exit, or its last progress line."""
+    why = result.extras.get("error") if result.extras.get("error") != "agent_error.txt" else None
+    if (log_dir / "agent_error.txt").is_file():  # what `ole.runner.work_agent` caught
+        why = (log_dir / "agent_error.txt").read_text(errors="replace")[:500].strip()
+    exit_doc = log_dir / "command.exit.json"
+    if why is None and exit_doc.is_file():
+        why = f"the command exited with {json.loads(exit_doc.read_text()).get('exit_code')} (its stderr: " \
+              f"{log_dir / 'command.stderr.txt'})"
+    why = why or (lines[-1] if lines else "no reason recorded")
+    return AgentStopped(f"the agent stopped on an error: {why}", hint=f"its logs are in {log_dir}")
 
 
 def work(args: argparse.Namespace) -> Output:
     """Work the task until the run is finalized or the agent stops; prints why it stopped."""
-    url, workspace = _host_url(), Path(_env("EVOPOLICYGYM_WORKSPACE"))
+    url = _host_url()
+    workspace = _workspace()
     if args.agent == "llm" and not args.model:
         raise ValidationError("--agent llm needs --model", hint="e.g. --model replay:calls.jsonl")
     check_model("--model", args.model if args.agent == "llm" else None)  # a missing extra: refused before work
@@ -137,7 +203,7 @@ def work(args: argparse.Namespace) -> Output:
     condition = RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
     if args.online:
         return _work_online(args, url, workspace, condition)
-    from ole.agents.client import SESSION_SCHEME, HostClient
+    from ole.agents.client import SESSION_SCHEME, HostClient, HostError
     from ole.chosen import chosen_by
     from ole.runner import launch_agent, resolve_bundle
     from ole.registry.scopes import task_context
@@ -158,9 +224,18 @@ def work(args: argparse.Namespace) -> Output:
             f.write(it.model_dump_json() + "\n")
 
     task = TaskSpec(env=info["env_meta"]["env"], profile="external", budget=info["episode_budget"])
-    result, _ = launch_agent(chosen, task, condition, url=url, workspace=workspace, log_dir=log_dir, record=record)
+    lines: list[str] = []
+    result, _ = launch_agent(chosen, task, condition, url=url, workspace=workspace, log_dir=log_dir, record=record,
+                             progress=lines.append)
     if url.startswith(SESSION_SCHEME):  # v3 agents must finish before they exit: name the best ok submits
-        HostClient(url).finish()
+        try:
+            HostClient(url).finish()
+        except HostError as err:
+            if result.finish_reason != "error":
+                raise
+            lines.append(f"finish failed too: {err.message}")
+    if result.finish_reason == "error":
+        raise _stopped(result, log_dir, lines)
     data = {"finish_reason": result.finish_reason, "log_dir": str(log_dir), "bundle": chosen.ref,
             "scope": selection.scope, "forced": selection.forced}
     return Output(data, json.dumps(data))

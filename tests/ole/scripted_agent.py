@@ -1,7 +1,7 @@
 """A small external agent for the command-agent tests: writes a policy and submits over urllib.
 
 Usage: scripted_agent.py [normal|sleep|spam|crash|leave|leave_hang|tamper]. `leave` starts processes
-that would outlive it (see `leave_processes_behind`) and exits; `leave_hang` then ignores SIGTERM and
+that would outlive it (see `leave_processes_behind`; their tag goes to workspace/left.json) and exits; `leave_hang` then ignores SIGTERM and
 hangs; `tamper` breaks two feedback summaries and puts a FIFO at system/policy.py. `normal` submits twice (2 episodes,
 then the rest of the budget); `sleep` submits once and then hangs (wall-clock cap);
 `spam` writes a lot to stdout (output cap); `crash` exits 3 without submitting.
@@ -86,23 +86,25 @@ def main(mode):
 
 def leave_processes_behind():
     """A child in the group that ignores SIGTERM and keeps stdout open, and a daemon that left the
-    group (setsid after a fork); their pids go to ../left.json beside the workspace."""
+    group (setsid after a fork), both carrying a fresh tag in their command line; the tag goes to
+    left.json in the workspace (pids inside a sandbox's pid namespace mean nothing outside it)."""
+    tag = f"ole-leftover-{os.getpid()}-{time.time_ns()}"
     child = subprocess.Popen([sys.executable, "-c", "import signal, time; signal.signal(signal.SIGTERM, "
-                              "signal.SIG_IGN); time.sleep(600)"])
+                              "signal.SIG_IGN); time.sleep(600)", tag])
     read, write = os.pipe()
     if os.fork() == 0:
         os.setsid()
         if os.fork() == 0:
+            os.close(read)
             os.write(write, str(os.getpid()).encode())
             os.close(write)
             sys.stdout.flush()
-            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)"])
+            os.execv(sys.executable, [sys.executable, "-c", "import time; time.sleep(600)", tag])
         os._exit(0)
     os.close(write)
     daemon = int(os.read(read, 32))
-    left = os.path.join(os.path.dirname(os.environ["EVOPOLICYGYM_WORKSPACE"].rstrip("/")), "left.json")
-    with open(left, "w") as f:
-        json.dump({"child": child.pid, "daemon": daemon}, f)
+    with open(os.path.join(os.environ["EVOPOLICYGYM_WORKSPACE"], "left.json"), "w") as f:
+        json.dump({"tag": tag, "child": child.pid, "daemon": daemon}, f)
 
 
 if __name__ == "__main__":

@@ -9,19 +9,20 @@ from pathlib import Path
 import pytest
 
 from ole.agents.command import CommandAgent, iterations_from_workspace, render_instructions
+from ole.agents.sandbox import AgentSandbox
 from ole.loop_policy import LoopPolicy
 from tests.ole.agent_host import serve
 
 AGENT = str(Path(__file__).with_name("scripted_agent.py"))
 
 
-def run(tmp_path, mode: str, *, budget: int = 5, wall: float = 120.0, cap: int = 1 << 20):
+def run(tmp_path, mode: str, *, budget: int = 5, wall: float = 120.0, cap: int = 1 << 20, isolation: str = "bwrap"):
     pol = LoopPolicy.model_validate({"budget": {"wall_time_s": wall}})
     served = serve(tmp_path / "run", budget=budget)
     log = Path("log")  # relative, as `ole run` passes it: the command must still find its brief
     try:
-        result = CommandAgent([sys.executable, AGENT, mode], output_cap_bytes=cap, kill_grace_s=1.0).work(
-            served.context(pol, log, host="command"))
+        result = CommandAgent([sys.executable, AGENT, mode], output_cap_bytes=cap, kill_grace_s=1.0,
+                              sandbox=AgentSandbox(isolation=isolation)).work(served.context(pol, log, host="command"))
         doc = served.close()
     finally:
         if served.proc.poll() is None:
@@ -93,6 +94,29 @@ def test_iterations_need_only_workspace_files(tmp_path):
     assert (it.verdict, it.episodes_charged, it.submitted_indices, it.edit_kind) == ("import_error", 2, (3, 4), "none")
 
 
+def test_summaries_that_block_or_lead_outside_are_skipped(tmp_path):
+    """A FIFO as a summary blocked ole's reconstruction for good (issue 31); a summary that is a link
+    to a file outside the workspace (another run's, a secret) was read and parsed."""
+    import threading
+    outside = tmp_path / "outside.json"
+    outside.write_text(json.dumps({"submit_index": 1, "status": "ok", "n_episodes": 1, "env_instances": [0]}))
+    for n in range(3):
+        (tmp_path / "ws" / "feedback" / f"submit_{n:03d}").mkdir(parents=True)
+    os.mkfifo(tmp_path / "ws" / "feedback" / "submit_000" / "summary.json")
+    (tmp_path / "ws" / "feedback" / "submit_001" / "summary.json").symlink_to(outside)
+    (tmp_path / "ws" / "feedback" / "submit_002" / "summary.json").write_text(json.dumps(
+        {"submit_index": 2, "status": "ok", "n_episodes": 2, "env_instances": [1, 2]}))
+    found: list = []
+    worker = threading.Thread(target=lambda: found.extend(iterations_from_workspace(tmp_path / "ws")), daemon=True)
+    worker.start()
+    worker.join(timeout=20)
+    if worker.is_alive():  # unblock the old reader before failing
+        with open(tmp_path / "ws" / "feedback" / "submit_000" / "summary.json", "w"):
+            pass
+    assert not worker.is_alive(), "reading the workspace blocked on a FIFO"
+    assert [it.submit_id for it in found] == [2]
+
+
 def test_a_shell_string_is_split_and_an_empty_command_refused():
     assert CommandAgent("python3 agent.py --fast").command == ["python3", "agent.py", "--fast"]
     with pytest.raises(ValueError, match="needs a command"):
@@ -116,30 +140,32 @@ def test_ole_run_command_agent_after_double_dash(tmp_path):
     assert "completed" in out.stdout and list((tmp_path / "traces").glob("*.json"))
 
 
-def _alive(pid: int) -> bool:
-    try:
-        return "zombie" not in Path(f"/proc/{pid}/status").read_text().lower() and \
-            "\nState:\tZ" not in Path(f"/proc/{pid}/status").read_text()
-    except OSError:
-        return False
+def _tagged(tag: str) -> list[int]:
+    """Live (non-zombie) processes whose command line carries `tag`."""
+    found = []
+    for entry in Path("/proc").iterdir():
+        try:
+            if entry.name.isdigit() and tag.encode() in (entry / "cmdline").read_bytes() \
+                    and "\nState:\tZ" not in (entry / "status").read_text():
+                found.append(int(entry.name))
+        except OSError:
+            pass
+    return found
 
 
-@pytest.mark.parametrize("mode, wall", [("leave", 120.0), ("leave_hang", 4.0)])
-def test_nothing_the_agent_started_outlives_it(tmp_path, monkeypatch, mode, wall):
+@pytest.mark.parametrize("mode, wall, isolation", [("leave", 120.0, "bwrap"), ("leave_hang", 4.0, "bwrap"),
+                                                   ("leave", 120.0, "none"), ("leave_hang", 4.0, "none")])
+def test_nothing_the_agent_started_outlives_it(tmp_path, monkeypatch, mode, wall, isolation):
     """A child ignoring SIGTERM survived the wall-clock kill (the leader had gone at SIGTERM), a
     child and a setsid daemon survived a normal exit, and the child holding stdout added 20 s of
     pipe waits to the recorded wall time."""
     monkeypatch.chdir(tmp_path)
-    result, hist, doc, log = run(tmp_path, mode, wall=wall)
-    left = json.loads((tmp_path / "run" / "left.json").read_text())
-    try:
-        assert not _alive(left["child"]) and not _alive(left["daemon"]), left
-    finally:
-        for pid in left.values():
-            try:
-                os.kill(pid, 9)
-            except OSError:
-                pass
+    result, hist, doc, log = run(tmp_path, mode, wall=wall, isolation=isolation)
+    left = json.loads((tmp_path / "run" / "workspace" / "left.json").read_text())
+    survivors = _tagged(left["tag"])
+    for pid in survivors:
+        os.kill(pid, 9)
+    assert not survivors, left
     exit_doc = json.loads((log / "command.exit.json").read_text())
     assert exit_doc["timed_out"] is (mode == "leave_hang") and exit_doc["wall_s"] < wall + 3.0
     assert len(hist) == 1 and doc["outcome"]["status"] == "completed"
@@ -147,8 +173,9 @@ def test_nothing_the_agent_started_outlives_it(tmp_path, monkeypatch, mode, wall
 
 def test_a_broken_workspace_costs_only_its_own_entries(tmp_path, monkeypatch):
     """A summary that is a JSON list crashed ole (AttributeError); a bad field dropped the whole
-    history; a FIFO at system/policy.py blocked the watcher until its 5 s join gave up."""
+    history; a FIFO at system/policy.py blocked the watcher until its 5 s join gave up. (Without a
+    sandbox: in one, feedback/ is read-only to the agent.)"""
     monkeypatch.chdir(tmp_path)
-    result, hist, doc, log = run(tmp_path, "tamper")
+    result, hist, doc, log = run(tmp_path, "tamper", isolation="none")
     assert [h.submit_id for h in hist] == [1]  # submit_000's summary is a list, submit_009's field breaks
     assert json.loads((log / "command.exit.json").read_text())["wall_s"] < 10.0
