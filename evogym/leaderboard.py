@@ -64,28 +64,99 @@ def build(results: dict[str, float | None], name: str = "ours") -> dict:
 
 
 RESULTS_SCHEMA = "evopolicygym/leaderboard-results/v1"
-"""EvoPolicyGym main's leaderboard file (`site/leaderboards/<slug>/results.json`)."""
+"""EvoPolicyGym main's leaderboard file (`site/leaderboards/<slug>/results.json`); its site
+validates it with `site/lib/leaderboard/validate.ts`, whose rules tests/evogym/leaderboard_rules.py
+ports: every export of ours must pass them."""
+PRIMARY_METRIC = "assessment_mean_return"
+FINAL_RERUNS = 1
+"""Each score is one run's held-out mean (no reruns averaged in)."""
+CATEGORIES = {"classic": "Classic control", "box2d": "Box2D", "mujoco": "MuJoCo", "minigrid": "Navigation",
+              "highway": "Driving", "robotics": "Robotics", "other": "Other"}
 
 
 def results_v1(runs: dict[str, dict], *, config_id: str, entry: dict, generated_at: str) -> dict:
     """A `leaderboard-results/v1` document of one suite: `runs` maps env slug -> a finished
-    run's run.json; the entry's score per env is its held-out mean (`final_score`, the
-    upstream `assessment_mean_return`) under the one test configuration `config_id`, whose
-    settings are the runs' run-record/v8 config (assessment sizes per env, as MiniGrid's may
-    differ). Unscored runs have no score."""
-    first: dict = next((doc["config"] for doc in runs.values() if doc.get("config")), {})
-    configuration = {"id": config_id, "profile": next((doc.get("profile") for doc in runs.values()), None),
-                     **{k: first.get(k) for k in ("episode_budget", "episode_pool_size", "max_submissions",
-                                                  "max_episodes_per_submission", "finish_budget_policy",
-                                                  "validation", "episode_timeout_seconds")},
-                     "assessment_episodes": {slug: (doc.get("config") or {}).get("assessment", {}).get("episodes")
-                                             for slug, doc in runs.items()}}
-    scores = {slug: {config_id: doc["outcome"]["final_score"]} for slug, doc in runs.items()
-              if doc.get("outcome", {}).get("status") == "completed" and doc["outcome"].get("final_score") is not None}
-    return {"schema": RESULTS_SCHEMA, "generated_at": generated_at, "test_configurations": [configuration],
-            "environments": [{"id": slug, "primary_metric": "assessment_mean_return", "score_direction": "maximize"}
-                             for slug in runs],
-            "entries": [{**entry, "scores": scores}]}
+    run's run.json. `entry`: `id`, `display` (default the id), `harness`, `kind` (default
+    agent), `thinking_effort` (left out when None: upstream allows no null). The score of an
+    env is its held-out mean (`final_score`, upstream's `assessment_mean_return`) under its
+    test configuration: the run's run-record/v8 settings as flat parameters, one configuration
+    per distinct setting (MiniGrid's assessment size may differ), `config_id` suffixed
+    `-a<episodes>` when there is more than one. A run with no score (a host error) has none."""
+    settings = {slug: _parameters(doc) for slug, doc in runs.items()}
+    distinct = list(dict.fromkeys(json.dumps(p, sort_keys=True) for p in settings.values()))
+    names = _configuration_ids(config_id, distinct)
+    of_env = {slug: names[json.dumps(p, sort_keys=True)] for slug, p in settings.items()}
+    configurations = [_configuration(names[key], json.loads(key)) for key in distinct]
+    scores = {}
+    for slug, doc in runs.items():
+        score = (doc.get("outcome") or {}).get("final_score")
+        if doc.get("outcome", {}).get("status") in ("completed", "no_ok_submit") and isinstance(score, (int, float)) \
+                and np.isfinite(score):
+            scores[slug] = {of_env[slug]: float(score)}
+    return {"schema": RESULTS_SCHEMA, "generated_at": generated_at, "final_reruns": FINAL_RERUNS,
+            "test_configurations": configurations,
+            "environments": [_environment(slug, order, of_env[slug]) for order, slug in enumerate(runs)],
+            "entries": [{"id": entry["id"], "display": entry.get("display") or entry["id"],
+                         "harness": entry["harness"], "kind": entry.get("kind", "agent"),
+                         **({"thinking_effort": entry["thinking_effort"]} if entry.get("thinking_effort") else {}),
+                         "scores": scores}]}
+
+
+def _configuration_ids(config_id: str, distinct: list[str]) -> dict[str, str]:
+    """An id per distinct parameter set: `config_id` alone, else `config_id-a<assessment
+    episodes>`, numbered where two sets share that."""
+    if len(distinct) == 1:
+        return {distinct[0]: config_id}
+    names: dict[str, str] = {}
+    for key in distinct:
+        name = f"{config_id}-a{json.loads(key).get('assessment_episodes')}"
+        names[key] = name if name not in names.values() else f"{name}-{len(names) + 1}"
+    return names
+
+
+def _parameters(doc: dict) -> dict:
+    """A run's settings as upstream's flat configuration parameters (strings, numbers, booleans;
+    a setting that is unset here is left out, as upstream allows no null)."""
+    config = doc.get("config") or {}
+    validation, assessment = config.get("validation") or {}, config.get("assessment") or {}
+    flat = {"profile": doc.get("profile"), "run_seed": config.get("seed"), "training_split": config.get("split"),
+            "episode_budget": config.get("episode_budget"), "episode_pool_size": config.get("episode_pool_size"),
+            "max_submissions": config.get("max_submissions"),
+            "max_episodes_per_submission": config.get("max_episodes_per_submission"),
+            "finish_budget_policy": config.get("finish_budget_policy"), "validation_split": validation.get("split"),
+            "validation_episodes_per_candidate": validation.get("episodes_per_candidate"),
+            "validation_max_candidates": validation.get("max_candidates"), "assessment_split": assessment.get("split"),
+            "assessment_episodes": assessment.get("episodes"),
+            "episode_timeout_seconds": config.get("episode_timeout_seconds"),
+            "agent_timeout_seconds": config.get("agent_timeout_seconds")}
+    return {k: v for k, v in flat.items() if isinstance(v, (str, int, float)) and v == v}
+
+
+def _configuration(config_id: str, parameters: dict) -> dict:
+    budget, valid = parameters.get("episode_budget"), parameters.get("validation_episodes_per_candidate")
+    heldout, profile = parameters.get("assessment_episodes"), parameters.get("profile", "evogym")
+    return {"id": config_id,
+            "label": {"en": f"{profile} · {budget} train / {valid} validation / {heldout} assessment",
+                      "zh": f"{profile} · {budget} 训练 / {valid} Validation / {heldout} Assessment"},
+            "description": {
+                "en": f"Spend up to {budget} training Episodes, select with {valid} Validation Episodes per "
+                      f"candidate, then measure the selected Program on {heldout} held-out Assessment Episodes.",
+                "zh": f"最多使用 {budget} 个训练 Episode，每个候选用 {valid} 个 Validation Episode 选择，"
+                      f"再在 {heldout} 个 held-out Assessment Episodes 上评测所选 Program。"},
+            "parameters": parameters}
+
+
+def _environment(slug: str, order: int, config_id: str) -> dict:
+    from evogym import envs
+    try:
+        title = envs.resolve(slug).title
+    except Exception:  # noqa: BLE001 - an env not installed here still gets its row, under its id
+        title = slug
+    return {"id": slug, "display": title, "category": CATEGORIES[family_of(slug)], "order": order,
+            "primary_metric": PRIMARY_METRIC, "score_direction": "maximize",
+            "configuration_ids": [config_id], "default_configuration_id": config_id,
+            "summary": {"en": f"{title}, ranked by mean held-out return.",
+                        "zh": f"{title}，按 held-out mean return 排名。"}}
 
 
 def markdown(board: dict) -> str:

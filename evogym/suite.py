@@ -172,7 +172,7 @@ def cmd_run(args) -> int:
     (out / "leaderboard.md").write_text(leaderboard.markdown(board))
     docs = {s: json.loads((Path(results[s]["run_dir"]) / "run.json").read_text()) for s in slugs
             if (Path(results[s]["run_dir"]) / "run.json").is_file()}
-    entry = {"id": args.name, "harness": args.harness, "kind": "agent", "model": args.name,
+    entry = {"id": args.name, "display": args.name, "harness": args.harness, "kind": "agent",
              "thinking_effort": args.thinking_effort}
     (out / RESULTS_FILE).write_text(json.dumps(leaderboard.results_v1(
         docs, config_id=f"{args.profile}-{args.budget or pools.profile(args.profile).budget}", entry=entry,

@@ -6,6 +6,7 @@ import sys
 import pytest
 
 from evogym import leaderboard
+from leaderboard_rules import validate_results, validate_suite_coverage
 
 EVOGYM = [sys.executable, "-m", "evogym.cli"]
 
@@ -64,9 +65,11 @@ def test_suite_run_writes_leaderboard_and_curves(tmp_path):
     assert {r["env"] for r in data["board"]["rows"]} == {"gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"}
     assert all(r["status"] == "completed" for r in data["runs"].values())
     results = json.loads((tmp_path / "suite" / "results.json").read_text())
-    assert results["schema"] == "evopolicygym/leaderboard-results/v1"
+    validate_results(results, "results.json")  # EvoPolicyGym main's validator rules (leaderboard_rules.py)
+    validate_suite_coverage("suite", results, "results.json")
     (config,) = results["test_configurations"]
-    assert config["id"] == "quick-2" and config["episode_budget"] == 2 and config["finish_budget_policy"] == "allow_early"
+    assert config["id"] == "quick-2" and config["parameters"]["episode_budget"] == 2
+    assert config["parameters"]["finish_budget_policy"] == "allow_early"
     assert [e["id"] for e in results["environments"]] == ["gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"]
     assert {e["primary_metric"] for e in results["environments"]} == {"assessment_mean_return"}
     (entry,) = results["entries"]
