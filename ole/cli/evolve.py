@@ -219,12 +219,13 @@ class _Progress:
         if self.bar is not None and self.meter is not None:
             self.bar.set(self.meter.episodes)
 
-    def close(self) -> None:
+    def close(self, finished: bool = False) -> None:
+        """Stop the bar; `finished` (the evolve ended normally) first sets its total to what was spent."""
         if self.bar is None:
             return
         self._follow()
         bar = self.bar.bar
-        if bar is not None:  # done: the total is what was spent
+        if finished and bar is not None:
             bar.total = self.bar.done
             bar.refresh()
         self.bar.close()
@@ -246,8 +247,10 @@ def evolve(args: argparse.Namespace) -> Output:
         with open_registry(args) as registry:
             result = api.run_evolve(plan, registry=registry, progress=progress,
                                     on_start=lambda engine: setattr(progress, "meter", engine.meter))
-    finally:
+    except BaseException:
         progress.close()
+        raise
+    progress.close(finished=True)
     channel = plan.cfg.channel
     if plan.mode == "online":
         return Output(result.summary, "\n".join([_online_text(result.summary), *_hints(args, channel)]))
