@@ -121,3 +121,17 @@ def test_help_texts_name_every_profile_the_root_search_and_no_internal_reference
     assert "per-user root" in flat["ole"] and "OLE_ROOT" in flat["ole"]
     for text in flat.values():
         assert "issue " not in text and "shared/" not in text, text
+
+
+def test_the_latency_benchmark_runs_with_a_tiny_repeat(tmp_path):
+    """experiments/bench_cli_latency.py, smoke-tested (the real numbers come from a quiet machine)."""
+    out = tmp_path / "cli_latency.md"
+    done = subprocess.run([sys.executable, str(PROJECT / "experiments" / "bench_cli_latency.py"), "--repeats", "1",
+                           "--warmup", "0", "--out", str(out)], capture_output=True, text=True, timeout=300,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT)})
+    assert done.returncode == 0, done.stderr[-2000:]
+    table = out.read_text()
+    for command in ("python -c pass", "ole --version", "ole --help", "ole champion show"):
+        assert f"| `{command}` |" in table
+    raw = json.loads(out.with_suffix(".json").read_text())
+    assert [len(v) for v in raw["walls"].values()] == [1, 1, 1, 1]
