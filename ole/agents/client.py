@@ -40,8 +40,8 @@ from pathlib import Path
 from typing import Any
 from urllib.parse import urlsplit
 
-from ole.agents.hostio import (CALL_TIMEOUT_S, RESPONSE_MAX_BYTES, SUBMIT_TIMEOUT_S, TOKEN_MAX_BYTES, HostError,
-                               SubmitAnswer, is_int, read_bounded)
+from ole.agents.hostio import (CALL_TIMEOUT_S, ENV_META_FIELDS, RESPONSE_MAX_BYTES, SUBMIT_TIMEOUT_S, TOKEN_MAX_BYTES,
+                               HostError, SubmitAnswer, env_meta_ok, is_int, read_bounded)
 from ole.agents.session_client import SESSION_PROTOCOL, SessionClient
 
 __all__ = ["CALL_TIMEOUT_S", "SUBMIT_TIMEOUT_S", "SESSION_PROTOCOL", "SESSION_SCHEME", "Credential", "HostClient",
@@ -200,10 +200,10 @@ class HostClient:
             info = json.loads(raw)
         except (ValueError, RecursionError):
             info = None
-        if not isinstance(info, dict) or not isinstance(info.get("env_meta"), dict) \
+        if not isinstance(info, dict) or not env_meta_ok(info.get("env_meta")) \
                 or not is_int(info.get("episode_budget")):
-            raise HostError(f"GET /info at {self.url} answered no evogym /info (a JSON object with env_meta "
-                            "and episode_budget)", hint=raw[:200].decode(errors="replace"))
+            raise HostError(f"GET /info at {self.url} answered no evogym /info (a JSON object with episode_budget "
+                            f"and env_meta with {', '.join(ENV_META_FIELDS)})", hint=raw[:200].decode(errors="replace"))
         return info
 
     def task(self) -> str:

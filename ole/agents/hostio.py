@@ -99,3 +99,14 @@ def is_int(value: object) -> bool:
 def is_number(value: object) -> bool:
     """A finite int or float that is no bool."""
     return isinstance(value, (int, float)) and not isinstance(value, bool) and math.isfinite(value)
+
+
+ENV_META_FIELDS = ("env", "obs_space", "action_space")
+"""What every agent reads of `env_meta` (a text and two objects); an `/info` or task text without
+them is no host's (a task text without `obs_space` was an internal error of `ole agent work`)."""
+
+
+def env_meta_ok(meta: object) -> bool:
+    """Whether `meta` is an `env_meta` object with `ENV_META_FIELDS` of the right types."""
+    return isinstance(meta, dict) and isinstance(meta.get("env"), str) and isinstance(meta.get("obs_space"), dict) \
+        and isinstance(meta.get("action_space"), dict)

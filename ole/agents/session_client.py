@@ -12,8 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from ole.agents.hostio import (CALL_TIMEOUT_S, SUBMIT_TIMEOUT_S, SUMMARY_MAX_BYTES, TASK_TEXT_MAX_BYTES, HostError,
-                               SubmitAnswer, is_int, is_number, read_bounded, read_json)
+from ole.agents.hostio import (CALL_TIMEOUT_S, ENV_META_FIELDS, SUBMIT_TIMEOUT_S, SUMMARY_MAX_BYTES, TASK_TEXT_MAX_BYTES,
+                               HostError, SubmitAnswer, env_meta_ok, is_int, is_number, read_bounded, read_json)
 
 SESSION_PROTOCOL = "agent-session/v3"
 SESSION_FRAME_BYTES = 64 << 10
@@ -112,10 +112,10 @@ class SessionClient:
             except (ValueError, RecursionError):
                 spec = None
             meta = spec.get("metadata") if isinstance(spec, dict) else None
-            if not isinstance(meta, dict) or not isinstance(meta.get("env_meta"), dict) \
+            if not isinstance(meta, dict) or not env_meta_ok(meta.get("env_meta")) \
                     or not all(is_int(meta.get(k)) for k in SPEC_INTS):
                 raise HostError("the task text has no public specification (a ```json block whose metadata has "
-                                f"env_meta and the integers {', '.join(SPEC_INTS)})",
+                                f"env_meta with {', '.join(ENV_META_FIELDS)} and the integers {', '.join(SPEC_INTS)})",
                                 hint="is this an evogym agent-session/v3 task?")
             self._spec = cast(dict, spec)  # a dict: its metadata was read above
         return self._spec

@@ -74,6 +74,17 @@ def register(subparsers) -> None:
     p.add_argument("--model", help="model string (llm agent)")
     p.add_argument("--seed", type=seed_int, default=0, help="agent seed")
     p.add_argument("--log-dir", help="agent log folder (default: a new temporary folder)")
+    c = p.add_argument_group("the command agent's containment (docs/sandbox.md, \"The command agent\")")
+    c.add_argument("--agent-isolation", choices=("bwrap", "none"), default="bwrap",
+                   help="bwrap (default): a sandbox that sees only this run; none: no sandbox (only the "
+                        "environment allowlist), for machines without bubblewrap")
+    c.add_argument("--agent-network", action="store_true",
+                   help="share the machine's network with the agent (e.g. for a model provider); without it the "
+                        "agent reaches only this run's API")
+    c.add_argument("--agent-read", action="append", default=[], metavar="PATH",
+                   help="a further file or folder the agent may read (read-only; repeatable)")
+    c.add_argument("--agent-env", action="append", default=[], metavar="NAME",
+                   help="a further variable of this environment the agent gets, e.g. ANTHROPIC_API_KEY (repeatable)")
     o = p.add_argument_group("online evolution beside the harness (--online)")
     o.add_argument("--online", action="store_true", help="archive this task's verified trace and evolve the channel")
     o.add_argument("--every-k", type=int, default=3, help="a proposal round after every k finished tasks (default 3)")
@@ -176,6 +187,23 @@ def _lstat_mode(path: Path) -> int:
         return 0
 
 
+def _containment(args: argparse.Namespace) -> dict:
+    """The command agent's `sandbox` option from the flags ({} when all are defaults); the flags
+    are refused for any other agent (they would do nothing)."""
+    given = args.agent_isolation != "bwrap" or args.agent_network or args.agent_read or args.agent_env
+    if not given:
+        return {}
+    if args.agent != "command":
+        raise ValidationError("--agent-isolation/--agent-network/--agent-read/--agent-env contain the command agent "
+                              f"only, not {args.agent!r}", hint="drop them, or use --agent command")
+    from ole.agents.sandbox import AgentSandbox
+    try:
+        return {"sandbox": AgentSandbox(isolation=args.agent_isolation, network=args.agent_network,
+                                        read_only=tuple(args.agent_read), env=tuple(args.agent_env))}
+    except ValueError as exc:
+        raise ValidationError(str(exc), hint="see `ole agent work --help`") from None
+
+
 def _stopped(result, log_dir: Path, lines: list[str]) -> AgentStopped:
     """Why the agent stopped on an error, from what it left: its error file or extras, the command's
     exit, or its last progress line."""
@@ -201,7 +229,11 @@ def work(args: argparse.Namespace) -> Output:
         check_proposer("--proposer", args.proposer)
     command = agent_command(args.agent, args.command, example="ole agent work --agent command -- python my_agent.py")
     condition = RunCondition(host=args.agent, seed=args.seed, model=args.model, command=command)
+    options = _containment(args)
     if args.online:
+        if options:
+            raise ValidationError("--agent-isolation/--agent-network/--agent-read/--agent-env apply without --online",
+                                  hint="an online stream runs the command agent in its default sandbox")
         return _work_online(args, url, workspace, condition)
     from ole.agents.client import SESSION_SCHEME, HostClient, HostError
     from ole.chosen import chosen_by
@@ -226,7 +258,7 @@ def work(args: argparse.Namespace) -> Output:
     task = TaskSpec(env=info["env_meta"]["env"], profile="external", budget=info["episode_budget"])
     lines: list[str] = []
     result, _ = launch_agent(chosen, task, condition, url=url, workspace=workspace, log_dir=log_dir, record=record,
-                             progress=lines.append)
+                             progress=lines.append, agent_options=options)
     if url.startswith(SESSION_SCHEME):  # v3 agents must finish before they exit: name the best ok submits
         try:
             HostClient(url).finish()
