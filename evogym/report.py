@@ -11,7 +11,10 @@ from __future__ import annotations
 
 import io
 import json
+import math
+import os
 import re
+import stat
 from pathlib import Path
 
 from evogym.errors import ConfigError
@@ -82,12 +85,11 @@ def submit_rows(run_dir: Path, doc: dict) -> list[dict]:
     metrics = aux.get("code_metrics_by_submit") or {}
     rows, used, previous = [], 0, None
     for folder in sorted((Path(run_dir) / "workspace" / "feedback").glob("submit_*")):
-        try:
-            s = json.loads((folder / "summary.json").read_text())
-        except (OSError, ValueError):
+        s = _summary(folder / "summary.json")
+        if s is None:
             continue
         index = s.get("submit_index")
-        used += int(s.get("n_episodes") or 0)
+        used += s["n_episodes"] or 0
         m = metrics.get(str(index)) or {}
         edits: dict[str, int] = {k: (m[k] - previous[k]) for k in METRIC_COLUMNS
                  if isinstance(m.get(k), int) and isinstance(previous.get(k), int)} if previous is not None else {}
@@ -98,6 +100,36 @@ def submit_rows(run_dir: Path, doc: dict) -> list[dict]:
                      "selected": index == out.get("best_submit_index"), "edit": kinds.get(str(index), "-"),
                      "metrics": {k: m.get(k) for k in METRIC_COLUMNS}, "edits": edits})
     return rows
+
+
+SUMMARY_MAX_BYTES = 4 << 20
+"""Largest feedback summary read (the workspace is the agent's: a FIFO or a huge file there is skipped)."""
+SUMMARY_TYPES = {"submit_index": int, "n_episodes": int, "status": str, "mean_return": (int, float)}
+"""The summary fields a report row shows, with the types it draws them as."""
+
+
+def _summary(path: Path) -> dict | None:
+    """A feedback summary as a row reads it, or None when there is none to read. The agent can write
+    its workspace, so a field of the wrong type (`n_episodes: "four"` crashed `--html`) reads as
+    missing, and only a bounded regular file (never a FIFO, never a link) is opened."""
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    except OSError:
+        return None
+    try:
+        if not stat.S_ISREG(os.fstat(fd).st_mode):
+            return None
+        raw = os.read(fd, SUMMARY_MAX_BYTES + 1)
+        data = json.loads(raw) if len(raw) <= SUMMARY_MAX_BYTES else None
+    except (OSError, ValueError, RecursionError):
+        return None
+    finally:
+        os.close(fd)
+    if not isinstance(data, dict):
+        return None
+    return {key: value if isinstance(value, kind) and not isinstance(value, bool)
+            and not (isinstance(value, float) and not math.isfinite(value)) else None
+            for key, kind in SUMMARY_TYPES.items() for value in (data.get(key),)}
 
 
 def curve_svg(doc: dict, rows: list[dict]) -> str | None:

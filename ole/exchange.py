@@ -66,6 +66,9 @@ def export_document(registry, ref: str) -> tuple[ExportedBundle, str]:
 
 def read_document(path: Path) -> ExportedBundle:
     """Load an export strictly; a plain bundle file gets a hint to `bundle register` it instead."""
+    if Path(path).is_dir():  # read as a file it was an internal error (IsADirectoryError)
+        raise ValidationError(f"{path} is a folder, not an export file",
+                              hint="name the YAML file `ole bundle export` wrote")
     data = read_yaml_file(Path(path))
     if isinstance(data, dict) and "format" not in data and "loop_policy" in data:
         raise ValidationError(f"{path} is a bundle file, not an export",
@@ -79,7 +82,16 @@ def read_document(path: Path) -> ExportedBundle:
         raise IntegrityError(f"{path}: the bundle hashes to {doc.bundle.content_hash}, but the export says "
                              f"{doc.content_hash}: it was changed after export",
                              hint="export it again from the source registry")
+    _refuse_self_parent(doc, str(path))
     return doc
+
+
+def _refuse_self_parent(doc: ExportedBundle, where: str) -> None:
+    """An export naming its own content hash as a parent (a circle in the lineage) is refused."""
+    own = {doc.content_hash, doc.bundle.content_hash} & set(doc.bundle.provenance.external_parents)
+    if own:
+        raise ValidationError(f"{where}: the bundle names its own content hash {own.pop()} as a parent; "
+                              "no version is its own ancestor", hint="export it again from the source registry")
 
 
 def import_document(registry, doc: ExportedBundle, *, source: str, expect_hash: str | None = None):
@@ -87,6 +99,7 @@ def import_document(registry, doc: ExportedBundle, *, source: str, expect_hash: 
     hashes that stayed external)."""
     if expect_hash is not None:
         check_hash(expect_hash, doc.content_hash)
+    _refuse_self_parent(doc, source)
     bundle = doc.bundle
     existing = registry.find_content(bundle.name, bundle.content_hash)
     if existing is not None:

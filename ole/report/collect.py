@@ -176,8 +176,8 @@ def _evidence(d: dict) -> dict:
         return {"ablation": d.get("ablation")}
     try:
         cov = coverage(pairs)
-    except OleError:  # a pair without a known budget: show the decision without its coverage
-        return {"ablation": d.get("ablation")}
+    except (OleError, ValueError, TypeError):  # a pair without a known budget, or a condition without its
+        return {"ablation": d.get("ablation")}  # host (a record written through the public API): no coverage
     cells = tuple({**c.model_dump(), "verdict": c.verdict} for c in cov.cells)
     bound = d.get("bound")
     if bound is None and "bound" not in d:
