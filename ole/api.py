@@ -140,7 +140,7 @@ def settings_of(settings: EvolveSettings | None = None, **given: Any) -> EvolveS
     """`settings` with the keyword settings over it (`ole.evolve(envs=[...])`); unknown names are refused."""
     import pydantic
     try:
-        over = EvolveSettings(**{k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
+        over = EvolveSettings.model_validate({k: tuple(v) if isinstance(v, list) else v for k, v in given.items()})
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         raise ValidationError(f"bad evolve setting {'.'.join(map(str, first['loc']))}: {first['msg']}",
@@ -175,9 +175,11 @@ def plan_evolve(settings: EvolveSettings, *, writing: bool = True, gate: "GateCo
         _online_config(settings)
     note = check_gate_reach(cfg, gate, mode)
     est = estimate_of(settings, cfg, gate)
-    check = check_writable if writing else check_could_write
-    check("--workdir", settings.workdir_path())
-    check("--traces", settings.traces or "traces")
+    for flag, folder in (("--workdir", settings.workdir_path()), ("--traces", Path(settings.traces or "traces"))):
+        if writing:
+            check_writable(flag, folder)
+        else:
+            check_could_write(flag, folder)
     return EvolvePlan(settings, mode, cfg, gate, est, (note,) if note else ())
 
 

@@ -199,7 +199,7 @@ class EvolveSettings(BaseModel):
             filled.update({k: getattr(self, k) if getattr(self, k) is not None else v
                            for k, v in ONLINE_DEFAULTS.items()})
         keep = {"address": self.address, "track": self.track, "track_uri": self.track_uri}
-        return EvolveSettings(**filled, **keep)
+        return EvolveSettings.model_validate({**filled, **keep})
 
     def dump_yaml(self) -> str:
         """The settings as the YAML `--config` reads (settings left at None omitted)."""

@@ -140,7 +140,7 @@ def run(args: argparse.Namespace) -> Output:
                      "lessons_read": read, "lessons": lessons})
         rows.append([env, o.status, _num(o.final_score), _num(o.normalized_score),
                      trace.trace_id if trace.verified else "(not scored: no trace)"])
-    archived = [d["trace_id"] for d in data if d["archived"]]
+    archived = [str(d["trace_id"]) for d in data if d["archived"]]
     hint = f"\nnext: `{_trace_show(args, archived[0])}`" if archived else ""
     note = (f"\nlessons: this run read {read} lessons from {lessons} written by earlier runs here "
             "(--no-lessons for a run that depends on none)" if read else "")

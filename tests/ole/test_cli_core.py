@@ -43,7 +43,8 @@ def test_child_release_rollback_and_history_all_from_the_cli(root, tmp_path, cap
     code, out, _ = ole(root, "bundle", "validate", str(child), capsys=capsys)
     assert code == 0 and out.startswith("ok")
     reg = ole_json(root, "bundle", "register", str(child), "--parent", "1", "--note", "bigger steps", capsys=capsys)
-    assert reg == {"ref": "coder@2", "status": "registered", "content_hash": reg["content_hash"], "deduplicated": False}
+    assert reg == {"ref": "coder@2", "status": "registered", "content_hash": reg["content_hash"], "deduplicated": False,
+                   "first_version": False}
     code, tree, _ = ole(root, "lineage", "show", "coder", capsys=capsys)
     assert "coder@1 [active] seed (scope general)" in tree
     assert "└── coder@2 [registered] manual (scope general) — bigger steps" in tree
