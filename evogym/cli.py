@@ -37,6 +37,8 @@ def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--budget", type=int, help="episode budget (default: the profile's)")
     p.add_argument("--max-per-submit", type=int, help="cap episodes per submit (default: the profile's)")
     p.add_argument("--max-submissions", type=int, help="cap charged submits (default: the profile's; strict 128)")
+    p.add_argument("--episode-pool-size", type=int,
+                   help="train episode ids the agent may choose from, 0..N-1 (default: the profile's; strict 128)")
     p.add_argument("--max-candidates", type=int,
                    help="most submissions a v3 finish may name for validation (default: the profile's; strict 1)")
     p.add_argument("--program", type=Path,
@@ -82,7 +84,7 @@ def _open_host(args):
                          max_per_submit=args.max_per_submit, allow_early_finish=not args.no_early_finish,
                          data_dir=args.data_dir, model=args.model,
                          agent_timeout_s=getattr(args, "agent_timeout", None), max_submissions=args.max_submissions,
-                         max_candidates=args.max_candidates)
+                         max_candidates=args.max_candidates, pool_size=args.episode_pool_size)
     if args.program is not None:  # refused before the run directory exists, as every other flag
         from evogym.program import program_problem
         problem = program_problem(args.program)

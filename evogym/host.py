@@ -29,7 +29,7 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
                 max_per_submit: int | None = None, allow_early_finish: bool = True,
                 max_steps: int | None = None, data_dir: str | None = None, model: str = "unknown",
                 agent_timeout_s: float | None = None, max_submissions: int | None = None,
-                max_candidates: int | None = None) -> RunConfig:
+                max_candidates: int | None = None, pool_size: int | None = None) -> RunConfig:
     """A RunConfig from a profile name plus overrides; validates everything up front."""
     prof = pools.profile(profile)
     spec = envs.resolve(env)
@@ -43,19 +43,22 @@ def make_config(env: str, profile: str = "quick", *, budget: int | None = None, 
     submissions = max_submissions if max_submissions is not None else prof.max_submissions
     if submissions is not None and submissions < 1:
         raise ConfigError(f"max submissions must be >= 1, got {submissions}")
+    pool = prof.pool if pool_size is None else pool_size
+    if not 1 <= pool <= pools.TRAIN_SIZE:
+        raise ConfigError(f"episode pool size must lie in 1..{pools.TRAIN_SIZE} (the train pool), got {pool}")
     must_spend = prof.require_budget_exhaustion or not allow_early_finish
-    if submissions is not None and must_spend and budget > submissions * min(maximum, prof.pool):
+    if submissions is not None and must_spend and budget > submissions * min(maximum, pool):
         # EvoPolicyGym main refuses such a configuration up front: every submit would be refused
         # (budget_allocation) and finish never succeed (budget_remaining)
-        raise ConfigError(f"the whole budget must be spent ({'profile ' + prof.name if prof.require_budget_exhaustion else '--no-early-finish'}), "
-                          f"but a budget of {budget} cannot be exhausted within max_submissions: {submissions} "
-                          f"submissions of at most {min(maximum, prof.pool)} episodes",
-                          hint="raise --max-submissions or --max-per-submit, or lower --budget")
+        why = f"profile {prof.name}" if prof.require_budget_exhaustion else "--no-early-finish"
+        raise ConfigError(f"the whole budget must be spent ({why}): that needs a budget that can be exhausted within "
+                          f"max_submissions, but {submissions} submissions of at most {min(maximum, pool)} episodes "
+                          f"cannot spend {budget}", hint="raise --max-submissions or --max-per-submit, or lower --budget")
     candidates = max_candidates if max_candidates is not None else prof.max_candidates
     if candidates is not None and not 1 <= candidates <= (submissions or budget):
         raise ConfigError(f"max candidates must lie in 1..{submissions or budget} (max submissions), got {candidates}")
     return RunConfig(env=spec.slug, profile=prof.name, budget=budget, min_per_submit=prof.min_per_submit,
-                     max_per_submit=maximum, n_env_instances=prof.pool, valid_size=prof.valid,
+                     max_per_submit=maximum, n_env_instances=pool, valid_size=prof.valid,
                      heldout_size=prof.heldout_for(spec.family), pool_seed=pool_seed, isolation=isolation,
                      limits=limits or sandbox.Limits(act_wall_s=prof.act_wall_s), finalize_jobs=finalize_jobs,
                      allow_early_finish=allow_early_finish and not prof.require_budget_exhaustion,

@@ -225,3 +225,12 @@ def test_text_report_prints_a_dash_for_missing_numbers(tmp_path):
             "n_charged_submits": None, "n_successful_submits": 0, "edit_kinds": {}}}}))
     text = report(run)
     assert "None" not in text and "episodes to 50% -, to 80% -" in text
+
+
+def test_a_no_early_finish_run_that_could_never_finish_is_refused_up_front(tmp_path, capsys):
+    """`--budget 40 --max-submissions 1` with a per-submit cap of 32 left every submit refused
+    (budget_allocation) and finish impossible (budget_remaining); upstream refuses it up front."""
+    err = refused(capsys, "serve", "--env", "gym/acrobot", "--run-dir", str(tmp_path / "r"), "--budget", "40",
+                  "--max-submissions", "1", "--no-early-finish", "--session")
+    assert "can be exhausted within max_submissions" in err and "cannot spend 40" in err
+    assert not (tmp_path / "r").exists()

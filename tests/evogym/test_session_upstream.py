@@ -159,6 +159,13 @@ def test_unknown_names_are_unknown_not_duplicates(session):
     assert code(finish(s, "submit_000")) == "unknown_submission"
 
 
+def test_the_episode_pool_is_a_setting(session):
+    host, s = session(budget=5, pool_size=5)
+    assert code(submit(s, 5)) == "invalid_request" and submit(s, 0, 4)["ok"]
+    with pytest.raises(ConfigError, match="episode pool size"):
+        make_config("gym/acrobot", "quick", pool_size=1025)
+
+
 def test_the_candidate_limit_is_a_setting(session):
     host, s = session(budget=4, max_candidates=1)
     assert submit(s, 0)["ok"] and submit(s, 1)["ok"]
@@ -190,7 +197,7 @@ def test_a_run_that_could_never_finish_is_refused_up_front(flags, ok):
     if ok:
         make_config("gym/acrobot", "quick", **flags)
         return
-    with pytest.raises(ConfigError, match="cannot be exhausted within max_submissions"):
+    with pytest.raises(ConfigError, match="can be exhausted within max_submissions"):
         make_config("gym/acrobot", "quick", **flags)
 
 
