@@ -16,7 +16,7 @@ ask/tell), `judge` (`ole gate`), `lineage`, `champions`, `decisions`. Records: `
 from __future__ import annotations
 
 import importlib
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 __version__ = "0.1.0"
 
@@ -45,7 +45,9 @@ _FACE: dict[str, tuple[str, str]] = {
     "RunCondition": ("ole.trace", "RunCondition"),
     "Trace": ("ole.trace", "Trace"),
 }
-"""Public name -> (module, attribute). Names of submodules (`evolve`, `gate`) are not used for
+"""Public name -> (module, attribute); `ole/__init__.pyi` gives type checkers and IDEs their real
+signatures (a stub: importing them here, even under TYPE_CHECKING, would put the package face in
+an import circle with every module that reads `ole.__version__`). Names of submodules (`evolve`, `gate`) are not used for
 functions: importing `ole.gate` sets the attribute `ole.gate` to that module, which would shadow a
 function of the same name."""
 
@@ -54,19 +56,6 @@ __all__ = ["__version__", "open_registry", "run", "evolve_offline", "evolve_onli
            "RegisteredBundle", "ScopeChampion", "Lineage", "Bundle", "load_bundle", "dump_bundle", "TaskSpec",
            "RunCondition", "Trace"]
 """The public names: `__version__` and those of `_FACE` (tests/ole/test_api.py checks they agree)."""
-
-if TYPE_CHECKING:  # what type checkers and IDEs see: the real signatures
-    from ole.api import (EvolveResult, champions, decisions, evolve_offline, evolve_online, judge, lineage,
-                         open_registry, run, stream)
-    from ole.bundle import Bundle
-    from ole.bundle import dump_bundle_yaml as dump_bundle
-    from ole.bundle import load_bundle_yaml as load_bundle
-    from ole.evolves import EvolveSettings
-    from ole.gate import GateConfig, GateDecision
-    from ole.registry import RegisteredBundle, Registry, ScopeChampion
-    from ole.registry.lineage import Lineage
-    from ole.trace import RunCondition, TaskSpec, Trace
-
 
 def __getattr__(name: str) -> Any:
     """Import a public name's module on first use (PEP 562)."""
