@@ -103,3 +103,21 @@ def test_settings_are_the_flags_by_name_and_a_wrong_one_is_refused():
         settings_of(gate_pool=[201])
     with pytest.raises(ValidationError, match="names no env"):
         ole.evolve_offline(envs=[], registry=None)
+
+
+def test_stream_asks_and_tells_from_the_callers_loop(project, monkeypatch):
+    """`ole.stream`: the caller's loop fixes each task's bundle at its boundary and tells the trace back;
+    every `every_k` tasks a challenger is gated (the runs here are fake_evaluate's, through the engine)."""
+    from ole.evolve.online import engine_worker
+    monkeypatch.setattr(jobs, "run_job", fake_evaluate)
+    monkeypatch.chdir(project)
+    lines: list[str] = []
+    with ole.stream(envs=["gym/acrobot", "gym/pusher5"], tasks=3, every_k=3, workers=1, registry="bundles",
+                    progress=lines.append) as evo:
+        work = engine_worker(evo.e)
+        for _ in range(3):
+            a = evo.ask()
+            evo.tell(work(a))
+        assert evo.index == 3 and len(evo.events.decisions) == 1
+    assert (project / "runs" / "evolve-online" / "evolve.yaml").is_file()
+    assert [d.challenger for d in ole.decisions(registry="bundles")] == [evo.events.decisions[0].challenger]
