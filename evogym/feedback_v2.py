@@ -110,10 +110,10 @@ def episode_docs(indices: list[int], outcomes: list[dict] | None, verdict: str) 
     docs = []
     for i, out in zip(indices, outcomes):
         category = out["category"] if out["category"] != "env_error" else None
-        failure = (FAILURE.get(category, "exception") if category else "invalid_action" if out["invalid"] else None)
-        docs.append({"episode_index": i, "status": "policy_failed" if failure else "completed",
-                     "reward": None if failure else float(out["ret"]), "steps": int(out["length"]),
-                     "failure": failure, "return": float(out["ret"])})
+        code = FAILURE.get(category, "exception") if category else "invalid_action" if out["invalid"] else None
+        docs.append({"episode_index": i, "status": "policy_failed" if code else "completed",
+                     "reward": None if code else float(out["ret"]), "steps": int(out["length"]),
+                     "failure": code, "return": float(out["ret"])})
     return docs
 
 

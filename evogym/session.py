@@ -145,9 +145,9 @@ class Session:
             code, message = refusal
             unknown = [name for name, i in zip(ids, indices) if i < 0]
             if code == "unknown_submission" and unknown:
-                names = map(feedback_v2.submission_id, range(1, len(self.published.indices) + 1))
+                known = map(feedback_v2.submission_id, range(1, len(self.published.indices) + 1))
                 message = (f"{unknown[0][:40]!r} is not a published submission of this run; "
-                           f"published: {', '.join(names) or 'none'}")
+                           f"published: {', '.join(known) or 'none'}")
             return self._reject_finish(code, message, len(ids))
         status, payload = host.finish(indices)
         if status != 200:
