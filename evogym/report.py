@@ -104,7 +104,8 @@ def submit_rows(run_dir: Path, doc: dict) -> list[dict]:
 
 SUMMARY_MAX_BYTES = 4 << 20
 """Largest feedback summary read (the workspace is the agent's: a FIFO or a huge file there is skipped)."""
-SUMMARY_TYPES = {"submit_index": int, "n_episodes": int, "status": str, "mean_return": (int, float)}
+SUMMARY_TYPES: dict[str, type | tuple[type, ...]] = {"submit_index": int, "n_episodes": int, "status": str,
+                                                     "mean_return": (int, float)}
 """The summary fields a report row shows, with the types it draws them as."""
 
 

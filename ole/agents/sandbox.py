@@ -278,7 +278,7 @@ class Contained:
 
     def __init__(self, sandbox: AgentSandbox, url: str, grants: Grants) -> None:
         self.sandbox = sandbox
-        self.private = Path(tempfile.mkdtemp(prefix="ole-agent-"))
+        self.private = Path(tempfile.mkdtemp(prefix="ole-sandbox-"))
         self.bridge: ApiBridge | None = None
         api = None if sandbox.network else api_endpoint(url)
         try:
