@@ -131,8 +131,9 @@ def test_a_folder_given_as_a_bundle_file_is_a_one_line_error(root, tmp_path, cap
     folder.mkdir()
     for argv in (["bundle", "validate", str(folder)], ["bundle", "register", str(folder)],
                  ["bundle", "import", str(folder)], ["bundle", "diff", "coder@1", str(folder)]):
-        code, _, err = ole(capsys, "--root", str(root), *argv)
-        assert code == 2 and "is a directory, expected a YAML file" in (err + _), (argv, err)
+        code, out, err = ole(capsys, "--root", str(root), *argv)
+        said = err + out  # validate lists its errors on stdout
+        assert code == 2 and "internal error" not in said and re.search(r"is a (directory|folder)", said), (argv, said)
 
 
 @pytest.mark.sandbox
