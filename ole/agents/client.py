@@ -41,7 +41,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from ole.agents.hostio import (CALL_TIMEOUT_S, ENV_META_FIELDS, RESPONSE_MAX_BYTES, SUBMIT_TIMEOUT_S, TOKEN_MAX_BYTES,
-                               HostError, SubmitAnswer, env_meta_ok, is_int, read_bounded)
+                               HostError, SubmitAnswer, clean_summary, env_meta_ok, is_int, read_bounded)
 from ole.agents.session_client import SESSION_PROTOCOL, SessionClient
 
 __all__ = ["CALL_TIMEOUT_S", "SUBMIT_TIMEOUT_S", "SESSION_PROTOCOL", "SESSION_SCHEME", "Credential", "HostClient",
@@ -229,10 +229,9 @@ class HostClient:
                             hint=raw[:200].decode(errors="replace"))
         if status == 409:
             raise HostError("the run is closed (409 run_closed)", hint="the budget is spent or /finish was called")
-        summary = payload.get("summary")
         submit_id = payload.get("submit_id")
-        return SubmitAnswer(status, submit_id if is_int(submit_id) else None, str(payload.get("status", "bad_request")),
-                            summary if isinstance(summary, dict) else {})
+        return SubmitAnswer(status, submit_id if is_int(submit_id) else None,
+                            str(payload.get("status", "bad_request"))[:100], clean_summary(payload.get("summary")))
 
     def finish(self) -> int:
         """Ask the host to finalize now (extension endpoint); returns the HTTP status (for a

@@ -110,3 +110,28 @@ def env_meta_ok(meta: object) -> bool:
     """Whether `meta` is an `env_meta` object with `ENV_META_FIELDS` of the right types."""
     return isinstance(meta, dict) and isinstance(meta.get("env"), str) and isinstance(meta.get("obs_space"), dict) \
         and isinstance(meta.get("action_space"), dict)
+
+
+def clean_summary(summary: object) -> dict:
+    """A submit's summary as agents read it: the fields they use kept only with the right type
+    (counts non-negative ints, `returns` a list of finite numbers, `mean_return` a finite number,
+    texts strings), every other field as it came. A host answering `"returns": ["x"]` or
+    `"remaining_budget": "many"` made the agent raise outside its recorded-failure paths."""
+    if not isinstance(summary, dict):
+        return {}
+    out = dict(summary)
+    for key in ("n_episodes", "remaining_budget", "submit_index"):
+        if key in out and not (is_int(out[key]) and out[key] >= 0):
+            del out[key]
+    for key in ("mean_return", "wall_time_seconds"):
+        if key in out and not is_number(out[key]):
+            out[key] = None
+    for key in ("status", "submit_started_at"):
+        if key in out and not isinstance(out[key], str):
+            del out[key]
+    if "returns" in out and not (isinstance(out["returns"], list) and all(is_number(r) for r in out["returns"])):
+        out["returns"] = None
+    if "env_instances" in out and not (isinstance(out["env_instances"], list)
+                                       and all(is_int(i) for i in out["env_instances"])):
+        out["env_instances"] = []
+    return out

@@ -13,7 +13,8 @@ from pathlib import Path
 from typing import Any, cast
 
 from ole.agents.hostio import (CALL_TIMEOUT_S, ENV_META_FIELDS, SUBMIT_TIMEOUT_S, SUMMARY_MAX_BYTES, TASK_TEXT_MAX_BYTES,
-                               HostError, SubmitAnswer, env_meta_ok, is_int, is_number, read_bounded, read_json)
+                               HostError, SubmitAnswer, clean_summary, env_meta_ok, is_int, is_number, read_bounded,
+                               read_json)
 
 SESSION_PROTOCOL = "agent-session/v3"
 SESSION_FRAME_BYTES = 64 << 10
@@ -169,7 +170,7 @@ class SessionClient:
         summary = full if full is not None else {
             "n_episodes": result["episodes_used"], "remaining_budget": result["episodes_remaining"],
             "mean_return": result.get("score"), "env_instances": ids}
-        return SubmitAnswer(200, index, str(result.get("status", "ok"))[:100], summary)
+        return SubmitAnswer(200, index, str(result.get("status", "ok"))[:100], clean_summary(summary))
 
     def _feedback(self, name: object) -> dict | None:
         """The full summary a receipt names (evogym's `summary`, or `feedback` of hosts before it), as

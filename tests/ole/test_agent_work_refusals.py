@@ -281,3 +281,54 @@ def test_the_token_is_never_sent_off_loopback(tmp_path):
     assert b"s3cret" in near.heads[0] and not any(b"s3cret" in head for head in away.heads), away.heads
     away.sock.close()
     near.sock.close()
+
+
+def test_a_host_answering_mistyped_summaries_is_a_recorded_run_not_a_crash(tmp_path):
+    """A submit answer whose summary has `returns: ["x"]`, `mean_return: "high"` and counts that are
+    no numbers stopped the agent with a ValueError at its first answer (recorded as an agent error,
+    exit 0); read as missing fields, the agent works on until the host closes the run."""
+    import http.server
+    meta = spec()["metadata"]
+    info = {"env_meta": meta["env_meta"], "episode_budget": 4, "min_episodes_per_submit": 1,
+            "max_episodes_per_submit": 4, "resource_limits": {}, "protocol_version": "0.1.0",
+            "state": {"is_finalized": False, "remaining_budget": 4, "n_submits": 0, "finalization": "pending"}}
+    submits: list[int] = []
+
+    class Host(http.server.BaseHTTPRequestHandler):
+        def answer(self, status: int, doc: dict) -> None:
+            body = json.dumps(doc).encode()
+            self.send_response(status)
+            self.send_header("Content-Type", "application/json")
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
+        def do_GET(self) -> None:  # noqa: N802 - http.server's name
+            self.answer(200, info)
+
+        def do_POST(self) -> None:  # noqa: N802 - http.server's name
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.path == "/finish":
+                return self.answer(200, {"status": "ok"})
+            submits.append(1)
+            if len(submits) > 2:
+                return self.answer(409, {"status": "run_closed"})
+            self.answer(200, {"submit_id": len(submits) - 1, "status": "ok", "summary": {
+                "n_episodes": "four", "remaining_budget": "many", "returns": ["x", None], "mean_return": "high",
+                "env_instances": "all", "status": ["ok"], "submit_index": -3}})
+
+        def log_message(self, *args) -> None:
+            pass
+
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Host)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        rc, err, _ = work(tmp_path, {"EVOPOLICYGYM_API": f"http://127.0.0.1:{server.server_address[1]}",
+                                     "EVOPOLICYGYM_TOKEN": "t", "EVOPOLICYGYM_WORKSPACE": str(workspace(tmp_path))},
+                          timeout=300)
+    finally:
+        server.shutdown()
+    assert "internal error" not in err and "Traceback" not in err, err
+    assert rc == 0 and len(submits) == 3 and not (tmp_path / "logs" / "agent_error.txt").exists(), (rc, err)
+    rows = [json.loads(line) for line in (tmp_path / "logs" / "iterations.jsonl").read_text().splitlines()]
+    assert rows and all(r["returns"] is None and r["mean_return"] is None for r in rows), rows
