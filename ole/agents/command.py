@@ -299,12 +299,18 @@ class _Watcher:
 
 def _read_regular(path: Path, limit: int) -> bytes | None:
     """Up to `limit` + 1 bytes of a regular file, None for anything else: a FIFO at
-    `system/policy.py` blocked the watcher's read for good, and a symbolic link there (to
-    another run's token) is not followed."""
+    `system/policy.py` blocked the watcher's read for good, and a symbolic link there or at
+    `system/` itself (to another run's folder) is not followed."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC)
+        parent = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
         return None
+    try:
+        fd = os.open(path.name, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
+        return None
+    finally:
+        os.close(parent)
     try:
         if not stat.S_ISREG(os.fstat(fd).st_mode):
             return None

@@ -117,6 +117,29 @@ def test_summaries_that_block_or_lead_outside_are_skipped(tmp_path):
     assert [it.submit_id for it in found] == [2]
 
 
+@pytest.mark.parametrize("link", ["file", "folder"])
+def test_the_watcher_never_follows_a_link_out_of_the_workspace(tmp_path, link):
+    """A `system/policy.py` (or `system/`) the agent turned into a link to another run's files was
+    read and kept as the agent's program."""
+    import time
+
+    from ole.agents.command import _Watcher
+    elsewhere = tmp_path / "other-run"
+    elsewhere.mkdir()
+    (elsewhere / "policy.py").write_text("SECRET = 'another run'\n")
+    (tmp_path / "ws").mkdir()
+    if link == "folder":
+        (tmp_path / "ws" / "system").symlink_to(elsewhere)
+    else:
+        (tmp_path / "ws" / "system").mkdir()
+        (tmp_path / "ws" / "system" / "policy.py").symlink_to(elsewhere / "policy.py")
+    watcher = _Watcher(tmp_path / "ws" / "system" / "policy.py")
+    watcher.start()
+    time.sleep(0.5)
+    watcher.stop()
+    assert watcher.snapshots == []
+
+
 def test_a_shell_string_is_split_and_an_empty_command_refused():
     assert CommandAgent("python3 agent.py --fast").command == ["python3", "agent.py", "--fast"]
     with pytest.raises(ValueError, match="needs a command"):
