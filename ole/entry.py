@@ -31,3 +31,10 @@ def evogym_main() -> None:
     _refuse_conflict("evogym")
     from evogym.cli import main
     sys.exit(main())
+
+
+def session_main() -> None:
+    """The `evopolicygym-session` console script (upstream's agent client): the same check first."""
+    _refuse_conflict("evopolicygym-session")
+    from evogym.session_client import main
+    sys.exit(main())

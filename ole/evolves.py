@@ -32,7 +32,8 @@ SETTINGS_FILE = "evolve.yaml"
 """The resolved settings an evolve writes into its workdir (`--config` reads it back)."""
 OUTCOME_FILE = "outcome.json"
 """What a finished evolve wrote: its summary (`ole evolve --json`) and when it ended."""
-OFFLINE_ONLY = ("population", "generations", "eta", "screen", "max_scopes", "ablate")
+OFFLINE_ONLY = ("population", "generations", "eta", "screen", "max_scopes", "ablate", "transfer_envs",
+                "transfer_pools")
 """Search settings online mode never reads (its challengers are proposed one at a time, one scope each)."""
 ONLINE_ONLY = ("tasks", "every_k")
 """Stream settings offline mode never reads."""
@@ -66,6 +67,11 @@ class EvolveSettings(BaseModel):
     """Pool seeds of the gate's first look."""
     gate_budgets: tuple[int, ...] | None = None
     """Episode budgets of every gate instance."""
+    transfer_envs: tuple[str, ...] | None = None
+    """Envs held out from the search on which a released change is paired with the champion, so its
+    release may widen (offline; default `ole.evolve.DEFAULT_TRANSFER` less the search envs; empty: none)."""
+    transfer_pools: tuple[int, ...] | None = None
+    """Pool seeds of the transfer sample (offline)."""
     agent_seeds: tuple[int, ...] | None = None
     """Agent seeds crossed with every pool."""
     host: Literal["builtin", "llm", "command"] | None = None
@@ -160,8 +166,13 @@ class EvolveSettings(BaseModel):
         given = {k: v for k, v in self.model_dump().items() if v is not None}
         suite = {k: given[k] for k in ("envs", "profile", "budget", "host", "model", "command") if k in given}
         top = {k: given[k] for k in ("search_pools", "gate_pools", "agent_seeds", "population", "generations", "seed",
-                                     "channel", "workers", "eta", "screen", "gate_budgets", "max_scopes", "ablate")
+                                     "channel", "workers", "eta", "screen", "gate_budgets", "max_scopes", "ablate",
+                                     "transfer_envs", "transfer_pools")
                if k in given}
+        if self.mode == "offline" and "transfer_envs" not in top:
+            from ole.evolve import DEFAULT_TRANSFER
+            searched = set(suite.get("envs") or Suite.model_fields["envs"].default)
+            top["transfer_envs"] = tuple(e for e in DEFAULT_TRANSFER if e not in searched)
         try:
             caps = CostCaps(episodes=self.max_episodes, wall_s=self.max_wall_s, tokens=self.max_tokens,
                             usd=self.max_usd)
@@ -194,7 +205,8 @@ class EvolveSettings(BaseModel):
             **{k: getattr(self, k) or v for k, v in DRIVER_DEFAULTS.items() if k != "traces"}}
         if mode == "offline":
             filled.update(population=cfg.population, generations=cfg.generations, eta=cfg.eta, screen=cfg.screen,
-                          max_scopes=cfg.max_scopes, ablate=cfg.ablate)
+                          max_scopes=cfg.max_scopes, ablate=cfg.ablate, transfer_envs=cfg.transfer_envs,
+                          transfer_pools=cfg.transfer_pools)
         else:
             filled.update({k: getattr(self, k) if getattr(self, k) is not None else v
                            for k, v in ONLINE_DEFAULTS.items()})
@@ -285,7 +297,8 @@ def planned_runs(cfg: "EvolveConfig", mode: str, tasks: int, every_k: int, monit
             runs += search[prev:n] * alive * cfg.generations
             alive, prev = max(1, -(-alive // cfg.eta)), n
         scopes = min(cfg.max_scopes, len(cfg.suite.envs))
-        return runs + gate + gate[: -(-len(gate) * scopes // len(cfg.suite.envs))]
+        transfer = runs_of(cfg.transfer_instances()) * 2 * scopes  # champion and change, per released scope
+        return runs + gate + gate[: -(-len(gate) * scopes // len(cfg.suite.envs))] + transfer
     stream = [(cfg.suite.envs[i % len(cfg.suite.envs)], cfg.suite.budget) for i in range(tasks)]
     return stream + gate * (1 + tasks // every_k) + stream[:monitor]
 

@@ -33,6 +33,7 @@ from ole.errors import ValidationError
 from ole.monitor import AnalysisConfig
 from ole.paired import COST_RESOURCES, Pair, PairStats, instance_key, pair_stats, regressions
 from ole.trace import utc_now
+from ole.transfer import TransferConfig, TransferDecision
 from ole.verdicts import Verdict
 
 SCHEMA_VERSION: Final = "1"
@@ -94,6 +95,9 @@ class GateConfig(_Record):
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
     """How a release is exposed and monitored on a live stream after the gate (`ole.monitor`):
     the staged share, the anytime-valid rollback and promotion tests, the deadline."""
+    transfer: TransferConfig = Field(default_factory=TransferConfig)
+    """How far envs held out from the search let a released change reach (`ole.transfer`): the
+    regions of task features a release may widen to, and what each claim supports."""
 
     @model_validator(mode="after")
     def _known_resources(self) -> "GateConfig":
@@ -202,6 +206,10 @@ class GateDecision(_Record):
     ablation: Ablation | None = None
     """How the gated challenger was cut down to the field changes that carry its search gain
     (None: it was gated as proposed)."""
+    transfer: TransferDecision | None = None
+    """The change paired with the champion on transfer envs (held out from the search) after it
+    passed, and the regions of task features that evidence lets its release widen to
+    (`ole.transfer`); None when no transfer envs were sampled."""
 
     def evidence(self) -> Coverage:
         """The coverage of the pairs (stored, or derived for records made before it was)."""

@@ -113,4 +113,5 @@ def test_an_overwritten_evogym_is_refused_before_any_module_imports_it(tmp_path:
                                text=True, timeout=60, cwd=tmp_path)
     assert unguarded.returncode == 1 and "not the host" in unguarded.stderr  # what the check spares the user
     scripts = PYPROJECT["project"]["scripts"]
-    assert scripts == {"ole": "ole.entry:ole_main", "evogym": "ole.entry:evogym_main"}
+    assert scripts == {"ole": "ole.entry:ole_main", "evogym": "ole.entry:evogym_main",
+                       "evopolicygym-session": "ole.entry:session_main"}

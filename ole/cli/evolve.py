@@ -36,7 +36,7 @@ LS_SEARCH = "runs"
 
 def register(subparsers) -> None:
     """Add `ole evolve`."""
-    from ole.evolve import DEFAULT_SUITE, EvolveConfig, Suite
+    from ole.evolve import DEFAULT_SUITE, DEFAULT_TRANSFER, EvolveConfig, Suite
     from ole.evolves import ONLINE_DEFAULTS
     from ole.jobs import EXECUTIONS
     from ole.registry.records import DEFAULT_CHANNEL
@@ -62,6 +62,12 @@ def register(subparsers) -> None:
     g.add_argument("--gate-budgets", action=ListArg, item=int, default=None, metavar="N",
                    help=f"episode budgets of every gate instance; a release covers their band "
                         f"(default: {_csv(cfg.gate_budgets)})")
+    g.add_argument("--transfer-envs", action=ListArg, default=None, metavar="ENV",
+                   help="envs held out from the search on which a released change is paired with the champion, "
+                        "so its release may widen to the task features they support; `--transfer-envs none` for "
+                        "none (offline; default: " + " ".join(DEFAULT_TRANSFER) + " less the search envs)")
+    g.add_argument("--transfer-pools", action=ListArg, item=int, default=None, metavar="SEED",
+                   help=f"pool seeds of the transfer sample (offline; default: {_csv(cfg.transfer_pools)})")
     g.add_argument("--agent-seeds", action=ListArg, item=seed_int, default=None, metavar="SEED",
                    help=f"agent seeds (default: {_csv(cfg.agent_seeds)})")
     g.add_argument("--host", choices=("builtin", "llm", "command"), default=None,
@@ -130,7 +136,8 @@ def _csv(values) -> str:
 
 # ----- flags -> settings ------------------------------------------------------------------------
 
-FLAG_SETTINGS = ("mode", "envs", "profile", "budget", "search_pools", "gate_pools", "gate_budgets", "agent_seeds",
+FLAG_SETTINGS = ("mode", "envs", "profile", "budget", "search_pools", "gate_pools", "gate_budgets", "transfer_envs",
+                 "transfer_pools", "agent_seeds",
                  "host", "model", "population", "generations", "seed", "eta", "screen", "max_scopes", "proposer",
                  "gate_config", "channel", "tasks", "every_k", "executor", "address", "workers", "execution",
                  "workdir", "traces", "max_episodes", "max_wall_s", "max_tokens", "max_usd", "track", "track_uri")
@@ -145,6 +152,8 @@ def settings_from(args: argparse.Namespace) -> "EvolveSettings":
     given: dict[str, Any] = {k: getattr(args, k) for k in FLAG_SETTINGS if getattr(args, k, None) is not None}
     if "envs" in given:
         given["envs"] = tuple(given["envs"])
+    if "transfer_envs" in given:
+        given["transfer_envs"] = tuple(e for e in given["transfer_envs"] if e != "none")
     if args.no_ablation:
         given["ablate"] = False
     host = given.get("host") or base.host or "builtin"

@@ -17,7 +17,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole import evidence as evidence_mod
 from ole.ablation import Ablation
-from ole.bundle import Bundle
+from ole.bundle import Bundle, parse_ref, parse_scope
 from ole.chosen import ChosenVersion
 from ole.cost import CostCaps, CostMeter
 from ole.evidence import EvidenceItem
@@ -27,6 +27,7 @@ from ole.jobs import EvalJob
 from ole.paired import Instance, Pair, PairedEvaluation, PairStats, RunResult, instance_key, pair_stats
 from ole.proposers import Proposal, Proposer
 from ole.trace import RunCondition, TaskSpec, Trace, TraceArchive
+from ole.transfer import TransferDecision
 
 DEFAULT_SUITE = ("gym/halfcheetah5", "gym/pusher5", "gym/continuouscar")
 """The `make evolve` workload: the envs of each family where the built-in agent has headroom and
@@ -38,6 +39,16 @@ reach it). acrobot, ant5, Fetch*, reacher5, Pendulum and the MiniGrid envs are l
 move of the maps left them bit-identical or within 2 % (nothing to learn, only cost); bipedal is
 multimodal (two agent seeds of one policy: q 15 vs 0), so its pairs are noise. Releases are
 bounded to the env ids their gates sampled (`ole.coverage`), so the envs left out keep the seed."""
+
+
+DEFAULT_TRANSFER = ("gym/bipedal", "gymnasium/roundabout-v0", "gym/reacher5", "gym/ant5",
+                    "gymnasium/Pendulum-v1", "gymnasium/MiniGrid-FourRooms-v0", "gymnasium/FetchPush-v4",
+                    "gymnasium/InvertedDoublePendulum-v5")
+"""Transfer envs of `make evolve`: held out from the search and the ablation, paired with the champion
+after a scope's gate released its change, so its release may widen to the region of task features
+they support (`ole.transfer`). Chosen to span the feature regions the engine may claim (box and
+discrete actions, 1 to 8 action dimensions, horizons 50 to 1600, five families) at a cost
+`make evolve` can carry; see docs/evolution.md, "Releases that travel"."""
 
 
 class Suite(BaseModel):
@@ -95,6 +106,13 @@ class EvolveConfig(BaseModel):
     release covers the band between the smallest and the largest (`ole.coverage`), so a policy
     searched at 32 serves budget-128 tasks only when the gate sampled 128 too. Runs at each
     budget use the suite's profile (its validation and held-out sizes)."""
+    transfer_envs: tuple[str, ...] = ()
+    """Envs held out from the search and the ablation on which a scope's released change is paired
+    with the champion (the transfer sample, `ole.transfer`); empty: releases never widen offline.
+    `ole evolve --mode offline` fills `DEFAULT_TRANSFER` (less the search envs) unless told otherwise."""
+    transfer_pools: tuple[int, ...] = (221,)
+    """Pool seeds of the transfer sample (each transfer env at every gate budget); disjoint from the
+    search pools (`search_pools`), so no transfer instance is one the proposer saw."""
     max_scopes: int = Field(3, ge=1, le=16)
     """Most scope champions one offline run gates: the search's gains are split by env into at
     most this many scopes, each gated (and released) on its own (`ole.evolve.scoping`)."""
@@ -137,7 +155,24 @@ class EvolveConfig(BaseModel):
         if not self.gate_budgets or any(b < 1 for b in self.gate_budgets) \
                 or len(set(self.gate_budgets)) != len(self.gate_budgets):
             raise ValueError(f"gate_budgets must be distinct budgets >= 1, got {list(self.gate_budgets)}")
+        searched = sorted(set(self.transfer_envs) & set(self.suite.envs))
+        if searched:
+            raise ValueError(f"transfer_envs {searched} are also search envs: a transfer env must be held out "
+                             "from the search")
+        if len(set(self.transfer_envs)) != len(self.transfer_envs):
+            raise ValueError(f"transfer_envs lists an env twice: {list(self.transfer_envs)}")
+        if self.transfer_envs and not self.transfer_pools:
+            raise ValueError("transfer_envs need transfer_pools")
+        if set(self.transfer_pools) & set(self.search_pools):
+            raise ValueError(f"transfer_pools {sorted(set(self.transfer_pools) & set(self.search_pools))} are also "
+                             "search pools: the transfer sample must be held out from the search")
         return self
+
+    def transfer_instances(self) -> list[Instance]:
+        """Every transfer env on the transfer pools at every gate budget (budget-major)."""
+        return [(TaskSpec(env=env, profile=self.suite.profile, budget=b, pool_seed=p), self.suite.condition(s))
+                for b in self.gate_budgets for p in self.transfer_pools for env in self.transfer_envs
+                for s in self.agent_seeds]
 
     def gate_extra_chunks(self) -> list[tuple[int, ...]]:
         """The extra gate pools grouped per look: each look adds half as many pools as the first had
@@ -284,13 +319,25 @@ class Engine:
         out = self.paired.pairs(champion, [c.chosen for c in candidates], instances)
         for c in candidates:
             self.keep_pairs(c, out[c.ref])
-            step = f"evaluation|{stage}|{c.ref}|{champion.ref}"
-            if self.store.step(step) is None:
-                payload = {"stage": stage, "champion": champion.ref, **c.stats.model_dump(mode="json"),
-                           "instances": [instance_key(p.task, p.condition) for p in c.pairs],
-                           "trace_ids": [p.challenger.trace_id for p in c.pairs]}
-                self.registry.record_evaluation(c.ref, payload, key=self.store.key(step))
-                self.store.mark(step, payload)
+            self._record_evaluation(champion.ref, c.ref, c.pairs, c.stats, stage)
+
+    def side_pairs(self, champion: ChosenVersion, candidate: Candidate, instances: Sequence[Instance],
+                   stage: str) -> list[Pair]:
+        """Pairs of `candidate` on instances outside its own sample (the transfer envs): recorded as an
+        evaluation event, returned, never kept as the candidate's pairs."""
+        pairs = self.paired.pairs(champion, [candidate.chosen], instances)[candidate.ref]
+        self._record_evaluation(champion.ref, candidate.ref, pairs, pair_stats(pairs, self.gate.cvar_alpha), stage)
+        return pairs
+
+    def _record_evaluation(self, champion: str, ref: str, pairs: Sequence[Pair], stats: PairStats,
+                           stage: str) -> None:
+        step = f"evaluation|{stage}|{ref}|{champion}"
+        if self.store.step(step) is None:
+            payload = {"stage": stage, "champion": champion, **stats.model_dump(mode="json"),
+                       "instances": [instance_key(p.task, p.condition) for p in pairs],
+                       "trace_ids": [p.challenger.trace_id for p in pairs]}
+            self.registry.record_evaluation(ref, payload, key=self.store.key(step))
+            self.store.mark(step, payload)
 
     def observe(self, candidates: Sequence[Candidate], rung: int, final: bool) -> None:
         """Tell the proposer how its candidates did (search pairs only; never gate pairs)."""
@@ -299,9 +346,15 @@ class Engine:
 
     def decide_gate(self, champion: ChosenVersion, candidate: Candidate, looks: Sequence[Sequence[Instance]],
                     seen_keys: set[str], stage: str, scope_families: Sequence[str] | None = None,
-                    ablation: Ablation | None = None) -> GateDecision:
+                    ablation: Ablation | None = None, transfer: Sequence[Instance] = (),
+                    search_pairs: Sequence[Pair] = ()) -> GateDecision:
         """The gate with an adaptive sample: judge on the first look's instances, add the next
         look's while the verdict is open (`gate.should_extend`), each look at its share of α.
+
+        With `transfer` instances (envs held out from the search) a released verdict is followed by
+        the transfer sample: the change paired with the champion there, and the regions of task
+        features the rule lets its release widen to (`ole.transfer`; `search_pairs`, the search's
+        pairs of the candidate the change came from, count only as exclusions where it lost).
 
         Every added pair is logged; the final decision (with every look) is recorded once in the
         lineage. A resumed run re-judges from stored evaluations and returns the stored decision.
@@ -339,9 +392,28 @@ class Engine:
                 break
         assert decision is not None, "a gate needs at least one look"
         decision = decision.model_copy(update={"looks": tuple(record)})
+        if transfer and decision.verdict == "release" and decision.bound is not None:
+            decision = decision.model_copy(update={"transfer": self.transfer(champion, candidate, decision, transfer,
+                                                                             search_pairs, stage)})
         self.registry.record_gate_decision(candidate.ref, decision.event_payload(), key=self.store.key(step))
         self.store.mark(step, decision.model_dump(mode="json"))
         return decision
+
+    def transfer(self, champion: ChosenVersion, candidate: Candidate, decision: GateDecision,
+                 instances: Sequence[Instance], search_pairs: Sequence[Pair], stage: str) -> TransferDecision:
+        """The transfer sample of a released change and what it supports (`ole.transfer`)."""
+        from ole.registry.scopes import features_of
+        from ole.transfer import decide_transfer
+        self.progress(f"  transfer: {candidate.ref} vs {champion.ref} on {len(instances)} instances of "
+                      f"{len({i[0].env for i in instances})} envs held out from the search")
+        pairs = self.side_pairs(champion, candidate, instances, stage=f"{stage}-transfer")
+        bound = parse_scope(decision.bound or "general").model_copy(update={"env_ids": ()})
+        out = decide_transfer({"transfer": pairs, "scope": candidate.pairs, "search": search_pairs},
+                              self.gate.transfer, bound, sorted({i[0].budget or 0 for i in instances}), features_of)
+        self.progress("  " + out.describe())
+        for region in out.regions:
+            self.progress(f"  region `{region.scope}`: {region.statement()}")
+        return out
 
     def release(self, ref: str, reason: str, stage: str, *, exposure: float | None = None,
                 analysis: str | None = None) -> None:
@@ -352,6 +424,19 @@ class Engine:
             self.registry.release(ref, channel=self.channel, reason=reason, key=self.store.key(step),
                                   exposure=exposure, analysis=analysis)
             self.store.mark(step, {"ref": ref, "reason": reason, "exposure": exposure})
+
+    def widen(self, ref: str, scope: str, reason: str, stage: str, *, kind: str = "transfer",
+              exposure: float | None = None, analysis: str | None = None) -> None:
+        """Widen a released version into one more scope on its gate decision's evidence (once)."""
+        from ole.coverage import decision_event
+        step = f"widen|{stage}|{ref}|{scope}"
+        if self.store.step(step) is None:
+            name, version = parse_ref(ref)
+            decision = decision_event(self.registry.events(name=name, version=version), name, version or 0)
+            assert decision is not None, "a widening follows the version's gate decision"
+            self.registry.widen(ref, scope, kind=kind, decision_seq=decision.seq, reason=reason, channel=self.channel,
+                                key=self.store.key(step), exposure=exposure, analysis=analysis)
+            self.store.mark(step, {"ref": ref, "scope": scope, "reason": reason, "kind": kind})
 
     # ----- online monitoring -------------------------------------------------------------------
     def record_monitor(self, active: str, step: str, payload: dict) -> dict:

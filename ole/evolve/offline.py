@@ -330,7 +330,8 @@ class OfflineEvolution:
         minimal, ablation = plan.candidate, None
         if self.cfg.ablate:
             minimal, ablation = ablate(self.e, self.champ, plan.candidate, inside, stage=f"scope-{plan.candidate.ref}")
-        gated = scoping.specialize(self.e, self.champ, minimal, plan, ablation)
+        gated = scoping.specialize(self.e, self.champ, minimal, plan, ablation,
+                                   applicability=scoping.reach(self.champ.bundle.applicability, self.cfg))
         if gated is None:
             return
         looks = [[i for i in look if i[0].env in plan.envs] for look in self.gate_looks]
@@ -339,14 +340,21 @@ class OfflineEvolution:
         self.e.progress(f"gate: {gated.ref} ({', '.join(plan.envs)}) vs {self.champ.ref} on {len(looks[0])} unseen "
                         f"gate instances at budgets {', '.join(map(str, self.cfg.gate_budgets))} "
                         f"(up to {sum(len(x) for x in looks)} with the adaptive sample)")
+        transfer = self.cfg.transfer_instances()
+        if transfer:
+            self.e.progress(f"  then, if released, the transfer sample: {len(transfer)} instances of "
+                            f"{len(self.cfg.transfer_envs)} envs held out from the search")
         decision = self.e.decide_gate(self.champ, gated, looks, seen, stage="offline", scope_families=families,
-                                      ablation=ablation)
+                                      ablation=ablation, transfer=transfer, search_pairs=plan.candidate.pairs)
         self.report.gates.append(GateRun(source=plan.candidate.ref, final=gated.ref, envs=list(plan.envs),
                                          gains=dict(plan.gains), decision=decision, ablation=ablation))
         if is_release(decision.verdict):
             self.e.release(gated.ref, f"offline gate: mean r {decision.stats.mean_r:+.3f}, "
                                       f"p={decision.stats.p_value:.3f} at alpha {decision.alpha_applied}",
                            stage="offline")
+            for region in decision.transfer.regions if decision.transfer is not None else ():
+                self.e.widen(gated.ref, region.scope, f"transfer evidence: {region.statement()}",
+                             stage="offline")
 
 
 def env_leaders(cands: Sequence[Candidate]) -> list[Candidate]:

@@ -25,11 +25,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING
 
+from ole.bundle import Applicability
+
 if TYPE_CHECKING:
     from ole.ablation import Ablation
     from ole.chosen import ChosenVersion
-    from ole.evolve import Candidate, Engine
+    from ole.evolve import Candidate, Engine, EvolveConfig
     from ole.paired import Pair
+    from ole.proposers import Edge
 
 SCOPE_GAIN = 0.05
 """Mean r over a candidate's search pairs on one env at which that env becomes its target (the
@@ -115,31 +118,61 @@ def holds_tail_and_cost(engine: Engine, cand: Candidate, envs: Sequence[str]) ->
     return bool(pairs) and gate.holds_tail_and_cost(pair_stats(pairs, engine.gate.cvar_alpha), engine.gate)
 
 
-def specialize(engine: Engine, champion: ChosenVersion, minimal: Candidate, scope: ScopePlan,
-               ablation: Ablation | None = None, *, keep_pairs: bool = True, basis: str = "search") -> Candidate | None:
-    """`minimal`'s policy registered as a `specialization` of `champion` (a `ChosenVersion`) on the scope's
-    env ids, or None when nothing narrower can be registered (the champion is already that scope).
+def reach(champion: Applicability, cfg: EvolveConfig) -> dict:
+    """Where a change gated by `cfg`'s gate may ever be released: the champion's applicability narrowed
+    to the suite's host agent (and model family) and the gate's budget band, every env of it. The
+    release itself is bounded by evidence (`ole.coverage`, `ole.transfer`), env ids or a region of
+    task features inside this; this is only the widest a later widening may go."""
+    data = champion.model_dump(mode="json")
+    host = cfg.suite.host
+    data["hosts"] = [h for h in data["hosts"] if h == host] or data["hosts"]
+    data["min_budget"] = max(data["min_budget"], min(cfg.gate_budgets))
+    high = max(cfg.gate_budgets)
+    data["max_budget"] = high if data["max_budget"] is None else min(data["max_budget"], high)
+    if data["max_budget"] < data["min_budget"]:
+        data["min_budget"], data["max_budget"] = champion.min_budget, champion.max_budget
+    if cfg.suite.model and not data["model_families"]:
+        data["model_families"] = [cfg.suite.model.rsplit("/", 1)[-1]]
+    return data
 
+
+def specialize(engine: Engine, champion: ChosenVersion, minimal: Candidate, scope: ScopePlan,
+               ablation: Ablation | None = None, *, keep_pairs: bool = True, basis: str = "search",
+               applicability: dict | None = None) -> Candidate | None:
+    """`minimal`'s policy registered as a child of `champion` (a `ChosenVersion`) to be gated on the
+    scope's env ids, or None when nothing can be registered.
+
+    Its own applicability is `applicability` (`reach`: the host agent and budget band its gate
+    samples, every env — a `specialization` when that is narrower than the champion's), never the
+    env ids: those bound its first release (the gate's evidence), and transfer envs or watched
+    canaries may widen it later inside this (`ole.transfer`, `ole.registry.api.Registry.widen`).
+    Without `applicability` it is the champion's narrowed to the scope's env ids (the older rule).
     `keep_pairs`: carry `minimal`'s pairs on those envs over (they are search pairs, not gate
     pairs; an online round's scope comes from its gate pairs, which the scoped gate must not reuse).
     `basis` names the pairs the scope's gains come from (in the version's note).
     """
+    from ole.bundle import validate_data
     from ole.proposers import accepted, child_bundle
-    data = champion.bundle.applicability.model_dump(mode="json")
-    data.update(env_families=[], env_ids=list(scope.envs))
+    from ole.registry.scopes import features_of
+    if applicability is None:
+        applicability = champion.bundle.applicability.model_dump(mode="json")
+        applicability.update(env_families=[], env_ids=list(scope.envs))
+    own = validate_data(Applicability, applicability, source="scope")
+    narrower = own.narrower_than(champion.bundle.applicability, features_of=features_of)
     source = scope.candidate
-    note = (f"{source.ref}'s change scoped to {', '.join(scope.envs)} ({basis} mean r "
+    prov = source.bundle.provenance
+    edge: Edge = "specialization" if narrower else ("online" if prov.edge == "online" else "offline_mutation")
+    note = (f"{source.ref}'s change gated on {', '.join(scope.envs)} ({basis} mean r "
             + ", ".join(f"{e} {m:+.3f}" for e, m in scope.gains.items()) + ")"
             + (f"; {ablation.describe()}" if ablation is not None and ablation.dropped else ""))
-    prov = source.bundle.provenance
     try:
         bundle = child_bundle([champion], minimal.bundle.loop_policy.model_dump(mode="json"),
-                              edge="specialization", evidence_ids=prov.evidence_ids, generation=prov.generation,
-                              proposer=engine.proposer.name, note=note, applicability=data)
+                              edge=edge, evidence_ids=prov.evidence_ids, generation=prov.generation,
+                              proposer=engine.proposer.name, note=note, applicability=applicability)
     except Exception as exc:  # noqa: BLE001 - e.g. a champion already scoped to these envs: nothing narrower
         engine.progress(f"  cannot scope {minimal.ref} to {', '.join(scope.envs)} under {champion.ref}: {exc}")
         return None
-    cand = engine.register(accepted(engine.proposer.name, "specialization", [champion], bundle), champion.bundle)
+    cand = engine.register(accepted(engine.proposer.name, edge, [champion], bundle), champion.bundle)
     if cand is not None and keep_pairs:
         engine.keep_pairs(cand, [p for p in minimal.pairs if p.task.env in scope.envs])
     return cand

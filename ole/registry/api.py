@@ -28,6 +28,7 @@ from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bund
 from ole.coverage import bound_for_release, decision_event
 from ole.errors import Conflict, IntegrityError, NotFound, ValidationError
 from ole.registry import fsck as fsck_check
+from ole.registry import rollback
 from ole.registry import scopes
 from ole.registry.journal import Journal, now, sha256
 from ole.registry.legacy import LegacyRelease, bounding_events, legacy_releases
@@ -36,6 +37,7 @@ from ole.registry.records import (DEFAULT_CHANNEL, Event, FsckReport, IndexRow, 
                                   ScopeChampion, Selection)
 from ole.registry.seeds import edited_seed, seed_files
 from ole.registry.state import State, derive_state
+from ole.registry.widening import WideningKind, check_widening, widening_evidence
 from ole.roots import REGISTRY_DIR, resolve
 from ole.verdicts import verdict_of
 
@@ -353,16 +355,45 @@ class Registry:
                                                    "evidence": evidence, **staged}, channel, key=key)
         return self.get(format_ref(*this))
 
-    def rollback(self, channel: str = DEFAULT_CHANNEL, *, scope: str = GENERAL_SCOPE, to: str | None = None,
-                 reason: str, key: str | None = None) -> RegisteredBundle:
-        """Roll one scope of a channel back to `to` (default: the active version's first parent).
+    def widen(self, ref: str, scope: str, *, kind: WideningKind, decision_seq: int, reason: str,
+              channel: str = DEFAULT_CHANNEL, key: str | None = None, exposure: float | None = None,
+              analysis: str | None = None) -> RegisteredBundle:
+        """Release a released version into one more scope, `scope`, on evidence beyond its gate's pairs
+        (`ole.registry.widening`: a region its transfer sample claimed, or one env of a region its
+        transfer evidence gained in, tried as a canary: `exposure`). The scopes it serves already are
+        untouched; a rollback of this scope restores the narrower reach."""
+        this = self._existing(ref)
+        _need_reason(reason, "widening")
+        _check_channel(channel)
+        scope = parse_scope(scope).scope_key
+        own = self.get(format_ref(*this)).bundle.applicability
+        with self.journal.write("release"):
+            if self.journal.replayed(key) is not None:
+                return self.get(format_ref(*this))
+            state = self.state()
+            if state.status_of(*this) not in ("active", "released", "canary"):
+                raise Conflict(f"{format_ref(*this)} is not released: a widening extends a release",
+                               hint="release it first (its gate decision bounds where)")
+            check_widening(state.pinned(channel, scope), this, scope, _where(channel, scope))
+            evidence = widening_evidence(self.events(name=this[0], version=this[1]), this, scope, kind,
+                                         decision_seq, own, scopes.features_of)
+            current = state.champion(channel, scope)
+            staged = {} if exposure is None else {"exposure": exposure, "analysis": analysis}
+            self.journal.append("release", *this, {"reason": reason, "forced": False, "scope": scope,
+                                                   "active": format_ref(*current) if current else None,
+                                                   "evidence": evidence, "widening": kind, **staged}, channel, key=key)
+        return self.get(format_ref(*this))
 
-        Other scopes are untouched. For a scope other than `general`, a target outside the
-        scope (the default when the champion's parent is the general one, or it has no parent)
-        *removes* the scope's pointer: its tasks fall back to the next matching champion. An
-        explicit `to` must then belong to the scope. Recorded now; takes effect at the next
-        `activate_pending` (a task boundary). Returns the target, or the removed champion.
-        """
+    def rollback(self, channel: str = DEFAULT_CHANNEL, *, scope: str = GENERAL_SCOPE, to: str | None = None,
+                 to_parent: bool = False, force: bool = False, reason: str, key: str | None = None,
+                 monitor: dict[str, Any] | None = None) -> RegisteredBundle:
+        """Roll one scope of a channel back (`ole.registry.rollback`): by default to what served it before
+        the current champion's release (none: the scope's pointer is removed, its tasks fall back to the
+        next matching champion); `to` or `to_parent` (the lineage parent) when asked. An unvetted
+        target (never released nor gated) needs `force`. A canary running in the scope is ended instead
+        (the control keeps serving); a release still pending is cancelled. Other scopes are untouched.
+        Recorded now; takes effect at the next task boundary. `monitor`: the monitor look that fired.
+        Returns the target, or the version removed or ended."""
         _need_reason(reason, "rollback")
         _check_channel(channel)
         scope = parse_scope(scope).scope_key
@@ -371,65 +402,26 @@ class Registry:
             if done is not None:
                 return self.get(done.ref)
             state = self.state()
-            current = state.champion(channel, scope)
-            if current is None:
-                if scope == GENERAL_SCOPE:
-                    raise NotFound("nothing to roll back: the registry is empty", hint="register a bundle first")
-                known = [s for s in state.champions(channel) if s != GENERAL_SCOPE]
-                raise NotFound(f"scope `{scope}` has no champion on channel `{channel}`",
-                               suggestions=difflib.get_close_matches(scope, known, n=2),
-                               hint="" if known else "see `ole champion show`")
-            target = self._rollback_target(current, scope, to, channel)
-            if target == current:
-                raise Conflict(f"{format_ref(*current)} is already active in {_where(channel, scope)}",
-                               hint="pass --to an earlier version")
-            if target is None:
-                self.journal.append("rollback", *current, {
-                    "reason": reason, "from": format_ref(*current), "scope": scope, "clear": True}, channel, key=key)
-                return self.get(format_ref(*current))
-            if state.status_of(*target) == "rejected":
-                raise Conflict(f"{format_ref(*target)} was rejected by the gate", hint="roll back to another version")
+            if to is None and not to_parent and state.canary(channel, scope) is not None:
+                return self.get(self._end_canary(channel, scope, "rolled_back", reason, monitor, key).ref)
+            event = rollback.plan(state, self.events(), channel, scope, DEFAULT_CHANNEL,
+                                  explicit=self._existing(to) if to is not None else None, to_parent=to_parent,
+                                  parent_of=self._parent, force=force,
+                                  own_scope=lambda k: self.get(format_ref(*k), state=state).bundle.applicability)
+            payload = {**event, "reason": reason, "scope": scope, **({"monitor": monitor} if monitor else {})}
+            target = payload.pop("target")
             self.get(format_ref(*target), state=state)  # the target must be readable: refuse before recording
-            self.journal.append("rollback", *target, {"reason": reason, "from": format_ref(*current),
-                                                      "scope": scope}, channel, key=key)
+            self.journal.append("rollback", *target, payload, channel, key=key)
         return self.get(format_ref(*target))
 
-    def _rollback_target(self, current: Key, scope: str, to: str | None, channel: str = DEFAULT_CHANNEL) -> Key | None:
-        """The version to roll back to; None = remove the (non-general) scope's pointer."""
-        if to is not None:
-            target = self._existing(to)
-            found = self._scope_of(target, channel)
-            if found != scope:  # the general scope too: a narrow version would be routed to every task
-                raise Conflict(f"{format_ref(*target)} has scope `{found}`, not `{scope}`",
-                               hint="roll back to a version of this scope, or omit --to to remove the scope's "
-                                    "champion (its tasks then fall back to the general one)" if scope != GENERAL_SCOPE
-                               else "roll back to a version of the general scope")
-            return target
-        parents = self._index_parents(current)  # the index, not the blob: a damaged champion can roll back
-        if scope != GENERAL_SCOPE:
-            if not parents or self._scope_of((current[0], parents[0]), channel) != scope:
-                return None
-        elif not parents:
-            raise Conflict(f"{format_ref(*current)} has no parent to roll back to",
-                           hint="pass --to NAME@VERSION")
-        return current[0], parents[0]
-
-    def _index_parents(self, key: Key) -> list[int]:
-        """Parents of a version from its registration event (readable even when its blob is damaged)."""
+    def _parent(self, key: Key) -> Key:
+        """The first lineage parent of a version, from its registration event (readable when its blob is damaged)."""
         row = self.journal.row(key)
         assert row is not None, f"{format_ref(*key)} was checked to be registered"
-        return list(self.journal.event(row.registered_seq).payload.get("parents") or [])
-
-    def _scope_of(self, key: Key, channel: str = DEFAULT_CHANNEL) -> str:
-        """The scope a version serves on `channel`: where its last release (or rollback to it) put
-        it — a release is bounded by its evidence, so this can be narrower than the bundle's own
-        applicability — else its applicability's scope key."""
-        placed = [e for e in self.events(name=key[0], version=key[1])
-                  if e.kind in ("release", "rollback") and e.channel in (channel, DEFAULT_CHANNEL)
-                  and not e.payload.get("clear")]
-        if placed:
-            return placed[-1].scope
-        return self.get(format_ref(*key)).bundle.applicability.scope_key
+        parents = list(self.journal.event(row.registered_seq).payload.get("parents") or [])
+        if not parents:
+            raise Conflict(f"{format_ref(*key)} has no parent to roll back to", hint="pass --to NAME@VERSION")
+        return key[0], parents[0]
 
     # ----- task boundary: activations and canary stages ------------------------------------
 
@@ -464,14 +456,19 @@ class Registry:
             done = self.journal.replayed(key)
             if done is not None:
                 return done
-            canary = self.state().canary(channel, scope)
-            if canary is None:
-                raise Conflict(f"no canary is running in scope `{scope}` of channel `{channel}`",
-                               hint="a staged release starts as a canary at the next task boundary")
-            seq = self.journal.append("stage", *canary.key, {
-                "stage": step, "scope": scope, "release_seq": canary.payload.get("release_seq"),
-                "canary_seq": canary.seq, "reason": reason, "monitor": monitor or {},
-                "analysis": canary.payload.get("analysis")}, channel, key=key)
+            return self._end_canary(channel, scope, step, reason, monitor, key)
+
+    def _end_canary(self, channel: str, scope: str, step: Step, reason: str, monitor: dict[str, Any] | None,
+                    key: str | None) -> Event:
+        """Append a `stage` step of the canary running in (channel, scope) (inside a write transaction)."""
+        canary = self.state().canary(channel, scope)
+        if canary is None:
+            raise Conflict(f"no canary is running in scope `{scope}` of channel `{channel}`",
+                           hint="a staged release starts as a canary at the next task boundary")
+        seq = self.journal.append("stage", *canary.key, {
+            "stage": step, "scope": scope, "release_seq": canary.payload.get("release_seq"),
+            "canary_seq": canary.seq, "reason": reason, "monitor": monitor or {},
+            "analysis": canary.payload.get("analysis")}, channel, key=key)
         return self.journal.event(seq)
 
     def canaries(self, channel: str = DEFAULT_CHANNEL) -> dict[str, Event]:

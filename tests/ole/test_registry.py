@@ -128,8 +128,10 @@ def test_status_lifecycle_release_activate_rollback(root):
         assert reg.champion().ref == "coder@2"  # takes effect at the next task boundary
         assert reg.activate_pending().ref == "coder@1"
         assert (reg.get("coder@1").status, reg.get("coder@2").status) == ("active", "rolled_back")
-        with pytest.raises(Conflict, match="has no parent"):
+        with pytest.raises(Conflict, match="nothing served channel `default` before coder@1"):
             reg.rollback(reason="again")
+        with pytest.raises(Conflict, match="has no parent"):
+            reg.rollback(reason="again", to_parent=True)
         reg.release("coder@3", reason="override", force=True)
         assert reg.events()[-1].payload["forced"] is True
 

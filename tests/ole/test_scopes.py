@@ -310,7 +310,7 @@ def test_rollback_of_one_scope_leaves_the_others_untouched(reg):
     assert reg.select("default", ctx(ACROBOT)).ref == curated
     with pytest.raises(NotFound, match="scope `families=minigrid` has no champion"):
         reg.rollback(scope="families=minigrid", reason="again")
-    with pytest.raises(Conflict, match="has scope `general`, not `families=curated`"):
+    with pytest.raises(Conflict, match="has scope `general` \(its own\), not `families=curated`"):
         reg.rollback(scope="families=curated", to="coder@1", reason="wrong scope")
     with pytest.raises(Conflict, match="has scope `families=curated`, not `general`"):  # nor narrow into general:
         reg.rollback(to=curated, reason="wrong scope")  # it would be routed to every task
@@ -515,9 +515,11 @@ class ScopedRegistryMachine(RuleBasedStateMachine):
             entry = self.reg.register(scoped(version / 10, **SCOPE_APPLICABILITY[scope]), parents=[parent], edge=edge)
             assert entry.version == version
         self.scope_of = {1: GENERAL_SCOPE, **{v: s for v, (_, s) in VERSIONS.items()}}
-        self.parent = {1: None, **{v: p for v, (p, _) in VERSIONS.items()}}
         self.active: dict[str, int] = {GENERAL_SCOPE: 1}
         self.pending: dict[str, int | None] = {}
+        self.kind: dict[str, str] = {}  # what is pending in a scope: a release or a rollback
+        self.stack: dict[str, list[int]] = {GENERAL_SCOPE: [1]}  # what served each scope, oldest first
+        self.pointed: set[str] = set()  # scopes with a pointer (an activation put it there)
 
     def teardown(self) -> None:
         self.reg.close()
@@ -542,35 +544,58 @@ class ScopedRegistryMachine(RuleBasedStateMachine):
                 self.reg.release(f"coder@{version}", reason="model")
             return
         self.reg.release(f"coder@{version}", reason="model")
-        self.pending[scope] = version
+        self._ask(scope, version, "release")
+
+    def _ask(self, scope: str, target: int | None, kind: str) -> None:
+        """A release or rollback is pending until the boundary unless it names what a pointer already
+        serves (the seed serves `general` before any activation without a pointer: naming it is pending)."""
+        if target is not None and target == self.active.get(scope) and scope in self.pointed:
+            self.pending.pop(scope, None)
+            self.kind.pop(scope, None)
+        else:
+            self.pending[scope], self.kind[scope] = target, kind
 
     @rule(scope=st.sampled_from(sorted(SCOPE_APPLICABILITY)))
     def rollback(self, scope):
-        current = self.active.get(scope)
-        if current is None:
+        """A rollback goes back to what served the scope before (never the lineage parent); with a
+        release pending it cancels that release; with nothing served before, a scope is removed."""
+        cancelling = self.kind.get(scope) == "release"
+        leaving = self.pending[scope] if cancelling else self.active.get(scope)
+        if leaving is None:
             with pytest.raises(NotFound):
                 self.reg.rollback(scope=scope, reason="model")
             return
-        parent = self.parent[current]
-        if scope == GENERAL_SCOPE:
-            if parent is None:
-                with pytest.raises(Conflict):
-                    self.reg.rollback(scope=scope, reason="model")
-                return
-            target = parent
+        if cancelling:
+            target = self.active.get(scope)
         else:
-            target = parent if parent is not None and self.scope_of[parent] == scope else None
+            served = [v for v in self.stack.get(scope, [])]
+            while served and served[-1] == leaving:
+                served.pop()
+            target = served[-1] if served else None
+        if target is None and scope == GENERAL_SCOPE:
+            with pytest.raises(Conflict):
+                self.reg.rollback(scope=scope, reason="model")
+            return
         self.reg.rollback(scope=scope, reason="model")
-        self.pending[scope] = target
+        self._ask(scope, target, "rollback")
 
     @rule()
     def activate(self):
         for scope, target in self.pending.items():
+            served = self.stack.setdefault(scope, [])
             if target is None:
                 self.active.pop(scope, None)
-            else:
-                self.active[scope] = target
+                self.pointed.discard(scope)
+                served.clear()
+                continue
+            self.active[scope] = target
+            self.pointed.add(scope)
+            if self.kind[scope] == "rollback" and target in served:
+                del served[served.index(target) + 1:]
+            elif not served or served[-1] != target:
+                served.append(target)
         self.pending.clear()
+        self.kind.clear()
         self.reg.activate_pending()
 
     def _expected(self, env: str, pointers: dict[str, int]) -> int:
