@@ -77,6 +77,11 @@ class AnalysisConfig(_Record):
     """The harm (mean r) the bets start from: caught fastest. Any value keeps the guarantee."""
     prior_sd: float = Field(0.07, gt=0.0)
     """Spread of that starting guess (one pseudo-payoff with this deviation)."""
+    reference: int = Field(16, ge=1, le=10000)
+    """The watch of a release that is not staged (`ole.watch`): the control's most recent scores per env
+    its unpaired score test compares with."""
+    min_reference: int = Field(8, ge=1, le=10000)
+    """Fewest control scores on an env for the unpaired score test to judge a run on it."""
 
     @model_validator(mode="after")
     def _inside_the_clip(self) -> "AnalysisConfig":

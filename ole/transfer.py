@@ -154,7 +154,7 @@ def env_results(pairs_by_role: dict[Role, Sequence[Any]], cfg: TransferConfig,
     """Per env and role, its cells and verdict (an env with no known features is left out)."""
     out: list[EnvResult] = []
     for role in ("transfer", "scope", "search"):
-        cov = coverage(pairs_by_role.get(role, ()))  # type: ignore[call-overload]
+        cov = coverage(pairs_by_role.get(role, ()))
         for env in cov.envs:
             found = features_of(env)
             if found is None:

@@ -29,7 +29,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
     "champion": ("champion", "the active bundles of each channel and scope, and their history"),
     "release": ("champion", "release a version on a channel, in its applicability's scope bounded by its gate "
                             "evidence (active from the next task)"),
-    "rollback": ("champion", "roll one scope of a channel back (to the active version's parent by default)"),
+    "rollback": ("champion", "roll one scope of a channel back to what served it before (or end its canary)"),
     "fsck": ("registry", "check hashes, lineage and pointers; sweep orphans"),
     "events": ("registry", "the append-only event record, oldest first"),
     "run": ("run", "work a task (or a suite) with a host agent; prints the trace id"),

@@ -50,8 +50,20 @@ def register(subparsers) -> None:
                         "online-stream tasks, monitored against the control, until promoted or rolled back "
                         "(default: active on every task at once)")
     p = leaf(subparsers, "rollback", rollback,
-             "roll one scope of a channel back (to the active version's parent by default)")
-    p.add_argument("--to", metavar="NAME@VERSION", help="target version (default: parent of the active one)")
+             "roll one scope of a channel back to what served it before (a running canary: end it; a "
+             "pending release: cancel it)")
+    target = p.add_mutually_exclusive_group()
+    target.add_argument("--to", metavar="NAME@VERSION",
+                        help="target version (default: what served the scope before the current champion's release)")
+    target.add_argument("--to-parent", action="store_true",
+                        help="roll back to the active version's lineage parent instead")
+    p.add_argument("--force", action="store_true",
+                   help="allow a target that was never released nor passed a gate (an unvetted version)")
+    p.add_argument("--reason", required=True, help="why (recorded)")
+    _channel(p)
+    _scope(p)
+    p = leaf(verbs, "promote", promote,
+             "end the canary running in a scope by promoting it: it becomes the scope's champion now")
     p.add_argument("--reason", required=True, help="why (recorded)")
     _channel(p)
     _scope(p)
@@ -116,8 +128,13 @@ def _show_channel(args: argparse.Namespace) -> Output:
         text += f"\nstage: {general.stage}"
     if general.pending:
         event = state.target_event(args.channel)
+        staged = event.kind == "release" and event.payload.get("exposure") is not None
         text += f"\npending {general.pending} ({event.kind} #{event.seq}: {inline(event.payload.get('reason', ''))}); " \
-                "it becomes active at the next task boundary (or `ole champion activate`)"
+            + (f"staged: from the next task boundary it runs as a canary on {float(event.payload['exposure']):.0%} "
+               f"of the scope's online-stream tasks, each rerun by {general.active} as control, until the monitor "
+               "promotes or rolls it back (`ole champion promote` / `ole rollback` end it by hand)" if staged else
+               "it becomes active at the next task boundary (or `ole champion activate`), watched by the monitor "
+               "against what served before on its first online-stream tasks")
     if scoped:
         rows = [["scope (most specific first)", "champion", "pending"]]
         rows += [[c.scope, (c.active or "(none)") + (" (inherited from default)" if c.inherited else ""),
@@ -193,21 +210,31 @@ def release(args: argparse.Namespace) -> Output:
     return Output({"released": entry.ref, "channel": args.channel, "scope": scope, "seq": event.seq,
                    "evidence": event.payload.get("evidence")},
                   f"released {entry.ref} on {where} (event #{event.seq}); "
-                  + ("active from the next task boundary" if args.exposure is None else
+                  + ("active from the next task boundary, watched by the monitor on its first online-stream tasks "
+                     "(rolled back to what served before if harm shows)" if args.exposure is None else
                      f"staged: a canary on {args.exposure:.0%} of its scope's online-stream tasks from the next "
                      "task boundary, until the monitor promotes or rolls it back")
                   + (f"\nevidence: {evidence}" if evidence else ""))
 
 
 def rollback(args: argparse.Namespace) -> Output:
-    """Record a rollback of one scope; it takes effect at the next task boundary."""
+    """Record a rollback of one scope (or end its canary); it takes effect at the next task boundary."""
     with open_registry(args) as registry:
-        entry = registry.rollback(args.channel, scope=args.scope, to=args.to, reason=args.reason)
-        event = registry.events(kind="rollback", channel=args.channel)[-1]
+        canary = registry.canaries(args.channel).get(args.scope)
+        entry = registry.rollback(args.channel, scope=args.scope, to=args.to, to_parent=args.to_parent,
+                                  force=args.force, reason=args.reason)
+        events = [e for e in registry.events(channel=args.channel) if e.kind in ("rollback", "stage")]
+        event = events[-1]
     where = args.channel + ("" if args.scope == GENERAL_SCOPE else f" scope {args.scope}")
+    if event.kind == "stage":
+        control = canary.payload.get("control") if canary is not None else None
+        return Output({"ended": entry.ref, "channel": args.channel, "scope": args.scope, "stage": "rolled_back",
+                       "seq": event.seq},
+                      f"ended the canary {entry.ref} of {where} (event #{event.seq}): its tasks go back to "
+                      + (f"{control}" if control else "the scope's champion") + ", which never stopped serving")
     removal = bool(event.payload.get("clear"))
     data = {"to": None if removal else entry.ref, "from": event.payload["from"], "channel": args.channel,
-            "scope": args.scope, "removed": removal, "seq": event.seq}
+            "scope": args.scope, "removed": removal, "seq": event.seq, "forced": bool(event.payload.get("forced"))}
     if removal:
         text = (f"removes {event.payload['from']} as champion of {where} (event #{event.seq}); from the next task "
                 "boundary its tasks fall back to the next matching champion")
@@ -215,3 +242,19 @@ def rollback(args: argparse.Namespace) -> Output:
         text = (f"rolled {where} back from {event.payload['from']} to {entry.ref} (event #{event.seq}); "
                 "active from the next task boundary")
     return Output(data, text)
+
+
+def promote(args: argparse.Namespace) -> Output:
+    """End a scope's running canary by promoting it (recorded; it serves every task of the scope now)."""
+    with open_registry(args) as registry:
+        canary = registry.canaries(args.channel).get(args.scope)
+        if canary is None:
+            from ole.errors import NotFound
+            running = sorted(registry.canaries(args.channel))
+            raise NotFound(f"no canary runs in scope `{args.scope}` of channel `{args.channel}`",
+                           hint=("canaries run in: " + ", ".join(f"`{s}`" for s in running)) if running
+                           else "a canary starts at the task boundary after `ole release REF --exposure P`")
+        event = registry.stage(args.channel, args.scope, "promoted", reason=args.reason)
+    where = args.channel + ("" if args.scope == GENERAL_SCOPE else f" scope {args.scope}")
+    return Output({"promoted": canary.ref, "channel": args.channel, "scope": args.scope, "seq": event.seq},
+                  f"promoted the canary {canary.ref} to champion of {where} (event #{event.seq})")

@@ -105,7 +105,10 @@ class Assignment:
     canary: int | None = None
     """Seq of the `stage` event of the canary this task was assigned to (None: not a canary task)."""
     control: str | None = None
-    """For a canary task: the bundle the task would have had without the canary (reruns it as control)."""
+    """For a canary task: the bundle the task would have had without the canary (reruns it as control);
+    for a watched task: what served the scope before the release (`ole.evolve.watching`)."""
+    watch: int | None = None
+    """Seq of the activation whose watch this task belongs to (a release that is not staged), or None."""
 
     @property
     def bundle_ref(self) -> str:
@@ -220,6 +223,14 @@ class OnlineEvolution:
                                                                  channel=self.e.channel))
                 self.in_flight = Assignment(index, task, cond, chosen, activation, scope_key, canary.seq, routed.ref)
                 return self.in_flight
+        from ole.evolve.watching import watch_of
+        watched = watch_of(self, ctx, activation, scope)
+        if watched is not None:
+            self.e.progress(f"task boundary {index}: {routed.ref} is watched against {watched[1]} "
+                            f"(released, not staged: activation #{watched[0]})")
+            self.in_flight = Assignment(index, task, cond, routed, activation, scope, control=watched[1],
+                                        watch=watched[0])
+            return self.in_flight
         self.in_flight = Assignment(index, task, cond, routed, activation, scope)
         return self.in_flight
 
@@ -246,10 +257,13 @@ class OnlineEvolution:
             "instance": instance_key(trace.task, trace.condition), "verified": trace.verified,
             "reproducible": trace.task.profile != EXTERNAL_PROFILE, "task": trace.task.model_dump(mode="json"),
             "condition": trace.condition.model_dump(mode="json"), "result": run_result(trace).model_dump(mode="json"),
-            "canary": a.canary, "control": a.control, "scope": a.scope})
+            "canary": a.canary, "control": a.control, "scope": a.scope, "watch": a.watch})
         self.events.worked.append((n - 1, a.chosen.ref, q))
         if a.canary is not None:
             self._monitor(n, a.canary, a.chosen.ref, a.scope)
+        if a.watch is not None and a.control is not None:
+            from ole.evolve.watching import after_task
+            after_task(self, n, a.watch, a.control, a.chosen.ref, a.scope)
         if n % self.online.every_k == 0:
             self._round(n // self.online.every_k)
 

@@ -202,6 +202,12 @@ class EvaluationStore:
     def count(self) -> int:
         return int(self._db.execute("SELECT COUNT(*) FROM evaluations").fetchone()[0])
 
+    def results_of(self, bundle_hash: str) -> list[tuple[str, RunResult]]:
+        """(instance key, result) of every stored evaluation of one bundle, oldest first."""
+        rows = self._db.execute("SELECT instance, result FROM evaluations WHERE bundle_hash = ? "
+                                "ORDER BY created_at, key", (bundle_hash,)).fetchall()
+        return [(instance, RunResult.model_validate_json(result)) for instance, result in rows]
+
     # ----- driver steps ---------------------------------------------------------------------
     def step(self, step: str) -> dict | None:
         """Payload of a completed driver step, or None when it has not run.

@@ -409,9 +409,9 @@ class Registry:
                                   parent_of=self._parent, force=force,
                                   own_scope=lambda k: self.get(format_ref(*k), state=state).bundle.applicability)
             payload = {**event, "reason": reason, "scope": scope, **({"monitor": monitor} if monitor else {})}
-            target = payload.pop("target")
+            target: Key = payload.pop("target")
             self.get(format_ref(*target), state=state)  # the target must be readable: refuse before recording
-            self.journal.append("rollback", *target, payload, channel, key=key)
+            self.journal.append("rollback", target[0], target[1], payload, channel, key=key)
         return self.get(format_ref(*target))
 
     def _parent(self, key: Key) -> Key:

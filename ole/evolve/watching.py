@@ -1,0 +1,135 @@
+"""The online driver's watch of releases that are not staged (`ole.watch` has the tests).
+
+A task routed to a version whose scope pointer was moved there by a **release** (an `activation`
+event caused by a `release`; a canary's promotion is a `stage` event and was monitored already)
+is a watched task while that activation's watch is open. Its control is what served the scope
+before (the activation's `from`), or, for a scope the release created, the version the task would
+have been routed to without that scope. The watch's state lives in the engine's store (steps
+`watch-base|SEQ`, `watch-pair|SEQ|TRACE`, `watch-look|SEQ|K`, `watch-end|SEQ`), so every process
+working the stream shares one watch and a resumed process repeats nothing.
+
+Each watched task the host can rerun is paired with the control's rerun on the identical task
+(one extra run, as a canary's); a task of an external harness is not rerun and counts in the
+unpaired tests. After every watched task the watch looks (`ole.watch.judge`), records the look as
+a `watch-look` evaluation of the watched version, and on `rollback` rolls the scope back to the
+control (`Registry.rollback` with the look as its monitor record: the rollback names the test).
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ole.bundle import TaskContext, format_ref
+from ole.chosen import ChosenVersion
+from ole.paired import RunResult, make_pair
+from ole.trace import RunCondition, TaskSpec
+from ole.watch import Baseline, WatchedRun, judge
+
+if TYPE_CHECKING:
+    from ole.evolve.online import OnlineEvolution
+
+
+def watch_of(evo: OnlineEvolution, ctx: TaskContext, activation: int, scope: str) -> tuple[int, str] | None:
+    """(activation seq, control ref) when a task routed by `activation` in `scope` is watched, else None."""
+    from ole.registry.scopes import route
+    if activation <= 0 or evo.e.store.step(f"watch-end|{activation}") is not None:
+        return None
+    reg = evo.e.registry
+    event = next((e for e in reg.events(kind="activation", channel=evo.e.channel) if e.seq == activation), None)
+    if event is None or event.payload.get("cause") != "release" or event.payload.get("clear"):
+        return None
+    control = event.payload.get("from")
+    if control is None:
+        others = {s: k for s, k in reg.state().champions(evo.e.channel).items() if s != scope}
+        if not others:
+            return None
+        control = format_ref(*route(evo.e.channel, ctx, others).key)
+    if control == format_ref(*event.key):
+        return None
+    return activation, control
+
+
+def baseline(evo: OnlineEvolution, watch: int, control: str) -> Baseline:
+    """The control's record before the watch began, frozen at its first look (a store step)."""
+    step = f"watch-base|{watch}"
+    stored = evo.e.store.step(step)
+    if stored is not None:
+        return Baseline.model_validate(stored)
+    reference = evo.e.gate.analysis.reference
+    bundle_hash = evo.e.registry.get(control).bundle.content_hash
+    runs: list[tuple[str, float | None]] = []
+    for instance, result in evo.e.store.results_of(bundle_hash):
+        runs.append((instance.split("|", 1)[0], result.q))
+    for _, row in evo.e.store.tasks():
+        if row.get("bundle_ref") == control and row.get("watch") is None:
+            runs.append((row["task"]["env"], row.get("q")))
+    envs: dict[str, list[float]] = {}
+    for env, q in runs:
+        if q is not None:
+            envs.setdefault(env, []).append(float(q))
+    made = Baseline(control=control, runs=len(runs), failures=sum(q is None for _, q in runs),
+                    env_scores={e: tuple(v[-reference:]) for e, v in sorted(envs.items())})
+    evo.e.store.mark(step, made.model_dump(mode="json"))
+    return made
+
+
+def after_task(evo: OnlineEvolution, n: int, watch: int, control: str, ref: str, scope: str) -> None:
+    """Pair the watched tasks not yet paired (reruns by the control), then look; act on the decision."""
+    if evo.e.store.step(f"watch-end|{watch}") is not None:
+        return
+    base = baseline(evo, watch, control)
+    rows = [(m, p) for m, p in evo.e.store.tasks() if p.get("watch") == watch]
+    runs: list[WatchedRun] = []
+    for m, row in rows:
+        r = _paired_r(evo, watch, m, row, control) if row["reproducible"] else None
+        runs.append(WatchedRun(env=row["task"]["env"], q=row.get("q"), paired_r=r))
+    cfg = evo.e.gate.analysis
+    result = None
+    for k in range(1, len(runs) + 1):  # a look after every watched task, also those a crashed process missed
+        result = judge(runs[:k], base, cfg)
+        look_step = f"watch-look|{watch}|{k}"
+        if evo.e.store.step(look_step) is None:
+            evo.e.registry.record_evaluation(ref, {
+                "stage": "watch-look", "watch": watch, "scope": scope, "control": control,
+                **result.model_dump(mode="json"), "trace_ids": [p["trace_id"] for _, p in rows[:k]],
+                "baseline": {"runs": base.runs, "failures": base.failures}}, key=evo.e.store.key(look_step))
+            evo.e.store.mark(look_step, result.model_dump(mode="json"))
+        if result.decision != "hold":
+            break
+    if result is None or result.decision == "hold":
+        if result is not None:
+            evo.e.progress(f"watch of {ref} ({scope}): hold — {result.reason}")
+        return
+    end = f"watch-end|{watch}"
+    if result.decision == "rollback":
+        serving = evo.e.registry.state().champion(evo.e.channel, scope)
+        if serving is None or format_ref(*serving) != ref:
+            evo.e.store.mark(end, {"decision": "superseded", **result.model_dump(mode="json")})
+            evo.e.progress(f"watch of {ref} ({scope}): harm shown, but {ref} no longer serves the scope")
+            return
+        # the default target: what served the scope before the release (a scope it created is removed)
+        evo.e.registry.rollback(evo.e.channel, scope=scope, reason=f"watch: {result.reason}",
+                                monitor={"watch": watch, **result.model_dump(mode="json")},
+                                key=evo.e.store.key(end))
+        mean = sum(r.paired_r for r in runs if r.paired_r is not None) / max(1, sum(r.paired_r is not None
+                                                                                  for r in runs))
+        evo.events.rollbacks.append((n - 1, ref, mean))
+    evo.e.store.mark(end, {"decision": result.decision, **result.model_dump(mode="json")})
+    evo.e.progress(f"watch of {ref} ({scope}): {result.decision.upper()} — {result.reason}"
+                   + ("; effective at the next task boundary" if result.decision == "rollback" else ""))
+
+
+def _paired_r(evo: OnlineEvolution, watch: int, n: int, row: dict[str, Any], control: str) -> float | None:
+    """The watched task's pair with the control's rerun on the identical task (made once)."""
+    step = f"watch-pair|{watch}|{row['trace_id']}"
+    stored = evo.e.store.step(step)
+    if stored is not None:
+        return float(stored["r"])
+    task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
+    rerun = ChosenVersion(ref=control, bundle=evo.e.registry.get(control).bundle)
+    (res, family), = evo.e.paired.run([rerun], [(task, cond)]).values()
+    pair = make_pair(task, cond, family, res, RunResult.model_validate(row["result"]))
+    evo.events.monitor_pairs.append(pair)
+    evo.e.record_monitor(row["bundle_ref"], step, {
+        "parent": control, "control": control, "watch": watch, "task_index": n, "r": pair.r,
+        "trace_id": row["trace_id"], "control_trace_id": res.trace_id})
+    return pair.r

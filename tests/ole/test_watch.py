@@ -1,0 +1,197 @@
+"""Every release is watched: a release that is not staged (by the engine or by hand) is watched
+from its first task against what served before — paired where OLE can rerun the task, unpaired
+(failure count, per-env scores) where it cannot — and rolled back on harm, naming the test.
+
+The guarantees are simulated (a look after every task, ≥ 300 streams): a harmless release is
+rolled back with probability ≤ alpha_rollback; a release that makes every run fail is rolled back
+after ≤ 3 harmed tasks once the control has a record."""
+from __future__ import annotations
+
+import random
+import shutil
+from pathlib import Path
+
+from ole.evolve import EvolveConfig, Suite, open_engine
+from ole.evolve.online import EXTERNAL_PROFILE, OnlineConfig, OnlineEvolution, engine_worker
+from ole.executors import LocalExecutor
+from ole.gate import GateConfig
+from ole.monitor import AnalysisConfig
+from ole.proposers.builtin import BuiltinProposer
+from ole.registry import Registry
+from ole.watch import Baseline, WatchedRun, bernoulli_wealth, judge
+from synthetic import archive_fake
+
+ROOT = Path(__file__).resolve().parents[2]
+CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
+                   search_pools=(101,), gate_pools=(201, 202, 203), seed=2)
+GATE = GateConfig(min_pairs=6, min_families=2)
+ANALYSIS = AnalysisConfig()
+
+
+def _first_rollback(runs: list[WatchedRun], base: Baseline, cfg: AnalysisConfig = ANALYSIS) -> int | None:
+    for k in range(1, len(runs) + 1):
+        look = judge(runs[:k], base, cfg)
+        if look.decision == "rollback":
+            return k
+        if look.decision != "hold":
+            return None
+    return None
+
+
+# ----- the tests' guarantees, simulated ---------------------------------------------------------------
+
+def test_a_harmless_release_is_rolled_back_at_most_alpha_of_the_time_however_often_one_looks():
+    """The control fails 20 % of runs and scores N(50, 5) per env; so does the watched release. The
+    baseline is drawn from the control before each stream (as the watch freezes it); 400 streams of
+    the deadline's 16 tasks, half external (unpaired), a look after every task."""
+    rng = random.Random(7)
+    cfg = ANALYSIS
+    fired = 0
+    streams = 400
+    for _ in range(streams):
+        def draw() -> float | None:
+            return None if rng.random() < 0.2 else rng.gauss(50.0, 5.0)
+        history = [("e1" if i % 2 else "e2", draw()) for i in range(30)]
+        scores: dict[str, list[float]] = {}
+        for env, q in history:
+            if q is not None:
+                scores.setdefault(env, []).append(q)
+        base = Baseline(control="c@1", runs=len(history), failures=sum(q is None for _, q in history),
+                        env_scores={e: tuple(v[-cfg.reference:]) for e, v in scores.items()})
+        runs = []
+        for t in range(cfg.deadline):
+            q, control_q = draw(), draw()
+            paired = None
+            if t % 2 == 0:  # a rerun task: its pair r (a failure on either side is ±1, clipped by the monitor)
+                if q is None or control_q is None:
+                    paired = 0.0 if q is None and control_q is None else (-1.0 if q is None else 1.0)
+                else:
+                    paired = (q - control_q) / control_q
+            runs.append(WatchedRun(env="e1" if t % 3 else "e2", q=q, paired_r=paired))
+        fired += _first_rollback(runs, base) is not None
+    assert fired / streams <= cfg.alpha_rollback, fired
+
+
+def test_a_release_whose_every_run_fails_is_rolled_back_within_three_tasks_paired_or_not():
+    base = Baseline(control="c@1", runs=24, failures=1, env_scores={"e1": tuple(50.0 + i for i in range(16))})
+    unpaired = [WatchedRun(env="e1", q=None) for _ in range(8)]
+    paired = [WatchedRun(env="e1", q=None, paired_r=-1.0) for _ in range(8)]
+    assert _first_rollback(unpaired, base) is not None and _first_rollback(unpaired, base) <= 3
+    assert _first_rollback(paired, base) is not None and _first_rollback(paired, base) <= 3
+    look = judge(unpaired[:3], base, ANALYSIS)
+    assert look.decision == "rollback" and look.test == "failures" and "failures test" in look.reason
+
+
+def test_scores_below_the_controls_worst_are_caught_on_an_env_without_failures():
+    base = Baseline(control="c@1", runs=16, failures=0, env_scores={"e1": tuple(50.0 + i % 5 for i in range(16))})
+    low = [WatchedRun(env="e1", q=10.0) for _ in range(8)]
+    k = _first_rollback(low, base)
+    assert k is not None and k <= 4
+    assert judge(low[:k], base, ANALYSIS).test == "env_scores"
+    # an env the control never worked is not judged by scores (no reference): no test, no rollback
+    assert _first_rollback([WatchedRun(env="other", q=10.0) for _ in range(8)],
+                           base.model_copy(update={"runs": 0, "failures": 0})) is None
+
+
+def test_bernoulli_wealth_is_one_without_a_bound_and_grows_with_hits():
+    assert bernoulli_wealth([True] * 5, 1.0) == 1.0
+    assert bernoulli_wealth([True, True, True], 0.1) > bernoulli_wealth([True, True], 0.1) > 1.0
+    assert bernoulli_wealth([False] * 5, 0.1) < 1.0
+
+
+def test_a_watch_closes_at_the_deadline_without_a_verdict():
+    base = Baseline(control="c@1", runs=0, failures=0)
+    runs = [WatchedRun(env="e1", q=50.0) for _ in range(ANALYSIS.deadline)]
+    assert judge(runs, base, ANALYSIS).decision == "closed"
+    assert judge(runs[:3], base, ANALYSIS).decision == "hold"
+
+
+# ----- the online driver watches unstaged and hand releases --------------------------------------
+
+def _online(tmp_path: Path, *, external: bool = False):
+    root = tmp_path / "bundles"
+    root.mkdir()
+    shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
+    reg = Registry(root)
+    engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=CFG,
+                         evaluate=archive_fake, proposer=BuiltinProposer(), gate=GATE, executor=LocalExecutor(1),
+                         progress=lambda line: None)
+    return reg, OnlineEvolution(engine, CFG, OnlineConfig(tasks=40, every_k=1000), external=external)
+
+
+def _hand_release(reg, component: str, field: str, value) -> str:
+    champ = reg.champion()
+    lp = champ.bundle.loop_policy
+    new = champ.bundle.model_copy(update={"loop_policy": lp.model_copy(
+        update={component: getattr(lp, component).model_copy(update={field: value})})})
+    ref = reg.register(new, parents=[champ.version], edge="manual").ref
+    reg.release(ref, reason="by hand, not staged", force=True)  # no --exposure: active on every task
+    return ref
+
+
+def test_an_unstaged_hand_release_that_fails_every_run_is_rolled_back_within_three_tasks(tmp_path):
+    reg, evo = _online(tmp_path)
+    work = engine_worker(evo.e)
+    for _ in range(24):  # the champion's record on this stream: what the watch compares with
+        evo.tell(work(evo.ask()))
+    bad = _hand_release(reg, "recovery", "max_retries", 10)  # the fake crashes every run of it
+    harmed = 0
+    for _ in range(8):
+        a = evo.ask()
+        if a.bundle_ref != bad:
+            break
+        assert a.watch is not None and a.control == "coder@1" and a.canary is None
+        harmed += 1
+        evo.tell(work(a))
+    assert 1 <= harmed <= 3, harmed
+    assert reg.champion().ref == "coder@1" and reg.get(bad).status == "rolled_back"
+    rollback = [e for e in reg.events(kind="rollback")][-1]
+    assert rollback.payload["monitor"]["test"] in ("failures", "paired_r")
+    assert rollback.payload["reason"].startswith("watch: ") and rollback.payload["from"] == bad
+    looks = [e.payload for e in reg.events(kind="evaluation") if e.payload.get("stage") == "watch-look"]
+    assert looks[-1]["decision"] == "rollback" and all(x["control"] == "coder@1" for x in looks)
+
+
+def test_external_harness_tasks_are_watched_unpaired(tmp_path):
+    from ole.jobs import EvalJob
+    from ole.registry.scopes import task_context
+    from ole.trace import RunCondition, TaskSpec
+    from synthetic import fake_evaluate
+    reg, evo = _online(tmp_path, external=True)
+    cond = RunCondition(host="builtin", seed=0)
+
+    def external_task(i: int):
+        env = CFG.suite.envs[i % 2]
+        a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
+        trace = fake_evaluate(EvalJob(bundle_ref=a.bundle_ref, bundle=reg.get(a.bundle_ref).bundle, runs_root="r",
+                                      task=TaskSpec(env=env, profile=EXTERNAL_PROFILE, budget=8, pool_seed=700 + i),
+                                      condition=cond))
+        evo.tell(trace.model_copy(update={"trace_id": f"ext-{i}"}))
+        return a
+    for i in range(24):
+        external_task(i)
+    bad = _hand_release(reg, "recovery", "max_retries", 10)
+    worked = [external_task(24 + i) for i in range(6)]
+    harmed = [a for a in worked if a.bundle_ref == bad]
+    assert 1 <= len(harmed) <= 3 and worked[len(harmed)].bundle_ref == "coder@1"
+    assert not evo.events.monitor_pairs  # nothing was rerun: external tasks are not reproducible
+    rollback = reg.events(kind="rollback")[-1]
+    assert rollback.payload["monitor"]["test"] == "failures"
+
+
+def test_a_harmless_unstaged_release_is_promoted_by_its_pairs_and_stays(tmp_path):
+    reg, evo = _online(tmp_path)
+    work = engine_worker(evo.e)
+    for _ in range(4):
+        evo.tell(work(evo.ask()))
+    good = _hand_release(reg, "verification", "retest_episodes", 8)  # +15 % on every task (the fake)
+    for _ in range(12):
+        a = evo.ask()
+        evo.tell(work(a))
+        if evo.e.store.step(f"watch-end|{a.watch}") is not None:
+            break
+    ended = evo.e.store.step(f"watch-end|{a.watch}")
+    assert ended is not None and ended["decision"] == "promote"
+    assert reg.champion().ref == good and not reg.events(kind="rollback")
+    nxt = evo.ask()
+    assert nxt.bundle_ref == good and nxt.watch is None  # the watch ended: no more control reruns
