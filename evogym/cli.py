@@ -33,7 +33,7 @@ def _limits(args) -> Limits:
 def _add_run_args(p: argparse.ArgumentParser) -> None:
     p.add_argument("--env", required=True, help="env id, e.g. gym/acrobot or gymnasium/<registered id>")
     p.add_argument("--run-dir", required=True, type=Path, help="run directory (created; resumable)")
-    p.add_argument("--profile", default="quick", help="paper | bench | quick (default quick)")
+    p.add_argument("--profile", default="quick", help="paper | bench | quick | strict (default quick)")
     p.add_argument("--budget", type=int, help="episode budget (default: the profile's)")
     p.add_argument("--max-per-submit", type=int, help="cap episodes per submit (default: the profile's)")
     p.add_argument("--max-submissions", type=int, help="cap charged submits (default: the profile's; strict 128)")
@@ -186,6 +186,7 @@ def cmd_run(args) -> int:
     from evogym.server import Server
     if not args.command:
         raise EvogymError("no agent command given", hint="evogym run --env ... --run-dir ... -- CMD ARGS")
+    command = _absolute_paths(args.command)  # read here, before the agent starts in the workspace
     host, sock, credential = _open_host(args)
     server = Server(host, args.bind, args.port, credential, sock=sock).start()
     gateway = _gateway(args, host)
@@ -200,7 +201,7 @@ def cmd_run(args) -> int:
     terminated: list[int] = []  # as in cmd_serve: the handler only records the signal
     signal.signal(signal.SIGTERM, lambda signum, _frame: terminated.append(signum))
     try:
-        proc = subprocess.Popen(args.command, cwd=ws, env=env, stdout=log, stderr=subprocess.STDOUT,
+        proc = subprocess.Popen(command, cwd=ws, env=env, stdout=log, stderr=subprocess.STDOUT,
                                 start_new_session=True)
         stopped = _wait_agent(proc, args.agent_timeout, terminated)
         host.run.event("agent.exit", code=proc.returncode, **({"stopped": stopped} if stopped else {}))
@@ -231,6 +232,17 @@ def cmd_run(args) -> int:
               f"starting policy's (hint: see {agent_log})", file=sys.stderr)
         return 1
     return 0 if doc["outcome"]["status"] != "error" else 1
+
+
+def _absolute_paths(argv: list[str]) -> list[str]:
+    """The agent command with the paths it names relative to this directory made absolute: it runs in
+    the run's workspace, where `my_agent.py` or `.venv/bin/python` would name nothing. An argument is a
+    path when it exists here (the program only when it has a `/`: a bare name is looked up on PATH)."""
+    def absolute(i: int, arg: str) -> str:
+        if arg.startswith("-") or os.path.isabs(arg) or (i == 0 and "/" not in arg) or not os.path.exists(arg):
+            return arg
+        return os.path.abspath(arg)
+    return [absolute(i, a) for i, a in enumerate(argv)]
 
 
 AGENT_STOP_GRACE_S = 5.0
@@ -355,7 +367,9 @@ def build_parser() -> argparse.ArgumentParser:
     _add_run_args(p)
     p.add_argument("--agent-timeout", type=float, default=None, help="kill the agent after this many seconds")
     p.add_argument("--quiet", action="store_true", help="no progress on stderr")
-    p.add_argument("command", nargs=argparse.REMAINDER, help="-- CMD ARGS (the agent)")
+    p.add_argument("command", nargs=argparse.REMAINDER,
+                   help="-- CMD ARGS (the agent; it runs in the workspace, so the relative paths it names that "
+                        "exist here are made absolute)")
     p.set_defaults(func=cmd_run)
     p = sub.add_parser("check", help="the checks a submit would apply to system/, without spending budget")
     p.add_argument("system", nargs="?", help="policy folder (default: $EVOPOLICYGYM_SYSTEM, else ./system)")

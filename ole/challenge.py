@@ -210,8 +210,7 @@ def run(c: Challenge, *, registry: "Registry", gate_config: "GateConfig | str | 
         progress(f"gate: {entry.ref} vs {champion.ref} on {len(looks[0])} unseen instances of {', '.join(envs)} at "
                  f"budgets {', '.join(map(str, cfg.gate_budgets))} (up to {sum(map(len, looks))} with the adaptive "
                  f"sample); workdir {folder}")
-        # `Candidate.proposal` is never read by the gate; a version a person wrote has no Proposal
-        candidate = Candidate(ChosenVersion(entry.ref, entry.bundle), None)  # type: ignore[arg-type]
+        candidate = Candidate(ChosenVersion(entry.ref, entry.bundle), None)  # a version a person wrote: no Proposal
         return engine.decide_gate(ChosenVersion(champion.ref, champion.bundle), candidate, looks,
                                   seen_instances(engine, registry, entry), stage=STAGE,
                                   scope_families=sorted({env_family(e) for e in envs}))

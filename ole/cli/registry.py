@@ -22,7 +22,8 @@ def register(subparsers) -> None:
     p.add_argument("--traces-dir", action="append", default=None, metavar="DIR",
                    help="trace archive(s) to check too (repeatable): damaged trace files are moved to DIR/quarantine/, "
                         "and every trace id a gate decision, evaluation or monitor pair names must be in one of them "
-                        f"(default: {DEFAULT_TRACES} when it exists)")
+                        "(default: none, so the verdict never depends on the working directory; "
+                        f"`ole run` and `ole evolve` write to ./{DEFAULT_TRACES})")
     p = leaf(subparsers, "events", events, "the append-only event record, oldest first")
     p.add_argument("--name", help="only events of this bundle name")
     p.add_argument("--kind", choices=EVENT_KINDS)
@@ -33,11 +34,10 @@ def fsck(args: argparse.Namespace) -> Output:
     """Exit 0 when clean, 1 when problems remain."""
     from ole.registry.fsck import with_traces
     from ole.trace import TraceArchive
-    dirs = [Path(d) for d in args.traces_dir] if args.traces_dir else [Path(DEFAULT_TRACES)]
-    for d in dirs if args.traces_dir else ():
+    dirs = [Path(d) for d in args.traces_dir or ()]  # only those named: ./traces made the verdict depend on cwd
+    for d in dirs:
         if not d.is_dir():
             raise ValidationError(f"--traces-dir {d} is not a directory", hint="pass the trace archive to check")
-    dirs = [d for d in dirs if d.is_dir()]
     with open_registry(args, show_warnings=False) as registry:  # fsck lists them as problems
         restored = [f"restored: {registry.restore_blob(f)} from {f}" for f in args.restore]
         report = registry.fsck(repair=not args.no_repair, traces=dirs)
@@ -50,6 +50,8 @@ def fsck(args: argparse.Namespace) -> Output:
     lines += [f"  {c} scope {s}: {r}" for c, scoped in report.scopes.items() for s, r in scoped.items()]
     lines += [f"problem: {p}" for p in report.problems]
     lines += [f"{verb}: {s}" for s in report.swept] + [f"quarantined: {q}" for q in report.quarantined]
+    if not dirs and Path(DEFAULT_TRACES).is_dir():
+        lines.append(f"note: ./{DEFAULT_TRACES} was not checked; add `--traces-dir {DEFAULT_TRACES}` to check it")
     return Output(report.model_dump(mode="json"), "\n".join(lines), 0 if report.ok else 1)
 
 

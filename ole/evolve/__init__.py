@@ -206,8 +206,8 @@ class Candidate:
 
     chosen: ChosenVersion
     """The registered version (ref and bundle) that is paired and gated."""
-    proposal: Proposal
-    """The proposal it was registered from."""
+    proposal: Proposal | None
+    """The proposal it was registered from; None for a version a person wrote (`ole gate`)."""
     pairs: list[Pair] = field(default_factory=list)
     """Its pairs against the champion on the instances evaluated so far."""
     stats: PairStats = field(default_factory=lambda: pair_stats(()))

@@ -17,8 +17,6 @@ import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
 
-import networkx as nx
-
 from ole.bundle import GENERAL_SCOPE, Bundle, format_ref, load_bundle_yaml, parse_scope
 from ole.errors import OleError, ValidationError
 from ole.registry.journal import Journal
@@ -223,6 +221,8 @@ def _check_events(events: list[Event], rows: list[IndexRow]) -> list[str]:
 
 
 def _check_lineage(events: list[Event]) -> list[str]:
+    import networkx as nx  # here, not at the top: `ole` commands that never check a lineage start without it
+
     graph = nx.DiGraph()
     problems = []
     for event in events:

@@ -4,7 +4,8 @@ Nodes are versions (`NAME@VERSION`), each with its scope (the applicability's sc
 an edge runs parent -> child and is typed by how the child was derived: `online` (online
 proposal), `offline_mutation`, `recombination` (a child with two parents: two edges,
 `position` 0 and 1), `manual` or `specialization` (a strictly narrower scope than the
-parent's). Champion history comes from activation events, each carrying the release or
+parent's), or `imported` (the child was imported before its parent and names it by content
+hash in `provenance.external_parents`; drawn once the parent is registered too). Champion history comes from activation events, each carrying the release or
 rollback that caused it and its scope, so "who was champion of scope S on channel C at
 time X, and why" is answered from the record alone. Nothing here writes; build a fresh
 `Lineage` to see new events.
@@ -54,10 +55,41 @@ class Lineage:
             for position, parent in enumerate(event.payload.get("parents", [])):
                 self.graph.add_edge(format_ref(event.name, parent), event.ref,
                                     kind=event.payload.get("edge"), position=position)
+        self._link_imports()
         for event in self.events:  # where each version was released, and what bounds that scope
             if event.kind == "release" and event.ref in self.graph:
                 self.graph.nodes[event.ref].update(released_scope=event.payload.get("scope") or "general",
                                                    evidence=evidence_line(event))
+
+    def _link_imports(self) -> None:
+        """An `imported` edge from each version to every version of its name that names its content hash
+        in `provenance.external_parents`: a child imported before its parent keeps that parent by hash,
+        and the parent arriving later is that parent. Needs the bundles (`bundle_of`); a damaged one is
+        skipped (`ole fsck` reports it)."""
+        if self._bundle_of is None:
+            return
+        by_hash: dict[tuple[str, str], str] = {}
+        counts: dict[str, int] = {}
+        for event in self.events:
+            if event.kind == "registration":
+                counts[event.name] = counts.get(event.name, 0) + 1
+                if event.payload.get("content_hash"):
+                    by_hash.setdefault((event.name, str(event.payload["content_hash"])), event.ref)
+        for event in self.events:
+            if event.kind != "registration" or counts[event.name] < 2:  # a lone version has no parent here
+                continue
+            try:
+                external = self._bundle_of(event.ref).provenance.external_parents
+            except OleError:
+                continue
+            position = len(event.payload.get("parents", []))
+            for digest in external:
+                parent = by_hash.get((event.name, digest))
+                if parent is None or parent == event.ref or self.graph.has_edge(parent, event.ref) \
+                        or nx.has_path(self.graph, event.ref, parent):  # never a circle
+                    continue
+                self.graph.add_edge(parent, event.ref, kind="imported", position=position)
+                position += 1
 
     def _scope(self, event: Event) -> str | None:
         """Scope key of a registered version: recorded since scopes exist, else read from its bundle."""
@@ -73,8 +105,9 @@ class Lineage:
     @classmethod
     def from_registry(cls, registry: Registry) -> Lineage:
         """Lineage of everything recorded in `registry` (diffs load bundles from it)."""
-        return cls(registry.events(), bundle_of=lambda ref: registry.get(ref).bundle,
-                   default_channel=registry.state().default_channel)
+        state = registry.state()  # read once: each `get` would derive it again from every event
+        return cls(registry.events(), bundle_of=lambda ref: registry.get(ref, state=state).bundle,
+                   default_channel=state.default_channel)
 
     def _node(self, ref: str) -> str:
         name, version = parse_ref(ref)

@@ -19,9 +19,10 @@ from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
 
-from ole.bundle import Applicability, Bundle, dump_bundle_yaml, diff_bundles, format_ref
+from ole.bundle import Applicability, Bundle, Provenance, dump_bundle_yaml, diff_bundles, format_ref
 from ole.errors import OleError
 from ole.registry.lineage import Lineage
+from ole.registry.records import Event
 from ole.report.records import (Check, Criterion, EnvAnchors, Evaluation, Gate, GatePair, Interval, ParentDiff,
                                 ReportData, RunCurve, Version)
 from ole.verdicts import verdict_of
@@ -214,6 +215,13 @@ def _display_status(status: str, seed: bool, damaged: bool) -> str:
     return "seed" if seed and status == "registered" else status
 
 
+def _note(registration: Event, prov: Provenance | None) -> str:
+    """The note given with `bundle register --note` (the event's), else the YAML's `provenance.note`; a
+    seed's event note (`seed NAME.yaml`) only when its YAML has none."""
+    given = "" if registration.payload.get("seed") else str(registration.payload.get("note") or "")
+    return given or (prov.note if prov and prov.note else str(registration.payload.get("note") or ""))
+
+
 def _versions(registry, events, gates: Sequence[Gate]) -> list[Version]:
     state = registry.state()
     loaded: dict[str, Bundle] = {}
@@ -244,7 +252,7 @@ def _versions(registry, events, gates: Sequence[Gate]) -> list[Version]:
             status=_display_status(status, bool(e.payload.get("seed")), e.ref in damage), registry_status=status,
             seed=bool(e.payload.get("seed")), parents=parents, edge=e.payload.get("edge"),
             generation=prov.generation if prov else 0, proposer=prov.proposer if prov else "?",
-            note=(prov.note if prov and prov.note else e.payload.get("note", "")), registered_at=e.ts,
+            note=_note(e, prov), registered_at=e.ts,
             content_hash=e.payload.get("content_hash", ""), scope=scope, scope_fields=scope_fields,
             yaml=dump_bundle_yaml(bundle) if bundle is not None else None, damage=damage.get(e.ref), diffs=diffs,
             evaluations=evaluations, gate_seqs=tuple(g.seq for g in own_gates), interval=interval))

@@ -85,9 +85,6 @@ def test_an_agent_under_a_harness_is_told_it_fell_back_to_the_per_user_root(tmp_
     assert named.returncode == 0 and "per-user root" not in named.stderr  # a named root needs no warning
 
 
-@pytest.mark.xfail(strict=True, reason="evogym/cli.py (not this session's): `evogym run -- CMD` must make the "
-                   "command's existing relative paths absolute before starting it in the workspace, as "
-                   "ole.cli.common.agent_command does")
 def test_evogym_run_starts_an_agent_script_of_the_current_folder(tmp_path):
     (tmp_path / "my_agent.py").write_text("import os, pathlib\n"
                                           "pathlib.Path(os.environ['EVOPOLICYGYM_WORKSPACE'], 'ran').touch()\n")
@@ -116,8 +113,6 @@ def test_the_install_docs_say_the_mlflow_ui_needs_the_full_mlflow():
     assert "pip install 'mlflow>=3,<4'" in text
 
 
-@pytest.mark.xfail(strict=True, reason="docs/evolution.md (lead): beside `mlflow ui --backend-store-uri ./mlruns`, "
-                   "say that the UI needs the full `mlflow` package (docs/install.md)")
 def test_the_evolution_docs_say_the_mlflow_ui_needs_the_full_mlflow():
     text = " ".join((PROJECT / "docs" / "evolution.md").read_text().split())
     at = text.index("mlflow ui --backend-store-uri")
@@ -180,9 +175,6 @@ def test_ole_run_names_its_trace_archive_and_the_lessons_it_read(root, tmp_path)
     assert len(lessons.read_text().splitlines()) == 2  # the first run added its lesson; --no-lessons added none
 
 
-@pytest.mark.xfail(strict=True, reason="ole/cli/registry.py (lead): `ole fsck` must not read ./traces unless "
-                   "--traces-dir names it (or always say which archive it checked): its verdict changed with the "
-                   "working directory")
 def test_fsck_gives_one_verdict_whatever_the_working_directory(root, tmp_path):
     with Registry(root) as reg:
         reg.record_evaluation("coder@1", {"stage": "manual", "trace_ids": ["gone"]})
@@ -274,8 +266,6 @@ def test_importing_a_parent_after_its_child_names_the_child(root, tmp_path, caps
     assert code == 0 and json.loads(out)["children"] == ["coder@1"]  # the child came first: it is coder@1 here
 
 
-@pytest.mark.xfail(strict=True, reason="ole/registry/lineage.py (lead): Lineage must draw an edge from a version to "
-                   "each version of its name that names its content hash in provenance.external_parents")
 def test_importing_a_parent_after_its_child_relinks_them(root, tmp_path, capsys):
     draft = tmp_path / "mine.yaml"
     draft.write_text(SEED.read_text().replace("step_size: 0.3", "step_size: 0.1"))
@@ -320,9 +310,6 @@ def test_the_report_docs_cite_the_measured_evolve():
     assert released and all(ref in report for ref in released), released
 
 
-@pytest.mark.xfail(strict=True, reason="ole/report/collect.py (not this session's): a version's note is its "
-                   "registration's `--note` (the event payload), falling back to the YAML's provenance.note; and an "
-                   "indecisive gate is shown as indecisive, not as the registry status `rejected`")
 def test_the_report_shows_the_note_given_with_register(root, tmp_path, capsys):
     from ole.report.collect import collect
     draft = tmp_path / "mine.yaml"
@@ -333,9 +320,6 @@ def test_the_report_shows_the_note_given_with_register(root, tmp_path, capsys):
     assert version.note == "smaller steps"
 
 
-@pytest.mark.xfail(strict=True, reason="docs/registry.md (lead): say that a write refused on a read-only registry "
-                   "exits 1 (a storage fault, `StorageError`), as `ole bundle register` does; it says exit 1 only "
-                   "for storage damage")
 def test_the_registry_docs_give_the_exit_status_of_a_read_only_refusal():
     text = " ".join((PROJECT / "docs" / "registry.md").read_text().split())
     at = text.index("every write is refused with a one-line error")
