@@ -16,7 +16,6 @@ import argparse
 from ole.bundle import GENERAL_SCOPE, HOSTS, parse_scope
 from ole.cli.common import Output, inline, leaf, noun, open_registry, parse_time, table
 from ole.errors import NotFound, OleError, ValidationError
-from ole.registry.lineage import Lineage
 from ole.registry import DEFAULT_CHANNEL
 
 
@@ -149,6 +148,7 @@ def _show_channel(args: argparse.Namespace) -> Output:
 
 def history(args: argparse.Namespace) -> Output:
     """Champion tenures of a channel, plus every release/rollback/activation recorded on it."""
+    from ole.registry.lineage import Lineage  # networkx: only this verb needs the graph
     with open_registry(args) as registry:
         registry.require_channel(args.channel)
         lineage = Lineage.from_registry(registry)

@@ -438,6 +438,9 @@ class Registry:
     def _boundary(self, channel: str) -> State:
         """Record the activations of `channel`'s task boundary; the state right after it."""
         _check_channel(channel)
+        state = self.state()
+        if not boundary_events(state, channel):  # nothing pending: no write (a read-only registry routes)
+            return state
         with self.journal.write("activation"):
             state = self.state()
             planned = boundary_events(state, channel)

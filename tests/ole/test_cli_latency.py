@@ -72,8 +72,6 @@ def test_champion_show_loads_no_engine(tmp_path):
             if m.split(".")[0] != "networkx"] == []
 
 
-@pytest.mark.xfail(strict=True, reason="needs the lead's edits: `import networkx` inside the functions of "
-                   "ole/registry/fsck.py (_check_lineage) and ole/cli/champion.py (`Lineage` in history())")
 def test_champion_show_loads_no_graph_library(tmp_path):
     root = tmp_path / "bundles"
     root.mkdir()

@@ -96,9 +96,6 @@ def test_evogym_run_starts_an_agent_script_of_the_current_folder(tmp_path):
 
 
 @pytest.mark.sandbox
-@pytest.mark.xfail(strict=True, reason="ole/registry/api.py (lead): Registry._boundary must plan the activations "
-                   "under a read and open the write transaction only when some are planned, so a read-only "
-                   "registry with nothing pending routes tasks")
 def test_a_read_only_registry_runs_a_task_when_nothing_is_pending(root, tmp_path):
     with Registry(root):
         pass  # seeded while writable
