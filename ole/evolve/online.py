@@ -79,6 +79,9 @@ class OnlineConfig(BaseModel):
     """How many recent stream traces the proposer reads."""
     stream_pool_base: int = 1000
     """Synthetic stream task i uses pool seed stream_pool_base + i (fresh instances)."""
+    widen: bool = True
+    """Try a scoped champion on an env no scope serves, as a watched canary of that one env, where its
+    gate decision's transfer evidence gained in a region holding the env (`ole.evolve.widening`)."""
     scope_pools: tuple[int, ...] = (209, 210, 211, 212, 213, 214)
     """Pool seeds of a round's **scoped gate**: when a challenger does not pass as a whole but its
     gate pairs gain on some envs (`ole.evolve.scoping.plan`), its change (ablated on those pairs)
@@ -203,6 +206,9 @@ class OnlineEvolution:
             if task is None:
                 raise ValueError("a harness task needs its TaskContext")
             ctx = context_for(task, cond)
+        if self.online.widen:
+            from ole.evolve.widening import canary_widening
+            canary_widening(self, ctx)  # staged now: its canary starts at this boundary
         before = self._active
         routed, activation, scope = self._boundary(ctx)
         self._active = routed.ref

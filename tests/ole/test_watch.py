@@ -195,3 +195,87 @@ def test_a_harmless_unstaged_release_is_promoted_by_its_pairs_and_stays(tmp_path
     assert reg.champion().ref == good and not reg.events(kind="rollback")
     nxt = evo.ask()
     assert nxt.bundle_ref == good and nxt.watch is None  # the watch ended: no more control reruns
+
+
+# ----- widening online by canaries (releases that travel, item 3) -----------------------------------
+
+def _released_with_transfer(reg, region: str, *, excluded=()):
+    """coder@2 (retests 8: +15 % on every task in the fake) released for gym/acrobot on a gate decision
+    whose pairs are acrobot pairs and whose transfer part names `region` as a candidate."""
+    from ole.jobs import EvalJob
+    from ole.paired import make_pair, run_result
+    from ole.trace import RunCondition, TaskSpec
+    from synthetic import fake_evaluate
+    champ = reg.champion()
+    lp = champ.bundle.loop_policy
+    app = champ.bundle.applicability.model_copy(update={"hosts": ("builtin",), "min_budget": 8, "max_budget": 8})
+    child = champ.bundle.model_copy(update={"applicability": app, "loop_policy": lp.model_copy(
+        update={"verification": lp.verification.model_copy(update={"retest_episodes": 8})})})
+    new = reg.register(child, parents=[champ.version], edge="specialization")
+    pairs = []
+    for pool in (201, 202, 203):
+        task, cond = TaskSpec(env="gym/acrobot", budget=8, pool_seed=pool), RunCondition(host="builtin", seed=0)
+        runs = [run_result(fake_evaluate(EvalJob(bundle_ref=b.ref, bundle=b.bundle, runs_root="r", task=task,
+                                                 condition=cond))) for b in (champ, new)]
+        pairs.append(make_pair(task, cond, "generic", *runs).model_dump(mode="json"))
+    candidate = {"scope": region, "envs": ["gymnasium/MiniGrid-FourRooms-v0"], "gains": ["gymnasium/MiniGrid-FourRooms-v0"],
+                 "ties": [], "mean_r": 0.15, "harm_ucb": 0.9, "level": 0.9}
+    reg.record_gate_decision(new.ref, {"verdict": "release", "pairs": pairs, "bound": "hosts=builtin;envs=gym/acrobot;"
+                                       "budget=8-8", "transfer": {"regions": [], "candidates": [candidate],
+                                                                  "excluded": list(excluded)}})
+    reg.release(new.ref, reason="gated for acrobot")
+    reg.activate_pending()
+    return new.ref
+
+
+def test_an_env_in_a_transfer_region_gets_the_change_by_a_canary_and_its_rollback_restores_the_narrower_scope(
+        tmp_path):
+    reg, evo = _online(tmp_path)
+    work = engine_worker(evo.e)
+    good = _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
+    four = "envs=gymnasium/MiniGrid-FourRooms-v0"
+    got = []
+    for _ in range(16):
+        a = evo.ask()
+        got.append((a.task.env, a.bundle_ref, a.canary is not None))
+        evo.tell(work(a))
+        if evo.events.promotions:
+            break
+    assert evo.events.promotions and evo.events.promotions[0][1] == good  # the monitor widened it
+    widening = [e for e in reg.events(kind="release") if e.payload.get("widening") == "canary"]
+    assert len(widening) == 1 and four in widening[0].scope and widening[0].payload["exposure"]
+    assert "transfer region" in widening[0].payload["evidence"]["covered"]
+    widened = next(s for s in reg.state().champions("default") if four in s)
+    assert reg.select("default", _ctx("gymnasium/MiniGrid-FourRooms-v0"), activate=False).ref == good
+    # the rollback of the widening removes that one-env scope: FourRooms goes back to the seed
+    reg.rollback(scope=widened, reason="test: undo the widening")
+    reg.activate_pending()
+    assert reg.select("default", _ctx("gymnasium/MiniGrid-FourRooms-v0"), activate=False).ref == "coder@1"
+    assert reg.select("default", _ctx("gym/acrobot"), activate=False).ref == good  # the narrower reach stays
+    assert any(canary for env, _, canary in got if env == "gymnasium/MiniGrid-FourRooms-v0")
+
+
+def test_no_canary_widening_outside_the_region_or_on_an_excluded_env(tmp_path):
+    reg, evo = _online(tmp_path)
+    work = engine_worker(evo.e)
+    _released_with_transfer(reg, "hosts=builtin;obs=box;act=box;budget=8-8")  # FourRooms: dict/discrete
+    for _ in range(4):
+        a = evo.ask()
+        assert a.canary is None
+        evo.tell(work(a))
+    assert not [e for e in reg.events(kind="release") if e.payload.get("widening")]
+
+
+def test_an_env_the_change_lost_on_is_never_tried(tmp_path):
+    reg, evo = _online(tmp_path)
+    work = engine_worker(evo.e)
+    _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8",
+                            excluded=("gymnasium/MiniGrid-FourRooms-v0",))
+    for _ in range(4):
+        evo.tell(work(evo.ask()))
+    assert not [e for e in reg.events(kind="release") if e.payload.get("widening")]
+
+
+def _ctx(env: str):
+    from ole.registry.scopes import task_context
+    return task_context(env, "builtin", 8)

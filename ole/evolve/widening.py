@@ -1,0 +1,83 @@
+"""Widening a scope online, env by env, by watched canaries (issue "Releases that travel", item 3).
+
+At a task boundary of the online driver, a task whose env no scope serves (it would get the
+general champion) may lie in a region where a scoped champion's change showed a gain on envs held
+out from its search (its gate decision's transfer evidence: a claimed or candidate region,
+`ole.transfer`) and lost on none inside. Then the driver widens that champion by **one env** as a
+*staged* release (`Registry.widen(kind="canary")`): from this boundary the version runs as the
+canary of the one-env scope (the gate decision's host and budget band, that env id), each of its
+tasks rerun by the control (what the task would get without it) and judged by the monitor
+(`ole.monitor`) like any canary. `promote` makes the version that scope's champion — the scope is
+widened by that env, recorded as a `stage` event of the widening release (visible in
+`champion show`, the lineage and the report); `rollback` ends the canary, and the env is never
+tried for that version again (the widening release names it). A rollback of a promoted widening
+removes the one-env scope's pointer: the narrower reach comes back.
+
+Never on ties alone: a region is a candidate only where the transfer sample gained (`ole.transfer`).
+An env the change lost on (any role) is excluded outright.
+"""
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from ole.bundle import GENERAL_SCOPE, Applicability, TaskContext, format_ref, parse_scope, validate_data
+
+if TYPE_CHECKING:
+    from ole.evolve.online import OnlineEvolution
+
+
+def canary_widening(evo: OnlineEvolution, ctx: TaskContext) -> str | None:
+    """Stage a one-env canary widening for the task `ctx` when some scoped champion's transfer evidence
+    supports trying its env (module docstring); returns `REF in SCOPE` of what it staged, or None."""
+    from ole.coverage import decision_event
+    from ole.registry.scopes import features_of, route
+    from ole.registry.widening import transfer_regions
+    reg, channel = evo.e.registry, evo.e.channel
+    state = reg.state()
+    champions = state.champions(channel)
+    if route(channel, ctx, champions).scope != GENERAL_SCOPE or reg.canaries(channel):
+        return None  # a scope serves the task already, or a canary runs (one trial at a time)
+    found = features_of(ctx.env)
+    if found is None:
+        return None
+    events = reg.events()
+    for scope, key in sorted(champions.items()):
+        if scope == GENERAL_SCOPE:
+            continue
+        decision = decision_event(events, key[0], key[1])
+        if decision is None:
+            continue
+        transfer = decision.payload.get("transfer") or {}
+        if ctx.env in (transfer.get("excluded") or ()):
+            continue
+        inside = [r for r in transfer_regions(decision, candidates=True)
+                  if parse_scope(r["scope"]).region_admits(found.family, found.obs, found.act, found.action_dim,
+                                                           found.horizon)]
+        if not inside:
+            continue
+        target = one_env_scope(decision.payload.get("bound"), ctx.env)
+        if target is None or not target.matches_task(ctx):
+            continue
+        ref = format_ref(*key)
+        tried = [e for e in events if e.kind == "release" and e.key == key and e.scope == target.scope_key]
+        if tried:
+            continue
+        analysis = evo.e.gate.analysis
+        step = f"widen-canary|{ref}|{target.scope_key}"
+        evo.e.widen(ref, target.scope_key, f"canary widening: {ctx.env} lies in the transfer region "
+                                           f"`{inside[0]['scope']}` of gate decision #{decision.seq}",
+                    stage="online", kind="canary", exposure=analysis.exposure, analysis=analysis.digest)
+        evo.e.progress(f"{ctx.env}: no scope serves it; {ref} (scope {scope}) gained in its transfer region "
+                       f"`{inside[0]['scope']}`: staged as the canary of `{target.scope_key}` ({step})")
+        return f"{ref} in {target.scope_key}"
+    return None
+
+
+def one_env_scope(bound: str | None, env: str) -> Applicability | None:
+    """The gate decision's bound (hosts, budget band, models) with its env selector replaced by `env`."""
+    if not bound:
+        return None
+    data: dict[str, Any] = parse_scope(bound).model_dump(mode="json")
+    data.update(env_ids=[env], env_families=[], obs_kinds=[], action_kinds=[], min_action_dim=None,
+                max_action_dim=None, min_horizon=None, max_horizon=None)
+    return validate_data(Applicability, data, source="one-env widening scope")
