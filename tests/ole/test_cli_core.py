@@ -103,7 +103,7 @@ def test_a_file_whose_own_parents_contradict_its_identical_twin_is_refused(root,
     (["bundle", "show", "Coder@x"], "bad bundle reference"),
     (["release", "coder", "--reason", "x"], "needs an explicit version"),
     (["release", "coder@1", "--reason", "x"], "already the release of channel `default`"),
-    (["rollback", "--reason", "x"], "coder@1 has no parent"),
+    (["rollback", "--reason", "x"], "nothing served channel `default` before coder@1"),
     (["champion", "history", "--at", "yesterday"], "bad time"),
 ])
 def test_errors_are_one_line_with_exit_2(root, capsys, args, message):

@@ -141,7 +141,8 @@ def test_cli_prints_the_estimate_first_and_rejects_overlapping_pools(capsys):
     from ole.gate import load_config
     assert main(["evolve", "--mode", "offline", "--estimate-only", "--json"]) == 0
     captured = capsys.readouterr()
-    cfg = EvolveConfig()
+    from ole.evolve import DEFAULT_SUITE, DEFAULT_TRANSFER
+    cfg = EvolveConfig(transfer_envs=tuple(e for e in DEFAULT_TRANSFER if e not in DEFAULT_SUITE))
     planned = planned_envs(cfg, "offline", 0, 1, 1, load_config().max_pairs)
     assert "estimate" in captured.err and json.loads(captured.out)["estimate"]["runs"] == len(planned)
     # champion on the search instances, then every rung's survivors on that rung's new instances
@@ -248,7 +249,8 @@ def test_an_env_only_gain_is_released_for_that_env_only(tmp_path):
     assert [g.envs for g in report.gates] == [[four_rooms]]  # acrobot loses: it is not in the scope
     spec = reg.get(report.final)
     assert spec.bundle.provenance.edge == "specialization" and spec.bundle.provenance.parents == (1,)
-    assert spec.bundle.applicability.env_ids == (four_rooms,) and spec.bundle.applicability.env_families == ()
+    # its own applicability is the reach of its gate (host, budget band, every env); the release is bounded
+    assert spec.bundle.applicability.scope_key == "hosts=builtin;budget=8-8"
     d = report.decision
     assert {p.task.env for p in d.pairs} == {four_rooms} and d.verdict == "release", d.reasons
     # the release is bounded by what the gate sampled: this host, this env, this budget
@@ -304,7 +306,9 @@ def test_gains_on_two_envs_become_two_scope_releases_each_cut_to_its_carrying_ch
         assert g.ablation.dropped == ("memory.top_k_programs",) and len(g.ablation.kept) == 1
         gated = reg.get(g.final).bundle
         assert gated.loop_policy.memory.top_k_programs == 3  # the side effect is not released
-        assert gated.applicability.env_ids == envs and gated.provenance.parents == (1,)
+        assert gated.applicability.env_ids == () and gated.provenance.parents == (1,)  # reach: every env
+        released = [e for e in reg.events(kind="release") if e.ref == g.final][-1]
+        assert released.payload["scope"] == f"hosts=builtin;envs={envs[0]};budget=8-16"
         assert {p.task.budget for p in g.decision.pairs} == {8, 16}  # every gate budget sampled
         event = [e for e in reg.events(kind="gate_decision") if e.ref == g.final][-1]
         assert event.payload["ablation"]["dropped"] == ["memory.top_k_programs"]

@@ -435,6 +435,9 @@ class RegistryMachine(RuleBasedStateMachine):
         self.parents = {1: []}
         self.steps = {1: 0.3}
         self.active, self.target = 1, None
+        self.kind: str | None = None  # what the pending target came from: a release or a rollback
+        self.served = [1]  # what served the channel, oldest first (the rollback stack)
+        self.pointed = False  # the seed serves without a pointer until the first activation
 
     def teardown(self) -> None:
         self.reg.close()
@@ -460,22 +463,38 @@ class RegistryMachine(RuleBasedStateMachine):
                 self.reg.release(f"coder@{version}", reason="model")
         else:
             self.reg.release(f"coder@{version}", reason="model")
-            self.target = version
+            self.target, self.kind = version, "release"
+
+    def _pending(self) -> bool:
+        return self.target is not None and (self.target != self.active or not self.pointed)
 
     @rule()
     def rollback(self):
-        parents = self.parents[self.active]
-        if not parents or parents[0] == self.active:
+        """Back to what served before the current champion's release (never its lineage parent); a
+        pending release is cancelled instead."""
+        if self.kind == "release" and self._pending():
+            assert self.reg.rollback(reason="model").version == self.active
+            self.target, self.kind = self.active, "rollback"
+            return
+        served = list(self.served)
+        while served and served[-1] == self.active:
+            served.pop()
+        if not served:
             with pytest.raises(Conflict):
                 self.reg.rollback(reason="model")
-        else:
-            assert self.reg.rollback(reason="model").version == parents[0]
-            self.target = parents[0]
+            return
+        assert self.reg.rollback(reason="model").version == served[-1]
+        self.target, self.kind = served[-1], "rollback"
 
     @rule()
     def activate(self):
         if self.target is not None:
-            self.active = self.target
+            if self.kind == "rollback" and self.target in self.served:
+                del self.served[self.served.index(self.target) + 1:]
+            elif self.served[-1] != self.target:
+                self.served.append(self.target)
+            self.active, self.pointed = self.target, True
+        self.target = self.kind = None
         assert self.reg.activate_pending().version == self.active
 
     @invariant()
