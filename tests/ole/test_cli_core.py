@@ -220,3 +220,48 @@ def test_negative_seeds_are_refused_by_the_records_too():
                  lambda: EvolveConfig(agent_seeds=(1, 1))):
         with pytest.raises(PydanticError):
             make()
+
+
+def _child(root: Path, tmp_path: Path, step: str, parent: str, capsys) -> str:
+    path = tmp_path / f"child-{step}.yaml"
+    path.write_text((root / "coder.yaml").read_text().replace("step_size: 0.3", f"step_size: {step}"))
+    return ole_json(root, "bundle", "register", str(path), "--parent", parent, capsys=capsys)["ref"]
+
+
+def test_rollback_goes_back_to_what_served_never_to_an_unvetted_parent(root, tmp_path, capsys):
+    """Issue 30: after releasing coder@3 (parent coder@2, never gated nor released) a rollback goes back
+    to coder@1, which served before; the parent only when asked, and then only with --force."""
+    two = _child(root, tmp_path, "0.5", "1", capsys)
+    three = _child(root, tmp_path, "0.7", "2", capsys)
+    assert (two, three) == ("coder@2", "coder@3")
+    ole_json(root, "release", three, "--reason", "by hand", capsys=capsys)
+    ole_json(root, "champion", "activate", capsys=capsys)
+    code, _, err = ole(root, "rollback", "--to-parent", "--reason", "x", capsys=capsys)
+    assert code == 2 and "coder@2 was never released nor passed a gate" in err and "--force" in err
+    back = ole_json(root, "rollback", "--reason", "harm", capsys=capsys)
+    assert back["to"] == "coder@1" and back["from"] == "coder@3"
+    assert ole_json(root, "champion", "activate", capsys=capsys)["active"] == "coder@1"
+    forced = ole_json(root, "rollback", "--to", "coder@2", "--force", "--reason", "operator", capsys=capsys)
+    assert forced["to"] == "coder@2" and forced["forced"] is True
+
+
+def test_a_canary_is_ended_or_promoted_from_the_cli_and_show_says_what_staging_does(root, tmp_path, capsys):
+    two = _child(root, tmp_path, "0.5", "1", capsys)
+    ole_json(root, "release", two, "--exposure", "0.5", "--reason", "staged", capsys=capsys)
+    code, text, _ = ole(root, "champion", "show", capsys=capsys)
+    assert code == 0 and "runs as a canary on 50%" in text and "becomes active at the next" not in text
+    ole_json(root, "champion", "activate", capsys=capsys)  # the task boundary: the canary starts
+    with Registry(root) as reg:
+        assert reg.canaries() and reg.champion().ref == "coder@1"
+    ended = ole_json(root, "rollback", "--reason", "stop it", capsys=capsys)
+    assert ended["ended"] == two and ended["stage"] == "rolled_back"
+    with Registry(root) as reg:
+        assert not reg.canaries() and reg.champion().ref == "coder@1" and reg.get(two).status == "rolled_back"
+    three = _child(root, tmp_path, "0.7", "1", capsys)
+    ole_json(root, "release", three, "--exposure", "0.25", "--reason", "staged", capsys=capsys)
+    ole_json(root, "champion", "activate", capsys=capsys)
+    assert ole_json(root, "champion", "promote", "--reason", "looks good", capsys=capsys)["promoted"] == three
+    with Registry(root) as reg:
+        assert reg.champion().ref == three and not reg.canaries()
+    code, _, err = ole(root, "champion", "promote", "--reason", "again", capsys=capsys)
+    assert code != 0 and "no canary runs" in err
