@@ -15,11 +15,14 @@ from typing import Any, Literal, get_args
 
 from pydantic import Field, model_validator
 
-from evogym.features import SPACE_KINDS
 from ole.errors import ValidationError
 from ole.records import Record as _Record
 from ole.records import validate_data
 
+SPACE_KINDS: tuple[str, ...] = ("box", "image", "discrete", "multidiscrete", "multibinary", "tuple", "dict", "text",
+                                "other")
+"""`evogym.features.SPACE_KINDS`, spelled here so reading a bundle does not load the feature table (a
+test checks the two agree)."""
 Host = Literal["builtin", "llm", "command"]
 HOSTS: tuple[Host, ...] = get_args(Host)
 APPLICABILITY_NEUTRAL: dict[str, object] = {"obs_kinds": [], "action_kinds": [], "min_action_dim": None,

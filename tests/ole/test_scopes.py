@@ -615,3 +615,9 @@ class ScopedRegistryMachine(RuleBasedStateMachine):
 
 ScopedRegistryMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=10, deadline=None)
 test_scoped_registry_state_machine = ScopedRegistryMachine.TestCase
+
+
+def test_the_space_kinds_of_scopes_are_the_hosts():
+    from evogym.features import SPACE_KINDS as HOST_KINDS
+    from ole.applicability import SPACE_KINDS
+    assert SPACE_KINDS == HOST_KINDS
