@@ -13,7 +13,8 @@ widened by that env, recorded as a `stage` event of the widening release (visibl
 tried for that version again (the widening release names it). A rollback of a promoted widening
 removes the one-env scope's pointer: the narrower reach comes back.
 
-Never on ties alone: a region is a candidate only where the transfer sample gained (`ole.transfer`).
+Only on a stream whose tasks OLE can rerun (not beside an external harness, `ole agent work
+--online`: a canary there could never be paired, so never judged). Never on ties alone: a region is a candidate only where the transfer sample gained (`ole.transfer`).
 An env the change lost on (any role) is excluded outright.
 """
 from __future__ import annotations
@@ -32,6 +33,8 @@ def canary_widening(evo: OnlineEvolution, ctx: TaskContext) -> str | None:
     from ole.coverage import decision_event
     from ole.registry.scopes import features_of, route
     from ole.registry.widening import transfer_regions
+    if evo.external:
+        return None  # a harness's tasks may not be rerun: a canary there could never be judged by pairs
     reg, channel = evo.e.registry, evo.e.channel
     state = reg.state()
     champions = state.champions(channel)

@@ -279,3 +279,11 @@ def test_an_env_the_change_lost_on_is_never_tried(tmp_path):
 def _ctx(env: str):
     from ole.registry.scopes import task_context
     return task_context(env, "builtin", 8)
+
+
+def test_no_canary_widening_beside_an_external_harness(tmp_path):
+    from ole.evolve.widening import canary_widening
+    reg, evo = _online(tmp_path, external=True)
+    _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
+    assert canary_widening(evo, _ctx("gymnasium/MiniGrid-FourRooms-v0")) is None
+    assert not [e for e in reg.events(kind="release") if e.payload.get("widening")]
