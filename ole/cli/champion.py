@@ -49,8 +49,7 @@ def register(subparsers) -> None:
                         "online-stream tasks, monitored against the control, until promoted or rolled back "
                         "(default: active on every task at once)")
     p = leaf(subparsers, "rollback", rollback,
-             "roll one scope of a channel back to what served it before (a running canary: end it; a "
-             "pending release: cancel it)")
+             "roll one scope of a channel back to what served it before (or end its canary)")
     target = p.add_mutually_exclusive_group()
     target.add_argument("--to", metavar="NAME@VERSION",
                         help="target version (default: what served the scope before the current champion's release)")

@@ -16,7 +16,7 @@ control (`Registry.rollback` with the look as its monitor record: the rollback n
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ole.bundle import TaskContext, format_ref
 from ole.chosen import ChosenVersion
@@ -25,10 +25,19 @@ from ole.trace import RunCondition, TaskSpec
 from ole.watch import Baseline, WatchedRun, judge
 
 if TYPE_CHECKING:
-    from ole.evolve.online import OnlineEvolution
+    from ole.evolve import Engine
 
 
-def watch_of(evo: OnlineEvolution, ctx: TaskContext, activation: int, scope: str) -> tuple[int, str] | None:
+class StreamDriver(Protocol):
+    """What the watch (and `ole.evolve.widening`) read of the online driver (`OnlineEvolution`), named
+    structurally so neither module imports the driver that imports them."""
+
+    e: Engine
+    events: Any
+    external: bool
+
+
+def watch_of(evo: StreamDriver, ctx: TaskContext, activation: int, scope: str) -> tuple[int, str] | None:
     """(activation seq, control ref) when a task routed by `activation` in `scope` is watched, else None."""
     from ole.registry.scopes import route
     if activation <= 0 or evo.e.store.step(f"watch-end|{activation}") is not None:
@@ -48,7 +57,7 @@ def watch_of(evo: OnlineEvolution, ctx: TaskContext, activation: int, scope: str
     return activation, control
 
 
-def baseline(evo: OnlineEvolution, watch: int, control: str) -> Baseline:
+def baseline(evo: StreamDriver, watch: int, control: str) -> Baseline:
     """The control's record before the watch began, frozen at its first look (a store step)."""
     step = f"watch-base|{watch}"
     stored = evo.e.store.step(step)
@@ -72,7 +81,7 @@ def baseline(evo: OnlineEvolution, watch: int, control: str) -> Baseline:
     return made
 
 
-def after_task(evo: OnlineEvolution, n: int, watch: int, control: str, ref: str, scope: str) -> None:
+def after_task(evo: StreamDriver, n: int, watch: int, control: str, ref: str, scope: str) -> None:
     """Pair the watched tasks not yet paired (reruns by the control), then look; act on the decision."""
     if evo.e.store.step(f"watch-end|{watch}") is not None:
         return
@@ -118,7 +127,7 @@ def after_task(evo: OnlineEvolution, n: int, watch: int, control: str, ref: str,
                    + ("; effective at the next task boundary" if result.decision == "rollback" else ""))
 
 
-def _paired_r(evo: OnlineEvolution, watch: int, n: int, row: dict[str, Any], control: str) -> float | None:
+def _paired_r(evo: StreamDriver, watch: int, n: int, row: dict[str, Any], control: str) -> float | None:
     """The watched task's pair with the control's rerun on the identical task (made once)."""
     step = f"watch-pair|{watch}|{row['trace_id']}"
     stored = evo.e.store.step(step)

@@ -24,10 +24,10 @@ from typing import TYPE_CHECKING, Any
 from ole.bundle import GENERAL_SCOPE, Applicability, TaskContext, format_ref, parse_scope, validate_data
 
 if TYPE_CHECKING:
-    from ole.evolve.online import OnlineEvolution
+    from ole.evolve.watching import StreamDriver
 
 
-def canary_widening(evo: OnlineEvolution, ctx: TaskContext) -> str | None:
+def canary_widening(evo: StreamDriver, ctx: TaskContext) -> str | None:
     """Stage a one-env canary widening for the task `ctx` when some scoped champion's transfer evidence
     supports trying its env (module docstring); returns `REF in SCOPE` of what it staged, or None."""
     from ole.coverage import decision_event
