@@ -73,7 +73,8 @@ def register(subparsers) -> None:
     p.add_argument("--channel", default="default", help="channel whose champion works the task (default: default)")
     p.add_argument("--model", help="model string (llm agent)")
     p.add_argument("--seed", type=seed_int, default=0, help="agent seed")
-    p.add_argument("--log-dir", help="agent log folder (default: a new temporary folder)")
+    p.add_argument("--log-dir", help="agent log folder (default: a temporary folder, removed when the agent ends "
+                   "well and kept when it fails)")
     c = p.add_argument_group("the command agent's containment (docs/sandbox.md, \"The command agent\")")
     c.add_argument("--agent-isolation", choices=("bwrap", "none"), default="bwrap",
                    help="bwrap (default): a sandbox that sees only this run; none: no sandbox (only the "
@@ -127,6 +128,16 @@ def _log_dir(args: argparse.Namespace) -> Path:
     log_dir = Path(args.log_dir) if args.log_dir else Path(tempfile.mkdtemp(prefix="ole-agent-"))
     log_dir.mkdir(parents=True, exist_ok=True)
     return log_dir
+
+
+def _drop_temporary(args: argparse.Namespace, log_dir: Path) -> str | None:
+    """The log folder to report: a temporary one (no --log-dir) is removed once the agent ended well
+    (a failure keeps it: the error names it); a folder the user named is kept."""
+    if args.log_dir:
+        return str(log_dir)
+    import shutil
+    shutil.rmtree(log_dir, ignore_errors=True)
+    return None
 
 
 def _host_url() -> str:
@@ -268,7 +279,7 @@ def work(args: argparse.Namespace) -> Output:
             lines.append(f"finish failed too: {err.message}")
     if result.finish_reason == "error":
         raise _stopped(result, log_dir, lines)
-    data = {"finish_reason": result.finish_reason, "log_dir": str(log_dir), "bundle": chosen.ref,
+    data = {"finish_reason": result.finish_reason, "log_dir": _drop_temporary(args, log_dir), "bundle": chosen.ref,
             "scope": selection.scope, "forced": selection.forced}
     return Output(data, json.dumps(data))
 
@@ -324,11 +335,13 @@ def _work_online(args: argparse.Namespace, url: str, workspace: Path, condition:
         evo = open_stream(registry=registry, workdir=workdir, cfg=cfg, online=online,
                           gate=load_config(args.gate_config), proposer=_proposer(args.proposer, workdir, cfg),
                           isolation=args.isolation, progress=_say)
+        log_dir = _log_dir(args)
         try:
-            trace = work_task(evo, url=url, workspace=workspace, condition=condition, log_dir=_log_dir(args),
+            trace = work_task(evo, url=url, workspace=workspace, condition=condition, log_dir=log_dir,
                               progress=_say)
         finally:
             evo.e.paired.executor.close()
+        _drop_temporary(args, log_dir)
         data = {"trace_id": trace.trace_id, "bundle": f"{trace.bundle_name}@{trace.bundle_version}",
                 "status": trace.outcome.status, "final_score": trace.outcome.final_score,
                 "archived": trace.verified, "stream_tasks": evo.index, "workdir": str(workdir),

@@ -323,9 +323,6 @@ def test_the_registry_docs_give_the_exit_status_of_a_read_only_refusal():
     assert "exit 1" in text[at: at + 200]
 
 
-@pytest.mark.xfail(strict=True, reason="ole/cli/agent.py (not this session's): `ole agent work` without --log-dir "
-                   "makes a /tmp/ole-agent-* folder per task and never removes it; keep the log in the run's folder "
-                   "or remove the temporary one when the agent ends")
 def test_ole_agent_work_leaves_no_temporary_folder(root, tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
