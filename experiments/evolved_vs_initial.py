@@ -50,6 +50,11 @@ from ole.registry import Registry  # noqa: E402
 from ole.trace import RunCondition, TaskSpec  # noqa: E402
 
 MINIMAL = ROOT / "experiments" / "bundles" / "minimal.yaml"
+TEST_ENVS = ("gym/acrobot", "gymnasium/CartPole-v1", "gymnasium/LunarLander-v3", "gymnasium/Hopper-v5",
+             "gymnasium/Swimmer-v5", "gymnasium/InvertedPendulum-v5", "gymnasium/MiniGrid-DoorKey-8x8-v0",
+             "gymnasium/MiniGrid-Empty-8x8-v0", "gymnasium/highway-fast-v0", "gym/ant5")
+"""Test envs of the releases-that-travel table: 4 families, none a search env of `make evolve`
+(halfcheetah5, pusher5, continuouscar) nor a default transfer env (`ole.evolve.DEFAULT_TRANSFER`)."""
 
 
 def parse() -> argparse.Namespace:
@@ -57,8 +62,8 @@ def parse() -> argparse.Namespace:
     p.add_argument("--evolve-args", default="", help="extra `ole evolve --mode offline` flags, as one string "
                    "(default: none, i.e. exactly what `make evolve` runs)")
     p.add_argument("--eval-pools", default="301,302,303,304,305,306", help="pools of this comparison (unseen)")
-    p.add_argument("--heldout-envs", default="gym/acrobot,gym/reacher5,gym/bipedal,gymnasium/Pendulum-v1,"
-                   "gymnasium/MiniGrid-FourRooms-v0", help="envs never used in search or gate, also compared")
+    p.add_argument("--heldout-envs", default=",".join(TEST_ENVS),
+                   help="test envs never used by evolution in any role (not search, transfer or gate), also compared")
     p.add_argument("--budgets", default="32,128", help="episode budgets of the comparison tasks")
     p.add_argument("--no-ablation", action="store_true", help="skip the minimal-seed ablation")
     p.add_argument("--workers", type=int, default=2, help="parallel runs of the comparison")

@@ -91,7 +91,7 @@ class OfflineReport:
     @property
     def released(self) -> list[str]:
         """Versions released by this run."""
-        return [g.final for g in self.gates if g.released]
+        return list(dict.fromkeys(g.final for g in self.gates if g.released))
 
     @property
     def derived(self) -> list[str]:
@@ -284,7 +284,7 @@ class OfflineEvolution:
 
     def final_gates(self, seen: set[str]) -> None:
         """Plan the scopes from the finished candidates, then ablate, scope and gate each."""
-        plans = scoping.plan(self.finished, max_scopes=self.cfg.max_scopes, feasible=self.feasible)
+        plans = scoping.plan(self.finished, max_scopes=self.cfg.max_scopes, split=True, feasible=self.feasible)
         if not plans:
             self.e.progress(f"no candidate gains >= {scoping.SCOPE_GAIN} mean r on any env of the search: "
                             "nothing to gate, the champion stays")
@@ -329,7 +329,8 @@ class OfflineEvolution:
         inside = [i for i in self.search if i[0].env in plan.envs]
         minimal, ablation = plan.candidate, None
         if self.cfg.ablate:
-            minimal, ablation = ablate(self.e, self.champ, plan.candidate, inside, stage=f"scope-{plan.candidate.ref}")
+            minimal, ablation = ablate(self.e, self.champ, plan.candidate, inside,
+                                      stage=f"scope-{plan.candidate.ref}-{'+'.join(plan.envs)}")
         gated = scoping.specialize(self.e, self.champ, minimal, plan, ablation,
                                    applicability=scoping.reach(self.champ.bundle.applicability, self.cfg))
         if gated is None:
@@ -344,17 +345,24 @@ class OfflineEvolution:
         if transfer:
             self.e.progress(f"  then, if released, the transfer sample: {len(transfer)} instances of "
                             f"{len(self.cfg.transfer_envs)} envs held out from the search")
-        decision = self.e.decide_gate(self.champ, gated, looks, seen, stage="offline", scope_families=families,
+        # a change the search found best on several envs is gated once per env (`scoping.plan(split=True)`);
+        # its later scopes get stage keys of their own, so each has its own decision, release and widening
+        earlier = [g for g in self.report.gates if g.final == gated.ref]
+        stage = "offline" if not earlier else "offline:" + "+".join(plan.envs)
+        decision = self.e.decide_gate(self.champ, gated, looks, seen, stage=stage, scope_families=families,
                                       ablation=ablation, transfer=transfer, search_pairs=plan.candidate.pairs)
         self.report.gates.append(GateRun(source=plan.candidate.ref, final=gated.ref, envs=list(plan.envs),
                                          gains=dict(plan.gains), decision=decision, ablation=ablation))
         if is_release(decision.verdict):
             self.e.release(gated.ref, f"offline gate: mean r {decision.stats.mean_r:+.3f}, "
                                       f"p={decision.stats.p_value:.3f} at alpha {decision.alpha_applied}",
-                           stage="offline")
+                           stage=stage)
+            widened = {r.scope for g in earlier if g.released and g.decision is not None
+                       and g.decision.transfer is not None for r in g.decision.transfer.regions}
             for region in decision.transfer.regions if decision.transfer is not None else ():
-                self.e.widen(gated.ref, region.scope, f"transfer evidence: {region.statement()}",
-                             stage="offline")
+                if region.scope in widened:  # the same transfer sample already widened this change there
+                    continue
+                self.e.widen(gated.ref, region.scope, f"transfer evidence: {region.statement()}", stage=stage)
 
 
 def env_leaders(cands: Sequence[Candidate]) -> list[Candidate]:

@@ -8,10 +8,18 @@ hold where they land"). So the offline driver splits the search's gains by env f
 * an env is a **target** of a candidate when the candidate's search pairs there differ from
   the champion's (not all ties) and average at least `SCOPE_GAIN`;
 * every target env goes to the candidate that gains most there, preferring, among candidates
-  within `MERGE_TOLERANCE` of that best, one that already serves other envs (fewer, larger
-  scopes: each gate then has more pairs);
+  within `MERGE_TOLERANCE` of that best, one that already serves other envs;
 * the candidate's search pairs on its envs must pass the gate's tail and cost criteria
   (`feasible`);
+* with `split` (the offline driver), each target env is a scope of its own, even where one
+  candidate is the best bet for several: a gate decides a scope as a whole, so in a merged
+  scope one env's cost or loss sinks another env's gain. Measured on a fresh `make evolve`
+  (experiments/results/releases_travel.md): one-episode submits gated on halfcheetah5 and
+  pusher5 together cost 1.53x the champion's wall (over the 1.5x bound: rejected, nothing
+  released), 1.34x on halfcheetah5 alone and 2.1x on pusher5 alone. A one-env scope is widened
+  afterwards by evidence (`ole.transfer`), never by being gated beside another env.
+  Without `split` (an online round: one candidate, one fresh-pool gate) its target envs form
+  one scope;
 * at most `max_scopes` scopes are kept, largest total gain first.
 
 Envs with no target stay with the champion. Each scope is then ablated, scoped to its env ids
@@ -76,9 +84,9 @@ class ScopePlan:
         return sum(self.gains.values())
 
 
-def plan(cands: Sequence[Candidate], *, max_scopes: int,
+def plan(cands: Sequence[Candidate], *, max_scopes: int, split: bool = False,
          feasible: Callable[[Candidate, Sequence[str]], bool] = lambda c, envs: True) -> list[ScopePlan]:
-    """The scopes to gate, largest total search gain first (module docstring)."""
+    """The scopes to gate, largest total search gain first (module docstring); `split`: one scope per env."""
     gains = {c.ref: env_gains(c.pairs) for c in cands}
     targets: dict[str, list[tuple[float, Candidate]]] = defaultdict(list)
     for c in cands:
@@ -97,6 +105,12 @@ def plan(cands: Sequence[Candidate], *, max_scopes: int,
         entry.envs.append(env)
         entry.gains[env] = gains[pick.ref][env].mean_r
     plans = []
+    if split:
+        for entry in chosen.values():
+            plans.extend(ScopePlan(candidate=entry.candidate, envs=[e], gains={e: entry.gains[e]})
+                         for e in sorted(entry.envs))
+        plans.sort(key=lambda p: (-p.total, p.candidate.ref, p.envs))
+        return plans[:max_scopes]
     for entry in chosen.values():
         entry.envs.sort()
         if len(entry.envs) == 1 or feasible(entry.candidate, entry.envs):

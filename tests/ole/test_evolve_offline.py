@@ -58,7 +58,7 @@ def test_offline_bootstraps_searches_gates_and_records_the_lineage(tmp_path):
     assert "evaluation" in kinds and "gate_decision" in kinds
     gate_event = [e for e in reg.events() if e.kind == "gate_decision"][-1]
     assert gate_event.payload["verdict"] == report.decision.verdict
-    assert len(gate_event.payload["pairs"]) == 6
+    assert len(gate_event.payload["pairs"]) == 3  # one env per scope (`scoping.plan(split=True)`), 3 gate pools
     assert not report.decision.stats.leaked_keys
     # the fake rewards retest_episodes > 4: whenever the gate released, the winner has it
     if report.decision.verdict == "release":
@@ -209,19 +209,19 @@ def test_staged_evaluation_screens_many_and_promotes_the_best(tmp_path):
 
 
 def test_adaptive_gate_adds_looks_while_open_and_records_them(tmp_path):
-    cfg = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202), gate_extra_pools=(203, 204, 205), gate_budgets=(8,),
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202), gate_extra_pools=tuple(range(203, 211)), gate_budgets=(8,),
                        population=1, generations=1, seed=1)
-    gate = GateConfig(min_pairs=6, min_families=2, max_pairs=10)
+    gate = GateConfig(min_pairs=4, min_families=2, max_pairs=10)
     reg, evo, lines = _engine(tmp_path, cfg, Scripted([("verification", "retest_episodes", 8)]), gate)
     report = evo.run()
-    d = report.decision
-    assert len(d.looks) >= 2 and d.looks[0].n_pairs == 4 and d.looks[0].extend.startswith("thin evidence")
+    d = report.decision  # one env per scope: 2 gate pools = 2 pairs first
+    assert len(d.looks) >= 2 and d.looks[0].n_pairs == 2 and d.looks[0].extend.startswith("thin evidence")
     assert d.looks[1].added and all("pool203" in k for k in d.looks[1].added)
     assert sum(look.alpha for look in d.looks) <= gate.alpha + 1e-12
-    assert d.verdict == "release" and d.stats.n_pairs <= 10
+    assert d.verdict == "release" and d.stats.n_pairs <= 10, (d.reasons, [(lk.n_pairs, lk.p_value, lk.alpha) for lk in d.looks])
     event = [e for e in reg.events() if e.kind == "gate_decision"][-1]
     assert len(event.payload["looks"]) == len(d.looks)
-    assert any("adding 2 pairs" in line for line in lines)
+    assert any("adding 1 pairs" in line for line in lines)
 
 
 def family_fake(job):
@@ -370,3 +370,27 @@ def test_the_search_decides_the_same_whatever_the_measured_wall_times(tmp_path):
                      [(g.final, g.envs, g.decision.stats.r,
                        [instance_key(p.task, p.condition) for p in g.decision.pairs]) for g in report.gates]))
     assert runs[0] == runs[1] == runs[2]
+
+
+def test_a_change_best_on_two_envs_is_gated_and_released_once_per_env(tmp_path):
+    """One candidate gains on both envs (the archive fake's generic +15 % for retest > 4): each env is
+    a scope of its own (a merged gate lets one env's cost or loss sink the other's gain), each
+    with its own decision, release event and scope."""
+    cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203, 204, 205, 206),
+                       gate_budgets=(8,), gate_extra_pools=(), population=1, generations=1, seed=1)
+    reg, evo, lines = _engine(tmp_path, cfg, Scripted([("verification", "retest_episodes", 8)]), GATE)
+    report = evo.run()
+    assert sorted(g.envs for g in report.gates) == [["gym/acrobot"], ["gymnasium/MiniGrid-FourRooms-v0"]], lines
+    assert len({g.final for g in report.gates}) == 1  # the same change, gated twice
+    assert all(g.released for g in report.gates), [g.decision.reasons for g in report.gates]
+    for g in report.gates:
+        assert {p.task.env for p in g.decision.pairs} == set(g.envs)
+    decisions = [e for e in reg.events(kind="gate_decision") if e.ref == report.gates[0].final]
+    assert len(decisions) == 2
+    scopes = sorted(e.payload["scope"] for e in reg.events(kind="release") if e.ref == report.gates[0].final)
+    assert scopes == [f"hosts=builtin;envs={e};budget=8-8" for e in sorted(("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"))]
+    assert report.released == [report.gates[0].final]
+    # resuming decides nothing anew and releases nothing twice
+    again = OfflineEvolution(evo.e, cfg, evo.champ.ref, evo.champ.bundle).run()
+    assert [g.decision.verdict for g in again.gates] == [g.decision.verdict for g in report.gates]
+    assert len([e for e in reg.events(kind="release") if e.ref == report.gates[0].final]) == 2

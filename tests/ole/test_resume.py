@@ -115,7 +115,9 @@ SCRIPT = """
     from synthetic import RetestProposer, fake_evaluate
     tmp = Path(sys.argv[1])
     cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
-                       search_pools=(101,), gate_pools=(201, 202, 203), population=4, generations=2, seed=1)
+                       search_pools=(101,), gate_pools=(201, 202, 203, 204, 205, 206), gate_extra_pools=(), population=4,
+                       generations=2,
+                       seed=1)  # each env is a scope of its own: 6 pools = 6 pairs per scope
     reg = Registry(tmp / "bundles")
     engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
                          evaluate=fake_evaluate, proposer=RetestProposer(), gate=GateConfig(min_pairs=6, min_families=2),
