@@ -119,6 +119,9 @@ class CostMeter:
         self.episodes = 0
         self.tokens = 0
         self.usd = 0.0
+        self.proposal_tokens = 0
+        """The most tokens one proposal has spent (the projection for the next)."""
+        self.proposal_usd = 0.0
 
     @property
     def wall_s(self) -> float:
@@ -141,6 +144,24 @@ class CostMeter:
         self.episodes += episodes
         self.tokens += tokens
         self.usd += usd
+
+    def reserve_proposal(self) -> None:
+        """Raise CapReached if the next proposal could cross the token or dollar cap: it is projected
+        to spend as much as the costliest proposal so far (`charge_proposal`); a proposer that
+        spends nothing (the built-in one) never trips a cap here."""
+        c = self.caps
+        for name, cap, spent, most in (("tokens", c.tokens, self.tokens, self.proposal_tokens),
+                                       ("usd", c.usd, self.usd, self.proposal_usd)):
+            if cap is not None and most > 0 and spent + most > cap:
+                raise CapReached(f"{name} cap {cap:g} would be crossed: spent {spent:g}, and a proposal has cost "
+                                 f"up to {most:g}", hint=f"raise --max-{name} or resume later "
+                                 "(stored evaluations are not spent again)")
+
+    def charge_proposal(self, tokens: int, usd: float) -> None:
+        """Count what one proposal spent (LLM tokens and dollars, accepted or rejected)."""
+        self.add(0, tokens, usd)
+        self.proposal_tokens = max(self.proposal_tokens, tokens)
+        self.proposal_usd = max(self.proposal_usd, usd)
 
     def summary(self) -> dict[str, float]:
         return {"episodes": self.episodes, "wall_s": round(self.wall_s, 1), "tokens": self.tokens,

@@ -140,15 +140,32 @@ class GateStats(PairStats):
     """Gate instances the proposer had seen."""
 
 
+class Check(_Record):
+    """One check of a criterion: what was measured, the bound it had to meet, whether it held."""
+
+    what: str
+    """The measured quantity (e.g. `mean r`, `env gym/pusher5 mean r`, `wall_s ratio (challenger / champion)`)."""
+    measured: str
+    """Its value, formatted."""
+    required: str
+    """The bound, formatted (e.g. `>= -0.0200`)."""
+    passed: bool
+    """Whether it held."""
+    reasons: tuple[str, ...] = ()
+    """Its failure in the gate's words (one line per offending item); empty when it held."""
+
+
 class Criterion(_Record):
-    """Outcome of one gate criterion."""
+    """Outcome of one gate criterion: its checks, and the failed ones' reasons."""
 
     name: CriterionName
     """Which criterion."""
     passed: bool
-    """True when the criterion holds."""
+    """True when the criterion holds (every check held)."""
     reasons: tuple[str, ...]
     """Each failed check as `measured vs required`; empty when passed."""
+    checks: tuple[Check, ...] = ()
+    """The checks it is made of; empty only in decisions recorded before checks were (`criteria_of` rebuilds them)."""
 
 
 class Look(_Record):
@@ -302,59 +319,99 @@ def holds_tail_and_cost(stats: PairStats, cfg: GateConfig) -> bool:
     return _tail(stats, cfg).passed and _cost(stats, cfg).passed
 
 
-def _check(name: CriterionName, failures: list[str]) -> Criterion:
-    return Criterion(name=name, passed=not failures, reasons=tuple(failures))
+def _criterion(name: CriterionName, checks: Sequence[Check]) -> Criterion:
+    return Criterion(name=name, passed=all(c.passed for c in checks),
+                     reasons=tuple(r for c in checks if not c.passed for r in c.reasons), checks=tuple(checks))
+
+
+def _one(what: str, measured: str, required: str, passed: bool, reason: str) -> Check:
+    return Check(what=what, measured=measured, required=required, passed=passed, reasons=() if passed else (reason,))
 
 
 def _benefit(s: GateStats, c: GateConfig, alpha: float) -> Criterion:
-    f = []
-    if not s.mean_r > c.min_mean_r:
-        f.append(f"mean r {s.mean_r:+.4f} <= required {c.min_mean_r:+.4f}")
-    if s.win_rate < c.min_win_rate:
-        f.append(f"win rate {s.win_rate:.2f} < required {c.min_win_rate:.2f}")
-    if not s.p_value < alpha:
-        f.append(f"{c.test} one-sided p {s.p_value:.4f} >= alpha {alpha:.4g}")
-    return _check("benefit", f)
+    return _criterion("benefit", (
+        _one("mean r", f"{s.mean_r:+.4f}", f"> {c.min_mean_r:+.4f}", s.mean_r > c.min_mean_r,
+             f"mean r {s.mean_r:+.4f} <= required {c.min_mean_r:+.4f}"),
+        _one("win rate", f"{s.win_rate:.2f}", f">= {c.min_win_rate:.2f}", not s.win_rate < c.min_win_rate,
+             f"win rate {s.win_rate:.2f} < required {c.min_win_rate:.2f}"),
+        _one(f"{c.test} one-sided p", f"{s.p_value:.4f}", f"< alpha {alpha:.4g}", s.p_value < alpha,
+             f"{c.test} one-sided p {s.p_value:.4f} >= alpha {alpha:.4g}")))
 
 
 def _evidence(s: GateStats, c: GateConfig, min_families: int) -> Criterion:
-    f = []
-    if s.n_pairs < c.min_pairs:
-        f.append(f"{s.n_pairs} pairs < required {c.min_pairs}")
     covered = s.families if s.informative_families is None else s.informative_families
-    if len(covered) < min_families:
-        ties = sorted(set(s.families) - set(covered))
-        f.append(f"{len(covered)} families where pairs differed {list(covered)} < required {min_families}"
-                 + (f" (only ties, i.e. no effect, on {ties})" if ties else ""))
-    if not s.all_verified:
-        f.append("some runs were not verified by the host (contract V)")
-    if s.leaked_keys:
-        f.append(f"{len(s.leaked_keys)} gate instances were seen by the proposer: {list(s.leaked_keys)[:3]}")
-    return _check("evidence", f)
+    ties = sorted(set(s.families) - set(covered))
+    relaxed = f" (a scope of {min_families} {'family' if min_families == 1 else 'families'})" \
+        if min_families < c.min_families else ""
+    return _criterion("evidence", (
+        _one("pairs", str(s.n_pairs), f">= {c.min_pairs}", not s.n_pairs < c.min_pairs,
+             f"{s.n_pairs} pairs < required {c.min_pairs}"),
+        _one("env families where pairs differed", f"{len(covered)} ({', '.join(covered) or '-'})",
+             f">= {min_families}{relaxed}", not len(covered) < min_families,
+             f"{len(covered)} families where pairs differed {list(covered)} < required {min_families}"
+             + (f" (only ties, i.e. no effect, on {ties})" if ties else "")),
+        _one("every run verified by the host", str(s.all_verified), "True", s.all_verified,
+             "some runs were not verified by the host (contract V)"),
+        _one("gate instances seen by the proposer", str(len(s.leaked_keys)), "0", not s.leaked_keys,
+             f"{len(s.leaked_keys)} gate instances were seen by the proposer: {list(s.leaked_keys)[:3]}")))
 
 
 def _tail(s: PairStats, c: GateConfig) -> Criterion:
-    f = []
-    if s.worst_r < c.min_worst_r:
-        f.append(f"worst r {s.worst_r:+.4f} < required {c.min_worst_r:+.4f}")
-    if s.cvar < c.min_cvar:
-        f.append(f"CVaR_{c.cvar_alpha:g} {s.cvar:+.4f} < required {c.min_cvar:+.4f}")
     n_regressions = regressions(s.r, c.tail_tau)
-    if n_regressions > c.max_regressions:
-        f.append(f"{n_regressions} pairs regress beyond tau={c.tail_tau:g} > allowed {c.max_regressions}")
-    for env, m in s.env_mean_r.items():
-        if m < c.min_env_mean_r:
-            f.append(f"env {env} mean r {m:+.4f} < required {c.min_env_mean_r:+.4f} (the release would serve it)")
-    return _check("tail", f)
+    checks = [
+        _one("worst r", f"{s.worst_r:+.4f}", f">= {c.min_worst_r:+.4f}", not s.worst_r < c.min_worst_r,
+             f"worst r {s.worst_r:+.4f} < required {c.min_worst_r:+.4f}"),
+        _one(f"CVaR {c.cvar_alpha:g}", f"{s.cvar:+.4f}", f">= {c.min_cvar:+.4f}", not s.cvar < c.min_cvar,
+             f"CVaR_{c.cvar_alpha:g} {s.cvar:+.4f} < required {c.min_cvar:+.4f}"),
+        _one(f"pairs with r < -{c.tail_tau:g}", str(n_regressions), f"<= {c.max_regressions}",
+             not n_regressions > c.max_regressions,
+             f"{n_regressions} pairs regress beyond tau={c.tail_tau:g} > allowed {c.max_regressions}")]
+    checks += [_one(f"env {env} mean r", f"{m:+.4f}", f">= {c.min_env_mean_r:+.4f}", not m < c.min_env_mean_r,
+                    f"env {env} mean r {m:+.4f} < required {c.min_env_mean_r:+.4f} (the release would serve it)")
+               for env, m in s.env_mean_r.items()]
+    return _criterion("tail", checks)
 
 
 def _cost(s: PairStats, c: GateConfig) -> Criterion:
-    f = [f"contract budget exceeded by {b}" for b in s.contract_breaches[:5]]
+    breaches = s.contract_breaches
+    checks = [Check(what="runs over the contract budget", measured=str(len(breaches)), required="0",
+                    passed=not breaches, reasons=tuple(f"contract budget exceeded by {b}" for b in breaches[:5]))]
     for name, kappa in c.cost_kappa.items():
         ratio = s.cost_ratio.get(name, 1.0)
-        if ratio > 1.0 + kappa:
-            f.append(f"{name} ratio {ratio:.3f} > allowed {1.0 + kappa:.3f}")
-    return _check("cost", f)
+        checks.append(_one(f"{name} ratio (challenger / champion)", f"{ratio:.3f}", f"<= {1.0 + kappa:.3f}",
+                           not ratio > 1.0 + kappa, f"{name} ratio {ratio:.3f} > allowed {1.0 + kappa:.3f}"))
+    return _criterion("cost", checks)
+
+
+def criteria_of(payload: dict) -> tuple[Criterion, ...]:
+    """The criteria of a stored decision (a `gate_decision` event's payload), each with its checks:
+    the one reader of recorded criteria (the report, the CLI).
+
+    Decisions recorded since checks exist carry them. An older record's checks are rebuilt by the
+    same functions that decide (`_benefit` ... `_cost`) from its stats and config; the recorded
+    pass/fail and reasons stay authoritative (a scoped record needed fewer families than its
+    config: the family bound is the one its recorded evidence criterion implies). A record too old
+    to rebuild keeps its reasons without checks.
+    """
+    recorded = [c for c in payload.get("criteria") or [] if isinstance(c, dict)]
+    if recorded and all(isinstance(c.get("checks"), list) for c in recorded):
+        return tuple(Criterion.model_validate(c) for c in recorded)
+    bare = tuple(Criterion(name=c.get("name"), passed=bool(c.get("passed")),
+                           reasons=tuple(c.get("reasons") or ())) for c in recorded
+                 if c.get("name") in ("benefit", "evidence", "tail", "cost"))
+    try:
+        s = GateStats.model_validate(payload["stats"])
+        cfg = GateConfig.model_validate(payload["config"])
+    except (KeyError, TypeError, ValueError):  # a record from before these models: its reasons only
+        return bare
+    applied = payload.get("alpha_applied")
+    alpha = float(applied) if isinstance(applied, (int, float)) else cfg.alpha
+    covered = s.families if s.informative_families is None else s.informative_families
+    evidence = next((c for c in bare if c.name == "evidence"), None)
+    family_failed = evidence is not None and any("families where pairs differed" in r for r in evidence.reasons)
+    need = cfg.min_families if family_failed else min(cfg.min_families, max(1, len(covered)))
+    rebuilt = {c.name: c for c in (_benefit(s, cfg, alpha), _evidence(s, cfg, need), _tail(s, cfg), _cost(s, cfg))}
+    return tuple(c.model_copy(update={"checks": rebuilt[c.name].checks}) for c in bare)
 
 
 def decide(pairs: Sequence[Pair], cfg: GateConfig, *, champion: str, challenger: str,

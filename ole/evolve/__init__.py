@@ -271,7 +271,9 @@ class Engine:
 
     # ----- candidates ------------------------------------------------------------------------
     def register(self, proposal: Proposal, champion: Bundle) -> Candidate | None:
-        """Register a valid proposal (dedupes by content); a rejection is kept, not registered."""
+        """Register a valid proposal (dedupes by content); a rejection is kept, not registered.
+        What the proposal spent (LLM tokens, dollars) is charged to the run's caps either way."""
+        self.meter.charge_proposal(proposal.tokens, proposal.usd)
         if not proposal.valid:
             self.rejections.append(proposal)
             self.progress(f"  rejected proposal from {proposal.parents}: {proposal.rejection}")

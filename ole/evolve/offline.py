@@ -210,6 +210,7 @@ class OfflineEvolution:
         for j in range(self.cfg.population):
             for attempt in range(DUPLICATE_RETRIES):
                 seed = self.cfg.seed * 100_000 + g * 1000 + j * 10 + attempt
+                self.e.meter.reserve_proposal()
                 if j < n_rec:
                     a, b = rng.sample(parents[1:], 2)
                     prop = self.e.proposer.recombine(a, b, ev, generation=g, seed=seed)

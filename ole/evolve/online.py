@@ -385,6 +385,7 @@ class OnlineEvolution:
                             f"({', '.join(sorted(tried))}) waits until the others were tried")
         ev = fresh or ev
         champion = ChosenVersion(ref=champ.ref, bundle=champ.bundle)
+        self.e.meter.reserve_proposal()
         prop = self.e.proposer.mutate(champion, ev, edge="online", generation=r, seed=self.cfg.seed * 100_000 + r)
         cand = self.e.register(prop, champ.bundle)
         if cand is None:

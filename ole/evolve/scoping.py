@@ -104,7 +104,7 @@ def plan(cands: Sequence[Candidate], *, max_scopes: int, split: bool = False,
         entry = chosen.setdefault(pick.ref, ScopePlan(candidate=pick))
         entry.envs.append(env)
         entry.gains[env] = gains[pick.ref][env].mean_r
-    plans = []
+    plans: list[ScopePlan] = []
     if split:
         for entry in chosen.values():
             plans.extend(ScopePlan(candidate=entry.candidate, envs=[e], gains={e: entry.gains[e]})

@@ -21,6 +21,7 @@ from pathlib import Path
 
 from ole.bundle import Applicability, Bundle, Provenance, dump_bundle_yaml, diff_bundles, format_ref
 from ole.errors import OleError
+from ole.gate import criteria_of
 from ole.registry.lineage import Lineage
 from ole.registry.records import Event
 from ole.report.records import (Check, Criterion, EnvAnchors, Evaluation, Gate, GatePair, Interval, ParentDiff,
@@ -57,84 +58,6 @@ def ci_level(stats: dict, config: dict) -> float | None:
     return 1.0 - 2.0 * float(alpha) if isinstance(alpha, (int, float)) else None
 
 
-def _fmt(value: object, spec: str = "+.4f") -> str:
-    return "-" if not isinstance(value, (int, float)) else format(value, spec)
-
-
-CHECK_WORDS = {"mean r": "mean r", "win rate": "win rate", "one-sided p": "one-sided p",
-               "pairs with r <": "regress beyond", "pairs": "pairs <", "env families": "families",
-               "every run verified by the host": "not verified",
-               "gate instances seen by the proposer": "were seen by the proposer", "worst r": "worst r",
-               "CVaR": "CVaR", "runs over the contract budget": "contract budget"}
-"""How each derived check is found among a criterion's recorded reasons (`ole.gate` wording);
-the first key contained in the check's name wins, so the longer keys come first."""
-
-
-def _recorded(check: Check, reasons: tuple[str, ...]) -> Check:
-    """Pass/fail of a derived check taken from the recorded reasons, which are authoritative.
-
-    The measured and required values come from the record's stats and config; whether the
-    check held is what the gate wrote (a scoped challenger, for instance, needs fewer families
-    than the config's minimum).
-    """
-    words = next((w for k, w in CHECK_WORDS.items() if k in check.what), None)
-    if words is None:  # a cost ratio: "<resource> ratio ..."
-        words = check.what.split(" ")[0] + " ratio"
-    failed = any(words in r for r in reasons)
-    required = check.required if failed or check.passed else f"{check.required} (relaxed for this scope)"
-    return Check(check.what, check.measured, required, not failed)
-
-
-def gate_checks(name: str, stats: dict, config: dict, alpha: float | None = None) -> tuple[Check, ...]:
-    """The checks of one criterion, measured vs required, from the record's stats and config.
-
-    Mirrors `ole.gate`'s four criteria (`alpha`: the benefit test's applied level, e.g. one
-    look's share under an adaptive sample). A record carrying its own `checks` is shown as is.
-    """
-    s, c = stats, config
-    alpha = c.get("alpha") if alpha is None else alpha
-    get = lambda d, k, default=None: d.get(k, default)  # noqa: E731 - a short accessor
-    if name == "benefit":
-        return (Check("mean r", _fmt(get(s, "mean_r")), f"> {_fmt(get(c, 'min_mean_r', 0.0))}",
-                      _num(get(s, "mean_r")) > _num(get(c, "min_mean_r", 0.0))),
-                Check("win rate", _fmt(get(s, "win_rate"), ".2f"), f">= {_fmt(get(c, 'min_win_rate'), '.2f')}",
-                      _num(get(s, "win_rate")) >= _num(get(c, "min_win_rate"))),
-                Check(f"{get(c, 'test', 'test')} one-sided p", _fmt(get(s, "p_value"), ".4f"),
-                      f"< alpha {_fmt(alpha, '.4g')}", _num(get(s, "p_value")) < _num(alpha)))
-    if name == "evidence":
-        fams = list(get(s, "families", []))
-        leaked = list(get(s, "leaked_keys", []))
-        return (Check("pairs", str(get(s, "n_pairs", "-")), f">= {get(c, 'min_pairs', '-')}",
-                      _num(get(s, "n_pairs")) >= _num(get(c, "min_pairs"))),
-                Check("env families", f"{len(fams)} ({', '.join(fams) or '-'})", f">= {get(c, 'min_families', '-')}",
-                      len(fams) >= _num(get(c, "min_families"))),
-                Check("every run verified by the host", str(bool(get(s, "all_verified"))), "True",
-                      bool(get(s, "all_verified"))),
-                Check("gate instances seen by the proposer", str(len(leaked)), "0", not leaked))
-    if name == "tail":
-        return (Check("worst r", _fmt(get(s, "worst_r")), f">= {_fmt(get(c, 'min_worst_r'))}",
-                      _num(get(s, "worst_r")) >= _num(get(c, "min_worst_r"))),
-                Check(f"CVaR {_fmt(get(c, 'cvar_alpha'), 'g')}", _fmt(get(s, "cvar")), f">= {_fmt(get(c, 'min_cvar'))}",
-                      _num(get(s, "cvar")) >= _num(get(c, "min_cvar"))),
-                Check(f"pairs with r < -{_fmt(get(c, 'tail_tau'), 'g')}", str(get(s, "n_regressions", "-")),
-                      f"<= {get(c, 'max_regressions', '-')}",
-                      _num(get(s, "n_regressions")) <= _num(get(c, "max_regressions"))))
-    if name == "cost":
-        breaches = list(get(s, "contract_breaches", []))
-        rows = [Check("runs over the contract budget", str(len(breaches)), "0", not breaches)]
-        for resource, kappa in sorted((get(c, "cost_kappa") or {}).items()):
-            ratio = (get(s, "cost_ratio") or {}).get(resource)
-            rows.append(Check(f"{resource} ratio (challenger / champion)", _fmt(ratio, ".3f"),
-                              f"<= {1.0 + float(kappa):.3f}", _num(ratio) <= 1.0 + float(kappa)))
-        return tuple(rows)
-    return ()
-
-
-def _num(value: object) -> float:
-    """A recorded number, or NaN (every comparison with NaN is False: a missing value never passes)."""
-    return float(value) if isinstance(value, (int, float)) else float("nan")
-
-
 def _pair(p: dict) -> GatePair:
     task, cond = p.get("task") or {}, p.get("condition") or {}
     champ, chall = p.get("champion") or {}, p.get("challenger") or {}
@@ -153,11 +76,9 @@ def gate_from_event(event) -> Gate:
     stats, config = d.get("stats") or {}, d.get("config") or {}
     criteria = []
     alpha = d.get("alpha_applied") if isinstance(d.get("alpha_applied"), (int, float)) else config.get("alpha")
-    for crit in d.get("criteria") or []:
-        name, reasons = crit.get("name", "?"), tuple(crit.get("reasons") or ())
-        checks = tuple(Check(**c) for c in crit["checks"]) if isinstance(crit.get("checks"), list) \
-            else tuple(_recorded(k, reasons) for k in gate_checks(name, stats, config, alpha))
-        criteria.append(Criterion(name=name, passed=bool(crit.get("passed")), checks=checks, reasons=reasons))
+    for crit in criteria_of(d):  # the gate's own checks (rebuilt by the gate for records older than them)
+        checks = tuple(Check(what=k.what, measured=k.measured, required=k.required, passed=k.passed) for k in crit.checks)
+        criteria.append(Criterion(name=crit.name, passed=crit.passed, checks=checks, reasons=crit.reasons))
     pairs = tuple(_pair(p) for p in d.get("pairs") or [])
     interval = Interval(mean_r=float(stats.get("mean_r", 0.0)), low=stats.get("ci_low"), high=stats.get("ci_high"),
                         level=ci_level(stats, config), n=int(stats.get("n_pairs", len(pairs))), source="gate")

@@ -394,3 +394,23 @@ def test_a_change_best_on_two_envs_is_gated_and_released_once_per_env(tmp_path):
     again = OfflineEvolution(evo.e, cfg, evo.champ.ref, evo.champ.bundle).run()
     assert [g.decision.verdict for g in again.gates] == [g.decision.verdict for g in report.gates]
     assert len([e for e in reg.events(kind="release") if e.ref == report.gates[0].final]) == 2
+
+
+class Spending(Scripted):
+    """A scripted proposer whose every proposal reports LLM spend (as `LLMProposer`'s do)."""
+
+    def mutate(self, parent, evidence, *, edge, generation, seed):
+        return super().mutate(parent, evidence, edge=edge, generation=generation, seed=seed).model_copy(
+            update={"tokens": 5000, "usd": 0.5})
+
+
+@pytest.mark.parametrize("cap", [{"tokens": 12_000}, {"usd": 1.2}])
+def test_the_proposers_spend_counts_against_the_caps(tmp_path, cap):
+    from ole.cost import CostCaps
+    cfg = CFG.model_copy(update={"population": 4, "generations": 1, "caps": CostCaps(**cap)})
+    edits = [("verification", "retest_episodes", v) for v in (5, 6, 7, 8)]
+    reg, evo, lines = _engine(tmp_path, cfg, Spending(edits), GATE)
+    report = evo.run()
+    name = next(iter(cap))
+    assert report.stopped.startswith(f"{name} cap") and evo.e.proposer.i == 2  # a third would cross it
+    assert evo.e.meter.tokens == 10_000 and evo.e.meter.usd == pytest.approx(1.0)

@@ -246,3 +246,73 @@ def test_a_specialisation_needs_only_the_families_in_its_scope():
     assert general.verdict == "indecisive"
     scoped = decide(one_family, cfg, champion="a@1", challenger="a@2", scope_families=["curated"])
     assert scoped.verdict == "release"
+
+
+def _cases():
+    """Every decision this module's criterion cases make, plus a per-env loss and a scoped one."""
+    out = []
+    for case in ("flat", "thin", "one_family", "unverified", "leak", "tail", "cost", "contract", "good"):
+        r, kw, cfg, seen = list(GOOD), {}, STRICT, ()
+        if case == "flat":
+            r = [0.01, -0.02, 0.0, 0.01, -0.01, 0.02, -0.01, 0.0]
+        elif case == "thin":
+            r = GOOD[:4]
+        elif case == "one_family":
+            cfg = STRICT.model_copy(update={"min_families": 4})
+        elif case == "unverified":
+            kw = {"verified": False}
+        elif case == "leak":
+            p0 = pairs_from(GOOD)[0]
+            seen = (instance_key(p0.task, p0.condition),)
+        elif case == "tail":
+            r, cfg = GOOD[:-1] + [-0.9], STRICT.model_copy(update={"min_worst_r": -0.5})
+        elif case == "cost":
+            kw = {"episodes": 32}
+        elif case == "contract":
+            kw = {"breaches": ("episodes: 40 > 32",)}
+        out.append(decide(pairs_from(r, **kw), cfg, champion="a@1", challenger="a@2", seen_keys=seen))
+    # only the per-env check fails: reacher5 (every third pair) loses 5 % while the others gain
+    per_env = [0.3 if i % 3 != 1 else -0.05 for i in range(9)]
+    out.append(decide(pairs_from(per_env), STRICT.model_copy(update={"min_worst_r": -0.5}),
+                      champion="a@1", challenger="a@2"))
+    out.append(decide(pairs_from(GOOD[:6]), STRICT.model_copy(update={"min_families": 3}), champion="a@1",
+                      challenger="a@2", scope_families=["curated"]))
+    return out
+
+
+@pytest.mark.parametrize("i", range(11))
+def test_the_report_shows_the_gates_own_checks(i):
+    """Report check passed <=> gate criterion passed: the report reads the decision's checks, never
+    re-derives them; an old record without checks is rebuilt by the gate's own functions."""
+    from types import SimpleNamespace
+
+    from ole.gate import criteria_of
+    from ole.report.collect import gate_from_event
+    d = _cases()[i]
+    for c in d.criteria:
+        assert c.checks and c.passed == all(k.passed for k in c.checks)
+        assert c.reasons == tuple(r for k in c.checks if not k.passed for r in k.reasons)
+    payload = json.loads(json.dumps(d.event_payload()))
+    old = json.loads(json.dumps(payload))
+    for c in old["criteria"]:
+        del c["checks"]  # a record from before checks were stored
+    for record in (payload, old):
+        shown = gate_from_event(SimpleNamespace(payload=record, seq=1, ts="t", ref="a@2"))
+        assert [(c.name, c.passed, c.reasons) for c in shown.criteria] == \
+            [(c.name, c.passed, c.reasons) for c in d.criteria]
+        for gate_c, report_c in zip(d.criteria, shown.criteria):
+            assert report_c.passed == all(k.passed for k in report_c.checks)
+            assert [(k.what, k.measured, k.passed) for k in report_c.checks] == \
+                [(k.what, k.measured, k.passed) for k in gate_c.checks]
+            if record is payload:  # an old record does not say a scope's family bound: only the new one's text
+                assert [k.required for k in report_c.checks] == [k.required for k in gate_c.checks]
+    assert criteria_of(payload) == d.criteria
+
+
+def test_a_per_env_loss_fails_tail_by_its_own_check():
+    d = _cases()[9]
+    assert d.verdict == "reject" and [c.name for c in d.criteria if not c.passed] == ["tail"]
+    tail = next(c for c in d.criteria if c.name == "tail")
+    failed = [k for k in tail.checks if not k.passed]
+    assert [k.what for k in failed] == ["env gym/reacher5 mean r"] and failed[0].required == ">= -0.0200"
+    assert failed[0].reasons == tail.reasons
