@@ -246,11 +246,6 @@ class Applicability(_Record):
             parts.append("models=" + ",".join(sorted({m.lower() for m in self.model_families})))
         return ";".join(parts) or GENERAL_SCOPE
 
-    @property
-    def is_general(self) -> bool:
-        """True for the scope that admits every task."""
-        return self.scope_key == GENERAL_SCOPE
-
     def specificity(self) -> tuple:
         """Sort key of the specificity order: a smaller key is a more specific scope.
 

@@ -219,14 +219,6 @@ def bounded(own: Applicability, bound: Applicability,
     return Applicability(hosts=hosts, env_ids=envs, min_budget=low, max_budget=high, model_families=models)
 
 
-def release_scope(own: Applicability, pairs: Iterable,
-                  features_of: Callable[[str], Any] | None = None) -> tuple[Applicability, Coverage]:
-    """The scope a release backed by `pairs` may take, and the coverage it was derived from."""
-    cov = coverage(pairs)
-    return bounded(own, evidence_bound(cov), features_of), cov
-
-
-
 # ----- stored decisions (the registry's side) -------------------------------------------------
 
 class _Stored:
@@ -258,6 +250,24 @@ def decision_event(events: Sequence, name: str, version: int, before: int | None
     return found
 
 
+def decision_evidence(payload: dict) -> tuple[Coverage | None, Applicability | None]:
+    """(coverage, bound) of a stored gate decision: what the gate recorded (`GateDecision.coverage`,
+    `.bound`: the bound None when every pair tied), derived from the stored pairs only for records
+    older than those fields; (None, None) when the record holds no pairs."""
+    stored, key = payload.get("coverage"), payload.get("bound")
+    if isinstance(stored, dict) and "bound" in payload and (key is None or isinstance(key, str)):
+        from ole.applicability import parse_scope
+        return Coverage.model_validate(stored), (parse_scope(key) if key is not None else None)
+    pairs = stored_pairs(payload)
+    if not pairs:
+        return None, None
+    cov = coverage(pairs)
+    try:
+        return cov, evidence_bound(cov)
+    except ValidationError:  # every pair a tie
+        return cov, None
+
+
 def bound_for_release(own: Applicability, decision, features_of=None) -> tuple[Applicability, dict]:
     """The scope a release of a bundle with applicability `own` takes, given its last gate decision
     event (None, or a decision that records no pairs: a release without gate evidence, which keeps
@@ -270,12 +280,14 @@ def bound_for_release(own: Applicability, decision, features_of=None) -> tuple[A
     if decision is None:
         return own, {"decision_seq": None, "bound": None, "own": own.scope_key,
                      "note": "no gate decision: released on a person's word, not bounded by evidence"}
-    pairs = stored_pairs(decision.payload)
-    if not pairs:  # a decision recorded by another gate, without its pairs: nothing to bound from
+    cov, bound = decision_evidence(decision.payload)
+    if cov is None:  # a decision recorded by another gate, without its pairs: nothing to bound from
         return own, {"decision_seq": decision.seq, "verdict": verdict_of(decision.payload), "bound": None,
                      "own": own.scope_key, "note": "the gate decision records no pairs: not bounded by evidence"}
-    cov = coverage(pairs)
-    bound = evidence_bound(cov)
+    if bound is None:
+        raise ValidationError("the gate's pairs show no effect on any env (every pair a tie): "
+                              "that evidence supports no release scope",
+                              hint="a release needs pairs where the change made a difference")
     scope = bounded(own, bound, features_of)
     return scope, {"decision_seq": decision.seq, "verdict": verdict_of(decision.payload),
                    "bound": bound.scope_key, "own": own.scope_key, "covered": cov.describe()}

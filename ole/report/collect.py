@@ -90,24 +90,17 @@ def gate_from_event(event) -> Gate:
 
 
 def _evidence(d: dict) -> dict:
-    """Coverage cells and bound of a decision payload (derived from its pairs when not stored)."""
-    from ole.coverage import coverage, evidence_bound, stored_pairs
-    from ole.errors import OleError
-    pairs = stored_pairs(d)
-    if not pairs:
-        return {"ablation": d.get("ablation")}
+    """Coverage cells and bound of a decision payload, as the gate recorded them
+    (`ole.coverage.decision_evidence`: derived from its pairs only for older records)."""
+    from ole.coverage import decision_evidence
     try:
-        cov = coverage(pairs)
+        cov, bound = decision_evidence(d)
     except (OleError, ValueError, TypeError):  # a pair without a known budget, or a condition without its
         return {"ablation": d.get("ablation")}  # host (a record written through the public API): no coverage
+    if cov is None:
+        return {"ablation": d.get("ablation")}
     cells = tuple({**c.model_dump(), "verdict": c.verdict} for c in cov.cells)
-    bound = d.get("bound")
-    if bound is None and "bound" not in d:
-        try:
-            bound = evidence_bound(cov).scope_key
-        except OleError:
-            bound = None
-    return {"cells": cells, "bound": bound, "ablation": d.get("ablation")}
+    return {"cells": cells, "bound": bound.scope_key if bound is not None else None, "ablation": d.get("ablation")}
 
 
 # ----- versions ------------------------------------------------------------------------------

@@ -316,3 +316,17 @@ def test_a_per_env_loss_fails_tail_by_its_own_check():
     failed = [k for k in tail.checks if not k.passed]
     assert [k.what for k in failed] == ["env gym/reacher5 mean r"] and failed[0].required == ">= -0.0200"
     assert failed[0].reasons == tail.reasons
+
+
+@pytest.mark.parametrize("i", range(11))
+def test_a_release_reads_the_coverage_and_bound_the_gate_recorded(i):
+    """The registry's release bound is the decision's own (coverage, bound); a record older than
+    those fields gets the same from its stored pairs."""
+    from ole.coverage import decision_evidence
+    d = _cases()[i]
+    payload = json.loads(json.dumps(d.event_payload()))
+    cov, bound = decision_evidence(payload)
+    assert cov == d.coverage and (bound.scope_key if bound is not None else None) == d.bound
+    old = {k: v for k, v in payload.items() if k not in ("coverage", "bound")}
+    cov_old, bound_old = decision_evidence(old)
+    assert cov_old == cov and bound_old == bound
