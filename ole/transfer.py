@@ -10,8 +10,13 @@ family, observation and action space kind, action dimension, horizon) that those
 
 **The rule** (pure: the same pairs give the same regions). Per env, its pairs at each budget are
 a cell (`ole.coverage.Cell`); an env *lost* when some cell with an effect averages below
-`max_loss` (−0.02, the gate's per-env bound), *tied* when every pair was bit-identical (the
-change had no effect: the parent behaves identically), else it *gained*. Envs where the change
+`max_loss` (−0.02, the gate's per-env bound), *gained* when its pairs average above `min_gain`
+(+0.02: a gain must be as material as a loss must be to count), else it *tied*: every pair
+bit-identical (the change had no effect: the parent behaves identically), or an effect within
+(`max_loss`, `min_gain`] — noise-sized either way, evidence of nothing. (A first fresh
+`make evolve` with any positive mean counting as a gain claimed a four-env region for
+one-episode submits on "gains" of +0.000, +0.001 and +0.061; experiments/results/releases_travel.md.)
+Envs where the change
 lost — transfer envs, and the search and gate envs of every role — are **exclusions**. A region
 is the span of a set of sampled transfer envs (the smallest region holding them: their families,
 space kinds, and the action-dimension and horizon ranges between their extremes), and it is
@@ -67,6 +72,8 @@ class TransferConfig(_Record):
     """Of those, envs where the change gained (ties are no effect and count for nothing)."""
     max_loss: float = Field(-0.02, le=0.0)
     """An env lost when a cell with an effect averages below this r (the gate's `min_env_mean_r`)."""
+    min_gain: float = Field(0.02, ge=0.0)
+    """An env gained only when its pairs average above this r; between `max_loss` and this it tied."""
     alpha: float = Field(0.1, gt=0.0, lt=1.0)
     """Level of the stated upper bound on the share of harmed envs in a region (1 − alpha confidence)."""
     max_regions: int = Field(2, ge=0, le=8)
@@ -170,7 +177,7 @@ def _verdict(cells: Sequence[Cell], cfg: TransferConfig) -> EnvVerdict:
     if not any(c.informative for c in cells):
         return "tie"
     n = sum(c.n_pairs for c in cells)
-    return "gain" if sum(c.mean_r * c.n_pairs for c in cells) / n > 0 else "tie"
+    return "gain" if sum(c.mean_r * c.n_pairs for c in cells) / n > cfg.min_gain else "tie"
 
 
 def harm_bound(n: int, alpha: float) -> float:

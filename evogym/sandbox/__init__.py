@@ -7,8 +7,9 @@
 - `cgroup`: per-sandbox cgroup v1 memory and pids groups;
 - `transport`: the host side of the wire between a `PolicyProcess` and the worker;
 - `worker`: the script that runs *inside* the sandbox (stdlib only, never imports evogym);
-  `worker_channel` (its end of the wire) and `wire` (the layout both ends read) are bound
-  beside it.
+  `channel` (the shared-memory layout both ends read, and the worker's end of it) is bound
+  beside it;
+- `spare`: a sandbox started ahead of the submit (or held-out evaluation) that will use it.
 
 See docs/sandbox.md for the layers and what each one stops.
 """

@@ -40,9 +40,9 @@ MAX_ANSWER_TOKENS = 4096
 MAX_REJECTS = 3
 """Consecutive Phase-1 rejects (nothing charged) after which the agent stops: the host disagrees with it."""
 BASELINE_MECHANISM = "schema baseline"
+"""Mechanism name of the fallback program derived from the action schema."""
 STOP_FILE = "llm_stop.json"
 """In the agent log folder when the model or the host ended the run early: the reason and the error."""
-"""Mechanism name of the fallback program derived from the action schema."""
 
 
 def _baseline() -> str:
