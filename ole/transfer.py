@@ -285,10 +285,23 @@ def _best(pool: dict[str, EnvResult], excluded: Sequence[EnvFeatures], cfg: Tran
 def decide_transfer(pairs_by_role: dict[Role, Sequence[Any]], cfg: TransferConfig, base: Applicability,
                     budgets: Sequence[int], features_of: Callable[[str], EnvFeatures | None]) -> TransferDecision:
     """The transfer part of a gate decision from the pairs of each role (module docstring)."""
-    results = env_results(pairs_by_role, cfg, features_of)
+    return _decision(env_results(pairs_by_role, cfg, features_of), cfg, base, budgets)
+
+
+def rejudge(recorded: TransferDecision, cfg: TransferConfig, base: Applicability,
+            budgets: Sequence[int]) -> TransferDecision:
+    """A recorded transfer decision judged again under `cfg` from its own per-env cells (pure; no
+    run): what another rule would have claimed from the same evidence."""
+    results = [r.model_copy(update={"verdict": _verdict(r.cells, cfg)}) for r in recorded.envs]
+    return _decision(results, cfg, base, budgets)
+
+
+def _decision(results: Sequence[EnvResult], cfg: TransferConfig, base: Applicability,
+              budgets: Sequence[int]) -> TransferDecision:
     claimed, candidates = regions(results, cfg, base, budgets)
     rule = (f"a region is the span of >= {cfg.min_envs} transfer envs sampled at budgets "
-            f"{', '.join(map(str, sorted(budgets)))}, >= {cfg.min_gains} of them gaining, none below mean r "
+            f"{', '.join(map(str, sorted(budgets)))}, >= {cfg.min_gains} of them gaining (mean r above "
+            f"{cfg.min_gain:+.2f}), none below mean r "
             f"{cfg.max_loss:+.2f} and no env of any role that lost inside it; at most {cfg.max_regions}")
     return TransferDecision(config=cfg, envs=tuple(results), regions=tuple(claimed), candidates=tuple(candidates),
                             excluded=tuple(sorted({r.env for r in results if r.verdict == "loss"})), rule=rule)

@@ -69,3 +69,13 @@ def test_a_region_holding_a_losing_env_of_any_role_is_never_claimed(loser_role):
     for region in d.regions:  # whatever is claimed from the three gains never admits the env that lost
         assert BOX[3] not in region.envs
         assert not parse_scope(region.scope).admits_env(BOX[3], f.family, f.obs, f.act, f.action_dim, f.horizon)
+
+
+def test_a_recorded_decision_is_judged_again_under_another_rule_from_its_own_cells():
+    from ole.transfer import rejudge
+    effects = {BOX[0]: [0.0004], BOX[1]: [0.001], BOX[2]: [0.061]}
+    pairs = {"transfer": [p for env, rs in effects.items() for p in _pairs(env, rs)]}
+    lax = decide_transfer(pairs, TransferConfig(min_gain=0.0), BASE, (32, 128), features_of)
+    assert len(lax.regions) == 1  # any positive mean counted as a gain: three "gains"
+    strict = rejudge(lax, CFG, BASE, (32, 128))
+    assert strict.regions == () and strict == _decide(effects)
