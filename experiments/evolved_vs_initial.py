@@ -40,7 +40,6 @@ sys.path.insert(0, str(ROOT))
 
 from intervals import ci90  # noqa: E402  (experiments/, the script's own folder)
 
-from ole.bundle import TaskContext  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
@@ -123,11 +122,10 @@ def instances(summary: dict, args) -> list[tuple[TaskSpec, RunCondition]]:
 
 
 def routed(reg: Registry, channel: str, task: TaskSpec, cond: RunCondition):
-    """What a task boundary would hand this task (the scoped champion)."""
-    from evogym.pools import profile
-    ctx = TaskContext(host=cond.host, env=task.env, family=env_family(task.env),
-                      budget=task.budget or profile(task.profile).budget, model=cond.model)
-    return reg.select(channel, ctx)
+    """What a task boundary would hand this task (the scoped champion): the task's context with
+    its features (`context_for`, as `ole run` and `ole agent work` build it), so feature scopes match."""
+    from ole.registry.scopes import context_for
+    return reg.select(channel, context_for(task, cond))
 
 
 def compare(paired: PairedEvaluation, base, reg: Registry, channel: str, insts) -> list[dict]:
