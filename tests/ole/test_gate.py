@@ -92,17 +92,8 @@ def test_a_clear_improvement_is_released_and_the_record_round_trips():
     assert again == d and len(again.pairs) == len(GOOD) and again.stats.r == tuple(p.r for p in d.pairs)
 
 
-@pytest.mark.parametrize("case,verdict,criterion", [
-    ("flat", "reject", "benefit"),
-    ("thin", "indecisive", "evidence"),
-    ("one_family", "indecisive", "evidence"),
-    ("unverified", "indecisive", "evidence"),
-    ("leak", "indecisive", "evidence"),
-    ("tail", "reject", "tail"),
-    ("cost", "reject", "cost"),
-    ("contract", "reject", "cost"),
-])
-def test_each_criterion_blocks_a_release_on_its_own(case, verdict, criterion):
+def _case(case: str):
+    """The decision of one criterion case (`good`: every criterion holds)."""
     r, kw, cfg, seen = list(GOOD), {}, STRICT, ()
     if case == "flat":
         r = [0.01, -0.02, 0.0, 0.01, -0.01, 0.02, -0.01, 0.0]
@@ -116,13 +107,26 @@ def test_each_criterion_blocks_a_release_on_its_own(case, verdict, criterion):
         p0 = pairs_from(GOOD)[0]
         seen = (instance_key(p0.task, p0.condition),)
     elif case == "tail":
-        r = GOOD[:-1] + [-0.9]
-        cfg = STRICT.model_copy(update={"min_worst_r": -0.5})
+        r, cfg = GOOD[:-1] + [-0.9], STRICT.model_copy(update={"min_worst_r": -0.5})
     elif case == "cost":
         kw = {"episodes": 32}
     elif case == "contract":
         kw = {"breaches": ("episodes: 40 > 32",)}
-    d = decide(pairs_from(r, **kw), cfg, champion="a@1", challenger="a@2", seen_keys=seen)
+    return decide(pairs_from(r, **kw), cfg, champion="a@1", challenger="a@2", seen_keys=seen)
+
+
+@pytest.mark.parametrize("case,verdict,criterion", [
+    ("flat", "reject", "benefit"),
+    ("thin", "indecisive", "evidence"),
+    ("one_family", "indecisive", "evidence"),
+    ("unverified", "indecisive", "evidence"),
+    ("leak", "indecisive", "evidence"),
+    ("tail", "reject", "tail"),
+    ("cost", "reject", "cost"),
+    ("contract", "reject", "cost"),
+])
+def test_each_criterion_blocks_a_release_on_its_own(case, verdict, criterion):
+    d = _case(case)
     assert d.verdict == verdict, d.reasons
     failed = [c.name for c in d.criteria if not c.passed]
     assert criterion in failed
@@ -250,27 +254,8 @@ def test_a_specialisation_needs_only_the_families_in_its_scope():
 
 def _cases():
     """Every decision this module's criterion cases make, plus a per-env loss and a scoped one."""
-    out = []
-    for case in ("flat", "thin", "one_family", "unverified", "leak", "tail", "cost", "contract", "good"):
-        r, kw, cfg, seen = list(GOOD), {}, STRICT, ()
-        if case == "flat":
-            r = [0.01, -0.02, 0.0, 0.01, -0.01, 0.02, -0.01, 0.0]
-        elif case == "thin":
-            r = GOOD[:4]
-        elif case == "one_family":
-            cfg = STRICT.model_copy(update={"min_families": 4})
-        elif case == "unverified":
-            kw = {"verified": False}
-        elif case == "leak":
-            p0 = pairs_from(GOOD)[0]
-            seen = (instance_key(p0.task, p0.condition),)
-        elif case == "tail":
-            r, cfg = GOOD[:-1] + [-0.9], STRICT.model_copy(update={"min_worst_r": -0.5})
-        elif case == "cost":
-            kw = {"episodes": 32}
-        elif case == "contract":
-            kw = {"breaches": ("episodes: 40 > 32",)}
-        out.append(decide(pairs_from(r, **kw), cfg, champion="a@1", challenger="a@2", seen_keys=seen))
+    out = [_case(case) for case in ("flat", "thin", "one_family", "unverified", "leak", "tail", "cost", "contract",
+                                    "good")]
     # only the per-env check fails: reacher5 (every third pair) loses 5 % while the others gain
     per_env = [0.3 if i % 3 != 1 else -0.05 for i in range(9)]
     out.append(decide(pairs_from(per_env), STRICT.model_copy(update={"min_worst_r": -0.5}),
