@@ -3,8 +3,10 @@ PY ?= python3.11
 VENV ?= .venv
 BIN := $(VENV)/bin
 STAMP := $(VENV)/.installed
+# Test workers (pytest-xdist): the tests mostly wait on subprocesses, so more workers than cores pay.
+WORKERS ?= 4
 
-.PHONY: install chromium lint typecheck test test-browser test-all evolve bench smoke clean
+.PHONY: install chromium lint typecheck test test-heavy test-browser test-all evolve bench smoke clean
 
 install: $(STAMP)
 
@@ -26,8 +28,13 @@ lint: install
 typecheck: install
 	$(BIN)/python -m mypy
 
+# The default tier: every test not marked slow, heavy or browser, in minutes (pyproject.toml says the tiers).
 test: install
-	$(BIN)/python -m pytest -q
+	$(BIN)/python -m pytest -q -n $(WORKERS)
+
+# Tests of more than a few seconds each (found with --durations); CI runs them after `make test`.
+test-heavy: install
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m heavy --durations=15
 
 # The report's browser tests drive Debian's chromium through chromium-driver (never a downloaded build).
 chromium:
@@ -41,7 +48,7 @@ test-browser: install chromium
 	$(BIN)/python -m pytest -q -m browser
 
 test-all: install
-	$(BIN)/python -m pytest -q -m ""
+	$(BIN)/python -m pytest -q -n $(WORKERS) -m ""
 
 evolve: install
 	$(BIN)/ole evolve --mode offline

@@ -17,7 +17,6 @@ from __future__ import annotations
 
 import json
 import re
-import multiprocessing
 import os
 import shutil
 from concurrent.futures import ProcessPoolExecutor
@@ -31,6 +30,7 @@ import numpy as np
 
 from evogym import PROTOCOL_VERSION, anchors, evalcache
 from evogym.feedback import atomic_write_json, flush_syncs
+from evogym.mpcontext import forkserver
 from evogym.code_metrics import edit_kind
 from evogym.rollout import BatchResult, EpisodeJob, die_with_parent, played_out_episodes, run_episodes, utc_stamp
 from evogym.sandbox import CallResult, PolicyProcess
@@ -65,7 +65,7 @@ def _evaluate(jobs: list[EpisodeJob], workers: int) -> list[BatchResult]:
     if warm is not None:
         with warm:
             return warm.run(jobs, local=_contained, failed=_failed)
-    ctx = multiprocessing.get_context("forkserver")
+    ctx = forkserver()
     with ProcessPoolExecutor(max_workers=min(workers, len(jobs)), mp_context=ctx,
                              initializer=die_with_parent) as pool:
         futures = [pool.submit(run_episodes, j) for j in jobs]

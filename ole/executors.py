@@ -13,12 +13,12 @@ is the default and Ray is for spreading a batch over machines.
 from __future__ import annotations
 
 import abc
-import multiprocessing
 import signal
 from collections.abc import Callable, Iterator, Sequence
 from concurrent.futures import FIRST_COMPLETED, Future, ProcessPoolExecutor, wait
 from typing import Any, TypeVar
 
+from evogym.mpcontext import forkserver
 from ole.errors import OleError, ValidationError
 
 J = TypeVar("J")
@@ -74,7 +74,7 @@ class LocalExecutor(Executor):
                 yield i, fn(job)
             return
         if self._pool is None:
-            ctx = multiprocessing.get_context("forkserver")
+            ctx = forkserver()
             self._pool = ProcessPoolExecutor(max_workers=self.workers, mp_context=ctx,
                                              initializer=_interruptible_worker)
         pending: dict[Future, int] = {self._pool.submit(fn, job): i for i, job in enumerate(jobs)}

@@ -17,6 +17,34 @@ os.environ.setdefault("MUJOCO_GL", "egl")
 os.environ["XDG_DATA_HOME"] = tempfile.mkdtemp(prefix="ole-tests-xdg-")
 
 
+CONFORMANCE_ABSENT = "CONFORMANCE NOT CHECKED"
+"""Prefix of every skip of a test that checks us against the reference or upstream's source."""
+
+
+def conformance_absent(reason: str) -> None:
+    """A conformance test whose reference (v0.1.0's source, upstream's, a Python >= 3.12 for it) is
+    not on this machine: skipped, and listed loudly at the end of the run (`pytest_terminal_summary`);
+    with OLE_REQUIRE_REFERENCE=1 (a machine that must check conformance) it fails instead."""
+    if os.environ.get("OLE_REQUIRE_REFERENCE") == "1":
+        pytest.fail(f"{CONFORMANCE_ABSENT}: {reason} (OLE_REQUIRE_REFERENCE=1)", pytrace=False)
+    pytest.skip(f"{CONFORMANCE_ABSENT}: {reason}")
+
+
+def pytest_terminal_summary(terminalreporter, exitstatus, config):
+    """Never a quiet skip for conformance: the tests that could not check us against the reference
+    are named in a banner of their own, with what they need."""
+    absent = [r for r in terminalreporter.stats.get("skipped", []) if CONFORMANCE_ABSENT in str(r.longrepr)]
+    if not absent:
+        return
+    terminalreporter.section(f"{CONFORMANCE_ABSENT}: {len(absent)} test(s) could not run", sep="!", red=True,
+                             bold=True)
+    for report in absent:
+        reason = report.longrepr[2] if isinstance(report.longrepr, tuple) else str(report.longrepr)
+        terminalreporter.write_line(f"{report.nodeid}: {reason.split(CONFORMANCE_ABSENT + ': ', 1)[-1]}", red=True)
+    terminalreporter.write_line("set EVOPOLICYGYM_REFERENCE_SRC / EVOPOLICYGYM_MAIN / EVOPOLICYGYM_MAIN_PYTHON, or put "
+                                "shared/reference beside the checkout; OLE_REQUIRE_REFERENCE=1 makes this a failure")
+
+
 class LiveHost:
     """A Host + HTTP server in this process; requests go over real loopback HTTP."""
 

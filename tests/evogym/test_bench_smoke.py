@@ -13,6 +13,7 @@ from test_reference_check import reference_src
 ROOT = Path(__file__).resolve().parents[2]
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_bench_host_overhead_smoke(tmp_path):
     out = tmp_path / "overhead.md"
@@ -33,6 +34,7 @@ def test_bench_host_overhead_smoke(tmp_path):
     assert proc.returncode == 0 and out.read_text().endswith("## Account\nkept\n")
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_bench_submit_latency_smoke(tmp_path):
     out = tmp_path / "latency.md"

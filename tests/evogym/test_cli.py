@@ -63,6 +63,7 @@ time.sleep(3600)
 '''
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("how", ["sigterm", "timeout"])
 def test_run_stops_a_stuck_agent_and_its_group_and_finalizes_what_it_submitted(tmp_path, how):
     """SIGTERM to `evogym run` once ended it at once: no run.json, no message. Now the agent (and
@@ -99,6 +100,7 @@ def test_run_stops_a_stuck_agent_and_its_group_and_finalizes_what_it_submitted(t
                                                                                 else "agent_exit"]
 
 
+@pytest.mark.heavy
 def test_errors_are_one_line(tmp_path):
     out = subprocess.run(EVOGYM + ["serve", "--env", "gym/acrobat", "--run-dir", str(tmp_path / "r")],
                          capture_output=True, text=True)
@@ -128,6 +130,7 @@ def _wait_or_dump(proc: subprocess.Popen, timeout: float) -> None:
         pytest.fail(f"the host did not exit within {timeout} s of SIGTERM; its thread stacks are in the stderr above")
 
 
+@pytest.mark.heavy
 def test_sigterm_twice_during_a_submit_still_finalizes_the_run(tmp_path):
     """The first SIGTERM's finalize waits for the running submit (it holds the judge's lock); a
     second SIGTERM then (a harness's `timeout`, a process-group kill) once re-entered the
@@ -201,6 +204,7 @@ def _sandboxes_alive(marker: str) -> list[int]:
     return pids
 
 
+@pytest.mark.heavy
 def test_server_sigkill_leaves_no_sandbox_and_restart_refunds(tmp_path):
     run_dir = tmp_path / "crashrun"
     proc, ready = _serve(run_dir)

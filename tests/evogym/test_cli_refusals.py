@@ -179,6 +179,7 @@ def test_run_prints_progress_and_where_the_agent_log_is(tmp_path):
     assert summary["agent_log"] == str(log) and summary["agent_exit"] == 3
 
 
+@pytest.mark.heavy
 def test_suite_run_where_every_agent_fails_exits_1_and_says_why(tmp_path):
     out = subprocess.run(EVOGYM + ["suite", "run", "--envs", "gym/acrobot", "--budget", "2", "--profile", "quick",
                                    "--isolation", "none", "--jobs", "1", "--out", str(tmp_path / "s"),
@@ -189,6 +190,7 @@ def test_suite_run_where_every_agent_fails_exits_1_and_says_why(tmp_path):
     assert "no run was scored" in out.stderr
 
 
+@pytest.mark.heavy
 def test_html_report_of_a_run(tmp_path):
     agent = tmp_path / "agent.py"
     agent.write_text(

@@ -329,11 +329,13 @@ def test_a_500_line_policy_takes_a_few_milliseconds(tmp_path: Path):
     )
     root = write_tree(tmp_path, {"policy.py": "class Policy:\n" + body})
     assert code_metrics(root)["lines"] == 1 + 4 * 124
-    best = min(_timed(code_metrics, root) for _ in range(3))
-    assert best < 0.05, f"expected < 50 ms for a 500-line policy, took {best * 1000:.1f} ms"
+    best = min(_cpu(code_metrics, root) for _ in range(3))
+    assert best < 0.05, f"expected < 50 ms of CPU for a 500-line policy, took {best * 1000:.1f} ms"
 
 
-def _timed(fn, *args) -> float:
-    start = time.perf_counter()
+def _cpu(fn, *args) -> float:
+    """CPU seconds of this thread (not wall time: the tier runs beside other test workers, whose
+    load would otherwise be measured; a quadratic walk still shows)."""
+    start = time.thread_time()
     fn(*args)
-    return time.perf_counter() - start
+    return time.thread_time() - start

@@ -245,6 +245,7 @@ sys.exit(1 if failures else 0)
 """
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("repeat", range(3))
 def test_core16_envs_build_from_four_threads_at_once(repeat):
     """The import race of `evogym suite smoke` (partially initialized gymnasium modules):

@@ -1,5 +1,6 @@
 """Finalization: validation selection, tie-break, shared evaluation of identical trees, determinism."""
 import json
+import pytest
 
 from conftest import ZERO_POLICY
 from evogym.finalize import select
@@ -26,6 +27,7 @@ def _events(live, name):
     return [r for r in rows if r["event"] == name]
 
 
+@pytest.mark.heavy
 def test_best_validation_wins_and_identical_trees_share_evaluation(live_host):
     live = live_host(budget=12)
     live.write_policy(ZERO_POLICY)
@@ -48,6 +50,7 @@ def test_best_validation_wins_and_identical_trees_share_evaluation(live_host):
     assert doc["versions"]["packages"]["gymnasium"] == "1.4.0" and doc["isolation"]["level"] == "bwrap"
 
 
+@pytest.mark.heavy
 def test_whatever_the_agent_left_at_the_mirror_names_the_run_is_scored(live_host):
     """The workspace is the agent's: a file or a link at `.system.final` / `.system.old` (the
     names the final mirror uses) once made the finalize fail after the held-out episodes ran,

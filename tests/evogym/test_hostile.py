@@ -353,6 +353,7 @@ CASES = [case_p01, case_p02, case_p03, case_p04, case_p05, case_p06, case_p07, c
          case_p19]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("case", CASES, ids=[c.__name__[5:] for c in CASES])
 def test_hostile(world, case):
     case(world)

@@ -84,6 +84,7 @@ def test_p24_forged_error_fields_are_the_episodes_protocol_error(host, mode, nam
     balanced(live)
 
 
+@pytest.mark.heavy
 def test_p25_a_frame_forged_only_in_hidden_evaluation_fails_that_candidate_alone(host):
     live = host(budget=4)
     hostile(live, "p25_forge_in_hidden.py")
@@ -98,6 +99,7 @@ def test_p25_a_frame_forged_only_in_hidden_evaluation_fails_that_candidate_alone
     assert out["final_score"] is not None and out["final_score"] > -300
 
 
+@pytest.mark.heavy
 def test_p26_crashing_at_once_does_not_pay(host):
     live = host(budget=4)
     hostile(live, "p26_crash_for_return.py")
@@ -134,6 +136,7 @@ def test_p28_a_million_floats_per_step_are_described_not_kept(host):
     balanced(live)
 
 
+@pytest.mark.heavy
 def test_p30_huge_integers_are_described_not_kept(host):
     live = host(budget=4, max_steps=3)
     hostile(live, "p30_huge_integers.py")

@@ -83,6 +83,7 @@ class Policy:
     assert s["episode_lengths"][1] == 500
 
 
+@pytest.mark.heavy
 def test_endless_act_costs_the_act_deadline_and_the_other_episodes_run(live_host):
     live = live_host(budget=8)  # quick profile: act_wall_s 5 s, episode_wall_s 600 s
     assert live.get("/info")[1]["resource_limits"]["act_wall_s"] == 5.0
@@ -159,6 +160,7 @@ class Policy:
     assert len((ep / "stderr.txt").read_bytes()) < 70 * 1024
 
 
+@pytest.mark.heavy
 def test_hidden_seeds_never_leak(live_host):
     """H5: no validation/held-out/train seed appears in any response, feedback file, or the workspace."""
     live = live_host(budget=4)

@@ -56,10 +56,12 @@ def _hammer(parse, threads: int = 6, rounds: int = 120) -> list[str]:
     return errors
 
 
+@pytest.mark.heavy
 def test_parses_from_many_threads_never_raise_the_recursion_depth_error():
     assert _hammer(pyast.parse) == []
 
 
+@pytest.mark.heavy
 @pytest.mark.skipif(sys.version_info[:2] != (3, 11), reason="the race is CPython 3.11's")
 def test_the_same_load_breaks_plain_ast_parse_so_the_test_above_means_something():
     errors = _hammer(ast.parse)

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from conftest import conformance_absent
 from evogym.code_metrics import STRUCTURE_FIELDS
 
 REPO = Path(__file__).resolve().parents[2]
@@ -102,7 +103,7 @@ def test_checkpoint_metrics_carry_exactly_the_reference_schema(run_dir):
 def test_reference_checker_reports_no_issue(run_dir):
     src = reference_src()
     if src is None:
-        pytest.skip("the reference v0.1.0 source is absent (set EVOPOLICYGYM_REFERENCE_SRC to its src/ folder)")
+        conformance_absent("the reference v0.1.0 source is absent (set EVOPOLICYGYM_REFERENCE_SRC to its src/ folder)")
     script = ("import sys, json\nfrom evopolicygym.check.run import check\nr = check(sys.argv[1])\n"
               "print(json.dumps([f'{i.code}: {i.path}: {i.message}' for i in r.issues]))")
     out = subprocess.run([sys.executable, "-c", script, str(run_dir)], capture_output=True, text=True,

@@ -135,6 +135,7 @@ time.sleep(float(sys.argv[2]))
 '''
 
 
+@pytest.mark.heavy
 def test_the_credential_is_in_no_command_line(tmp_path):
     """`evogym run` hands the agent its token in the environment: while the agent runs, no
     process's argv (world-readable) holds it; the agent's environment (same user only) does."""
@@ -181,6 +182,7 @@ def test_token_on_the_command_line_is_refused_and_token_files_must_be_private(tm
     assert not (tmp_path / "a").exists() and not (tmp_path / "b").exists()  # refused before anything is written
 
 
+@pytest.mark.heavy
 def test_slow_and_idle_clients_cannot_starve_the_agent(live_host, monkeypatch):
     import evogym.server as srv
     monkeypatch.setattr(srv, "HEADER_TIMEOUT_S", 3.0)
@@ -223,6 +225,7 @@ def test_more_connections_than_the_cap_evict_the_oldest_waiting_one(live_host, m
             s.close()
 
 
+@pytest.mark.heavy
 def test_info_answers_while_submits_queue(live_host):
     live = live_host(budget=8)
     live.write_policy("""

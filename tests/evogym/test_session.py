@@ -21,7 +21,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import ZERO_POLICY
+from conftest import ZERO_POLICY, conformance_absent
 from evogym.host import Host, make_config
 from evogym.session import FRAME_BYTES, PROTOCOL, Gateway, encode_frame
 
@@ -110,11 +110,12 @@ def untouched(host: Host) -> None:
     assert not list(host.run.feedback.iterdir())
 
 
+@pytest.mark.heavy
 def test_upstream_session_client_submits_and_finishes(session):
     found = upstream_client()
     if found is None:
-        pytest.skip("EvoPolicyGym main's session client needs Python >= 3.12 and its source "
-                    "(shared/reference/evopolicygym-main/src); neither is on this machine")
+        conformance_absent("EvoPolicyGym main's session client needs Python >= 3.12 and its source "
+                           "(shared/reference/evopolicygym-main/src); one is not on this machine")
     python, src = found
     host, gateway = session()
     (host.run.system / "policy.py").write_text(BENIGN)

@@ -64,6 +64,7 @@ def run(host, env, *args):
                           timeout=300)
 
 
+@pytest.mark.heavy
 def test_answers_go_to_stdout_refusals_to_stderr(live):
     host, env = live
     ok = run(host, env, "submit", "program", "--episodes", "0:2")

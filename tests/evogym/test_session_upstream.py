@@ -119,6 +119,7 @@ def test_a_missing_policy_is_a_free_program_invalid(session):
     assert [e["reason"] for e in journal(host) if e["event"] == "submission_rejected"] == ["program_invalid"] * 2
 
 
+@pytest.mark.heavy
 def test_refusals_come_in_upstream_s_order(session):
     host, s = session(budget=4, max_submissions=1)
     (host.run.system / "policy.py").unlink()

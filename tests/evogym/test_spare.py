@@ -179,6 +179,7 @@ def test_an_idle_spare_sleeps(tmp_path):
     assert not marked(proc.sandbox_id)
 
 
+@pytest.mark.heavy
 def test_rebind_refuses_another_directory(tmp_path):
     spare = Spare(tmp_path, "bwrap", Limits())
     spare.refill()
@@ -385,6 +386,7 @@ def final_sandbox(host: Host) -> str:
     return next(r["sandbox"] for r in rows if r["event"] == "eval.record" and r["kind"] == "final")
 
 
+@pytest.mark.heavy
 def test_the_held_out_runs_in_a_spare_and_scores_what_a_cold_start_does(tmp_path):
     """The spare kept at /finish takes the held-out episodes: its /policy is the selected
     checkpoint byte for byte (the policy's actions depend on a digest of every file it can read),

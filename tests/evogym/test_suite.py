@@ -28,6 +28,7 @@ def test_board_against_paper_rows():
     assert "| gym/acrobot | -80 |" in md and "GPT-5.5" in md
 
 
+@pytest.mark.heavy
 def test_smoke_cheap_envs():
     out = subprocess.run(EVOGYM + ["suite", "smoke", "--envs", "gym/acrobot", "gym/reacher5",
                                    "gymnasium/MiniGrid-FourRooms-v0", "gymnasium/CartPole-v1"],
@@ -54,6 +55,7 @@ urllib.request.urlopen(req).read()
 '''
 
 
+@pytest.mark.heavy
 def test_suite_run_writes_leaderboard_and_curves(tmp_path):
     agent = tmp_path / "agent.py"
     agent.write_text(AGENT)

@@ -30,6 +30,8 @@ HERE = Path(__file__).resolve().parent
 sys.path.insert(0, str(HERE / "upstream"))
 from locate import REPO, e2e_sources, python312, upstream_root  # noqa: E402 - found through the line above
 
+from conftest import conformance_absent  # noqa: E402
+
 RECORDING = "gymnasium/recording_env:EvogymRecording-v0"
 NO_UPSTREAM = "EvoPolicyGym main's source (shared/reference/evopolicygym-main) is not beside this checkout"
 NO_312 = "EvoPolicyGym main needs Python >= 3.12 (its modules use `type X = ...`); none on this machine"
@@ -150,14 +152,15 @@ def check_run(tmp_path: Path, proc: subprocess.Popen, agent: subprocess.Complete
     assert not (root / "workspace" / "assessment").exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("client", ["upstream", "ours"])
 def test_upstream_e2e_agent_verbatim(tmp_path, client):
     root = upstream_root()
     if root is None:
-        pytest.skip(NO_UPSTREAM)
+        conformance_absent(NO_UPSTREAM)
     python = python312() if client == "upstream" else sys.executable
     if python is None:
-        pytest.skip(NO_312)
+        conformance_absent(NO_312)
     sources = e2e_sources(root)
     proc, ready = serve(tmp_path, sources["initial_source"])
     try:
@@ -169,6 +172,7 @@ def test_upstream_e2e_agent_verbatim(tmp_path, client):
         proc.wait()
 
 
+@pytest.mark.heavy
 def test_ported_e2e_agent(tmp_path):
     proc, ready = serve(tmp_path, INITIAL)
     try:
@@ -203,12 +207,13 @@ SESSION_EXPECTED = {
 }
 
 
+@pytest.mark.heavy
 def test_upstream_session_tests_through_the_adapter():
     root, python = upstream_root(), python312()
     if root is None:
-        pytest.skip(NO_UPSTREAM)
+        conformance_absent(NO_UPSTREAM)
     if python is None:
-        pytest.skip(NO_312)
+        conformance_absent(NO_312)
     env = {**os.environ, "EVOGYM_PYTHON": sys.executable, "EVOGYM_REPO": str(REPO),
            "EVOGYM_FIXTURES": str(HERE / "upstream"),
            "PYTHONPATH": os.pathsep.join([str(root / "src"), str(root / "tests"), str(HERE / "upstream")])}

@@ -92,6 +92,7 @@ def _cache_events(run_dir: Path) -> list:
     return [r.get("cache") for r in rows if r["event"] == "eval.run"]
 
 
+@pytest.mark.heavy
 def test_warm_and_cached_hosts_write_the_cold_hosts_outcome(tmp_path, launcher):
     cache = tmp_path / "cache"
     runs = [("cold", ()), ("warm", ()), ("warm", ("--eval-cache", str(cache))), ("warm", ("--eval-cache", str(cache))),
@@ -140,6 +141,7 @@ def _running(marker: str) -> list[int]:
     return pids
 
 
+@pytest.mark.heavy
 def test_a_killed_hosts_workers_and_sandboxes_die_with_it(tmp_path, launcher):
     run_dir = tmp_path / "run"
     proc, ready = _serve("warm", run_dir, launcher, budget=3)

@@ -117,7 +117,12 @@ def v3(message):
     payload = json.dumps(message).encode()
     with socket.socket(socket.AF_UNIX) as conn:
         conn.settimeout(120)
-        conn.connect(path)
+        # A run directory can be deeper than AF_UNIX allows (108 bytes): go through its directory's descriptor.
+        fd = os.open(os.path.dirname(path), os.O_RDONLY | os.O_DIRECTORY)
+        try:
+            conn.connect(f"/proc/self/fd/{fd}/{os.path.basename(path)}")
+        finally:
+            os.close(fd)
         conn.sendall(len(payload).to_bytes(4, "big") + payload)
         head = b""
         while len(head) < 4:

@@ -94,6 +94,7 @@ def session_env(tmp_path: Path, ws: Path, task: Path | None = None) -> dict[str,
     return env
 
 
+@pytest.mark.heavy
 def test_an_api_port_that_never_answers_is_given_up_on(tmp_path):
     """Each request waited up to 3600 s."""
     sock = silent_tcp()
@@ -192,6 +193,7 @@ def test_a_huge_token_file_is_refused(tmp_path):
     assert rc == 2 and "larger than 4096 bytes" in err and "internal error" not in err, err
 
 
+@pytest.mark.heavy
 def test_a_missing_or_foreign_workspace_is_never_written(tmp_path):
     """A missing workspace was created, and a folder outside the run got system/policy.py."""
     served = serve(tmp_path / "run", budget=4)
@@ -212,6 +214,7 @@ def test_a_missing_or_foreign_workspace_is_never_written(tmp_path):
         served.close(score=False)
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["missing", "regular_file", "nobody_listens", "hangs_up"])
 def test_an_unusable_session_socket_exits_non_zero_and_says_why(tmp_path, kind):
     """Each exited 0 with nothing on stderr (the agent's failed submits were swallowed)."""
@@ -283,6 +286,7 @@ def test_the_token_is_never_sent_off_loopback(tmp_path):
     near.sock.close()
 
 
+@pytest.mark.heavy
 def test_a_host_answering_mistyped_summaries_is_a_recorded_run_not_a_crash(tmp_path):
     """A submit answer whose summary has `returns: ["x"]`, `mean_return: "high"` and counts that are
     no numbers stopped the agent with a ValueError at its first answer (recorded as an agent error,

@@ -55,6 +55,7 @@ def test_the_face_exports_exactly_its_table_and_each_name_resolves():
     assert callable(ole.judge) and not isinstance(ole.judge, type(ole))
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_the_python_page_example_runs_as_written(project):
     code = example()

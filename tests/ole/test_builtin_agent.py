@@ -52,11 +52,13 @@ def cartpole(tmp_path_factory):
     return run(tmp_path_factory.mktemp("cartpole"), "gymnasium/CartPole-v1", 16)
 
 
+@pytest.mark.heavy
 def test_beats_random_on_cartpole(cartpole):
     assert cartpole.verified
     assert cartpole.outcome.final_score > random_mean("CartPole-v1") + 100.0
 
 
+@pytest.mark.heavy
 def test_beats_random_on_mountain_car(tmp_path):
     trace = run(tmp_path, "gymnasium/MountainCar-v0", 12)
     assert trace.verified

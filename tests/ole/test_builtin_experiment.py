@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import pytest
 import shutil
 from pathlib import Path
 
@@ -16,6 +17,7 @@ def load_script():
     return module
 
 
+@pytest.mark.heavy
 def test_core16_script_runs_one_env_and_renders(tmp_path):
     root = tmp_path / "bundles"
     root.mkdir()

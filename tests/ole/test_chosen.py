@@ -37,6 +37,7 @@ def _pairs(rs: list[float]) -> list[Pair]:
             for i, r in enumerate(rs)]
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("n", [3, 4, 5, 6, 7, 8, 13])
 def test_pair_stats_are_the_gates_statistics(n):
     """One CVaR (the mean of the worst ceil(cvar_alpha * n)), one mean, for the ranking and the gate."""

@@ -1,5 +1,6 @@
 """`ole agent work` inside an external harness (`evogym run`): the run ends scored."""
 import json
+import pytest
 import shutil
 import subprocess
 import sys
@@ -8,6 +9,7 @@ from pathlib import Path
 REPO = Path(__file__).parents[2]
 
 
+@pytest.mark.heavy
 def test_builtin_agent_as_a_harness_command(tmp_path):
     root = tmp_path / "reg"
     root.mkdir()

@@ -107,6 +107,7 @@ def test_a_lazily_built_parser_parses_as_the_full_one():
         ("gym/acrobot",)
 
 
+@pytest.mark.heavy
 def test_help_texts_name_every_profile_the_root_search_and_no_internal_reference(tmp_path):
     from evogym.pools import PROFILES
     texts = {argv[0] if argv else "ole": subprocess.run(

@@ -141,6 +141,7 @@ def test_ole_run_routes_to_the_scope_champion_and_records_forcing(root, tmp_path
     assert "FORCED outside its scope" in err and "host builtin is not in hosts [llm]" in forced["why"]
 
 
+@pytest.mark.heavy
 def test_a_forced_scored_run_keeps_its_selection_in_the_archive(root, tmp_path):
     from ole.registry.scopes import task_context  # noqa: F401  (the registry resolves families the same way)
     from ole.trace import RunCondition, TaskSpec
@@ -159,6 +160,7 @@ def _harness(tmp_path: Path, root: Path, name: str, *agent_args: str) -> subproc
                           capture_output=True, text=True, timeout=600, cwd=PROJECT)
 
 
+@pytest.mark.heavy
 def test_agent_work_refuses_an_out_of_scope_bundle_unless_forced(root, tmp_path):
     refused_run = _harness(tmp_path, root, "refused", "--bundle", "coder-llm@1")
     assert json.loads(refused_run.stdout.strip().splitlines()[-1])["agent_exit"] == 2

@@ -15,6 +15,7 @@ def _alive(marker: str) -> list[str]:
     return subprocess.run(["pgrep", "-f", marker], capture_output=True, text=True).stdout.split()
 
 
+@pytest.mark.heavy
 def test_sigterm_cleans_up_the_host(tmp_path):
     (tmp_path / "reg").mkdir()
     shutil.copy(REPO / "bundles" / "coder.yaml", tmp_path / "reg")

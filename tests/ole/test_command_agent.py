@@ -30,6 +30,7 @@ def run(tmp_path, mode: str, *, budget: int = 5, wall: float = 120.0, cap: int =
     return result, served.history, doc, log
 
 
+@pytest.mark.heavy
 def test_scripted_agent_spends_the_budget_and_the_run_is_scored(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result, hist, doc, log = run(tmp_path, "normal")
@@ -45,6 +46,7 @@ def test_scripted_agent_spends_the_budget_and_the_run_is_scored(tmp_path, monkey
     assert set(result.extras) == {"stdout", "stderr", "instructions", "exit"}
 
 
+@pytest.mark.heavy
 def test_wall_clock_cap_kills_the_process_group(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result, hist, doc, log = run(tmp_path, "sleep", wall=3.0)
@@ -53,6 +55,7 @@ def test_wall_clock_cap_kills_the_process_group(tmp_path, monkeypatch):
     assert doc["outcome"]["status"] == "completed"  # the runner's /finish still scores the run
 
 
+@pytest.mark.heavy
 def test_output_is_capped(tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     result, hist, doc, log = run(tmp_path, "spam", cap=4096)
@@ -146,6 +149,7 @@ def test_a_shell_string_is_split_and_an_empty_command_refused():
         CommandAgent([])
 
 
+@pytest.mark.heavy
 def test_ole_run_command_agent_after_double_dash(tmp_path):
     """`ole run --agent command -- CMD ...` through the real entry point: scored run + trace."""
     import subprocess
@@ -176,6 +180,7 @@ def _tagged(tag: str) -> list[int]:
     return found
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("mode, wall, isolation", [("leave", 120.0, "bwrap"), ("leave_hang", 4.0, "bwrap"),
                                                    ("leave", 120.0, "none"), ("leave_hang", 4.0, "none")])
 def test_nothing_the_agent_started_outlives_it(tmp_path, monkeypatch, mode, wall, isolation):
@@ -194,6 +199,7 @@ def test_nothing_the_agent_started_outlives_it(tmp_path, monkeypatch, mode, wall
     assert len(hist) == 1 and doc["outcome"]["status"] == "completed"
 
 
+@pytest.mark.heavy
 def test_a_broken_workspace_costs_only_its_own_entries(tmp_path, monkeypatch):
     """A summary that is a JSON list crashed ole (AttributeError); a bad field dropped the whole
     history; a FIFO at system/policy.py blocked the watcher until its 5 s join gave up. (Without a

@@ -46,6 +46,7 @@ def _submit_sizes(trace) -> list[int]:
     return [len(it.submitted_indices) for it in trace.history if it.submit_id is not None]
 
 
+@pytest.mark.heavy
 def test_the_brief_changes_what_the_command_agent_does(tmp_path, registry_root):
     with Registry(registry_root) as reg:
         champ = reg.champion()
@@ -79,6 +80,7 @@ def test_cli_refuses_a_command_host_without_a_command(capsys):
         agent_command("builtin", ["--", "python", "x.py"], example="")
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_ole_evolve_with_a_command_host_end_to_end(tmp_path, registry_root):
     """Tiny offline run: bootstrap, one candidate, gate; every run is the command agent obeying its bundle."""

@@ -80,6 +80,7 @@ def _assert_contained(report: dict, world: dict, root: Path, before: list, works
     assert report["uid"] == 1000
 
 
+@pytest.mark.heavy
 def test_a_hostile_command_agent_under_ole_run_takes_nothing_and_works_its_run(tmp_path, world):
     """Through `ole run` (its parent's command line holds `--root`, as in the issue)."""
     root, before = world["root"], _events(world["root"])
@@ -119,6 +120,7 @@ def _agent(tmp_path, world, sandbox: AgentSandbox, *, url: str | None = None, wo
     return _report(tmp_path / "log" / "command.stdout.txt")
 
 
+@pytest.mark.heavy
 def test_without_a_sandbox_the_same_agent_takes_everything(tmp_path, world):
     """The control: every probe of the hostile agent works on an uncontained agent (so the
     assertions above can fail), and the environment allowlist still holds there."""
@@ -131,6 +133,7 @@ def test_without_a_sandbox_the_same_agent_takes_everything(tmp_path, world):
     assert ("registration", "pwned") in _events(world["root"])
 
 
+@pytest.mark.heavy
 def test_the_network_flag_opens_the_network_and_nothing_else(tmp_path, world):
     report = _agent(tmp_path, world, AgentSandbox(network=True))
     assert report["provider"][0] is True and report["other_api"][0] is True  # the machine's network, as asked
@@ -175,6 +178,7 @@ def test_the_agent_environment_is_an_allowlist(monkeypatch):
     assert env["SOME_API_KEY"] == "sk-1" and env["EVOPOLICYGYM_TOKEN"] == "t"  # the run's own always wins
 
 
+@pytest.mark.heavy
 def test_a_real_agent_gets_only_the_allowlist(tmp_path, world, monkeypatch):
     monkeypatch.setenv("EVOPOLICYGYM_SESSION_SOCKET", "../elsewhere/session.sock")
     monkeypatch.setenv("EVOPOLICYGYM_TASK_FILE", "/dev/null")
@@ -192,6 +196,7 @@ def test_bwrap_is_found_or_refused_clearly():
         AgentSandbox(env=("A=B",))
 
 
+@pytest.mark.heavy
 def test_ole_agent_work_runs_a_contained_command_agent_under_a_harness(tmp_path, world):
     """`ole agent work --agent command` inside `evogym run`: the harness hands `ole agent work` its
     whole environment; the command agent under it gets the allowlist and the sandbox."""

@@ -103,6 +103,7 @@ def test_nondominated_keeps_tradeoffs_and_drops_what_the_champion_dominates():
     assert nondominated([]) == []
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_tiny_offline_run_on_the_real_host(tmp_path):
     from ole.jobs import run_job
@@ -190,6 +191,7 @@ def _engine(tmp_path, cfg, proposer, gate, evaluate=archive_fake):
     return reg, OfflineEvolution(engine, cfg, champ.ref, champ.bundle), lines
 
 
+@pytest.mark.heavy
 def test_staged_evaluation_screens_many_and_promotes_the_best(tmp_path):
     edits = [("verification", "retest_episodes", v) for v in (0, 1, 2, 3, 5, 6, 7, 8, 9)]  # >4 helps (+15 %)
     cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102, 103, 104), gate_pools=(201, 202, 203), gate_budgets=(8,),
@@ -353,6 +355,7 @@ class WallNoise:
         return trace.model_copy(update={"outcome": trace.outcome.model_copy(update={"wall_s": wall})})
 
 
+@pytest.mark.heavy
 def test_the_search_decides_the_same_whatever_the_measured_wall_times(tmp_path):
     """The search's objectives read what a run did (r, tail, episodes, submits), never a clock:
     evolves of the same inputs under different load keep the same parents and gate the same

@@ -16,6 +16,7 @@ def _run(script: str, *args: str, timeout: int = 900) -> None:
                    timeout=timeout, stdout=subprocess.DEVNULL)
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_sensitivity_smoke(tmp_path):
     out = tmp_path / "map.md"
@@ -61,6 +62,7 @@ def test_evolved_vs_initial_smoke(tmp_path):
     assert "90 % CI" in text and "Ablation" in text and out.with_suffix(".lineage.png").is_file()
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_budget_transfer_smoke(tmp_path):
     out = tmp_path / "bt.md"

@@ -227,6 +227,7 @@ def test_adaptive_sample_extends_an_open_verdict_and_releases_a_real_gain():
     assert released > fixed  # the added pairs buy power
 
 
+@pytest.mark.heavy
 def test_should_extend_only_open_verdicts():
     cfg = ADAPTIVE.model_copy(update={"min_worst_r": -0.5})
     thin = decide(pairs_from([0.1] * 4), cfg, champion="a@1", challenger="a@2", alpha=0.05)

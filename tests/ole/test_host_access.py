@@ -122,6 +122,7 @@ def test_command_agents_get_the_session_variables(tmp_path):
     assert "EVOPOLICYGYM_API" not in env
 
 
+@pytest.mark.heavy
 def test_ole_agent_work_speaks_v3_under_a_session_harness(tmp_path):
     root = tmp_path / "reg"
     root.mkdir()

@@ -94,6 +94,7 @@ def _stub_client(stub: StubServer, tmp_path, **kw) -> LLMClient:
     return client
 
 
+@pytest.mark.heavy
 @pytest.mark.llm
 def test_litellm_http_path_retries_a_500_and_a_slow_answer(tmp_path):
     script = [("error", 500), ("slow", 3.0, "too late"), ("ok", "```python\nclass Policy: pass\n```")]

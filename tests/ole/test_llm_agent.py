@@ -73,6 +73,7 @@ MAIN_SCRIPT = [
 ]
 
 
+@pytest.mark.heavy
 def test_scripted_run_recovers_and_is_scored_then_replays_identically(tmp_path):
     pol = policy()
     result, hist, doc, calls = run_agent(tmp_path, pol, write_script(tmp_path, MAIN_SCRIPT), budget=10)
@@ -99,6 +100,7 @@ def test_scripted_run_recovers_and_is_scored_then_replays_identically(tmp_path):
     assert doc2["outcome"]["final_score"] == doc["outcome"]["final_score"]
 
 
+@pytest.mark.heavy
 def test_host_error_verdict_is_retried_with_the_error_shown(tmp_path):
     broken = program(1.0).replace("def act(self, obs):", "def act(self, obs)")
     script = [as_file(program(-1.0), "flip"), as_file(broken), as_file(program(1.0))]
@@ -113,6 +115,7 @@ def test_host_error_verdict_is_retried_with_the_error_shown(tmp_path):
     assert doc["outcome"]["status"] == "completed"
 
 
+@pytest.mark.heavy
 def test_llm_cap_stops_cleanly_and_the_run_is_still_scored(tmp_path):
     script = ["no code here"] * 10
     pol = policy(budget={"max_llm_calls": 3}, recovery={"max_retries": 2})
@@ -163,6 +166,7 @@ def test_static_checks_and_edit_scope():
     assert patched.startswith("class Policy(object)")
 
 
+@pytest.mark.heavy
 @pytest.mark.llm
 def test_live_path_through_litellm_to_a_stub_server_then_replay(tmp_path, monkeypatch):
     from tests.ole.llm_stub import StubServer
@@ -243,6 +247,7 @@ def test_the_mechanism_line_is_one_line():
     assert "\\s" not in _MECHANISM.pattern
 
 
+@pytest.mark.heavy
 def test_why_the_model_stopped_the_run_is_in_its_log_folder(tmp_path, monkeypatch):
     """A 401 (or exhausted retries) ended the run with `finish_reason: error` and the cause only on
     stderr, which --quiet hides."""

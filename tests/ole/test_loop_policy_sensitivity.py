@@ -46,6 +46,7 @@ def _params() -> list:
     return out
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("agent,key", _params())
 def test_field_changes_actions(tmp_path, request, agent, key):
     if agent == "builtin":
@@ -56,6 +57,7 @@ def test_field_changes_actions(tmp_path, request, agent, key):
     assert variant != base, f"changing {'.'.join(key)} left the LLM agent's prompts and actions unchanged"
 
 
+@pytest.mark.heavy
 def test_same_policy_same_actions(tmp_path):
     """Determinism: the comparison above is meaningful only if a repeat gives the same actions."""
     lp = LoopPolicy()

@@ -95,6 +95,7 @@ def test_evogym_run_starts_an_agent_script_of_the_current_folder(tmp_path):
     assert (tmp_path / "runs" / "demo" / "workspace" / "ran").exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_a_read_only_registry_runs_a_task_when_nothing_is_pending(root, tmp_path):
     with Registry(root):
@@ -128,6 +129,7 @@ def test_a_folder_given_as_a_bundle_file_is_a_one_line_error(root, tmp_path, cap
         assert code == 2 and "internal error" not in said and re.search(r"is a (directory|folder)", said), (argv, said)
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_ole_report_in_a_read_only_folder_is_a_one_line_error(root, tmp_path):
     here = tmp_path / "ro"
@@ -151,6 +153,7 @@ def test_hints_keep_the_root_they_were_given(root, tmp_path, capsys, monkeypatch
     assert f"`ole --root {root} lineage show`" in out and f"`ole --root {root} rollback" in out
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_ole_run_names_its_trace_archive_and_the_lessons_it_read(root, tmp_path):
     """The hint after a run dropped --traces-dir (`ole trace show ID` then found nothing), and repeated
@@ -323,6 +326,7 @@ def test_the_registry_docs_give_the_exit_status_of_a_read_only_refusal():
     assert "exit 1" in text[at: at + 200]
 
 
+@pytest.mark.heavy
 def test_ole_agent_work_leaves_no_temporary_folder(root, tmp_path):
     scratch = tmp_path / "tmp"
     scratch.mkdir()
@@ -331,5 +335,6 @@ def test_ole_agent_work_leaves_no_temporary_folder(root, tmp_path):
                            "--profile", "quick", "--budget", "2", "--isolation", "none", "--quiet", "--",
                            sys.executable, "-m", "ole.cli", "--root", str(root), "agent", "work"],
                           cwd=tmp_path, capture_output=True, text=True, timeout=600, env=env)
-    assert done.returncode == 0, done.stderr[-2000:]
+    log = tmp_path / "runs" / "a" / "logs" / "agent.log"
+    assert done.returncode == 0, (done.stdout[-1500:], done.stderr[-1500:], log.read_text()[-3000:] if log.exists() else "")
     assert list(scratch.glob("ole-agent-*")) == []

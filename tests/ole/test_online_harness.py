@@ -93,6 +93,7 @@ def _task(tmp: Path, i: int) -> subprocess.Popen:
                             stdout=subprocess.PIPE, stderr=subprocess.PIPE)
 
 
+@pytest.mark.heavy
 def test_parallel_tasks_share_one_stream_and_rounds_are_serialized(tmp_path):
     tmp = _workspace(tmp_path)
     procs, results = [], []
@@ -166,6 +167,7 @@ def _agent(root: Path, work: Path, *extra: str, command: bool = False) -> str:
                      "--isolation", "none", *extra, *tail])
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_one_harness_task_leaves_a_verified_trace_read_from_the_hosts_run_json(tmp_path):
     tmp = _workspace(tmp_path)
@@ -291,6 +293,7 @@ def _stage_two_scopes(root: Path) -> tuple[str, str]:
         return refs[0], refs[1]
 
 
+@pytest.mark.heavy
 def test_stage_steps_are_recorded_once_per_scope_under_concurrent_processes(tmp_path):
     tmp = _workspace(tmp_path)
     harmful, good = _stage_two_scopes(tmp / "bundles")

@@ -206,6 +206,7 @@ def test_space_samples_are_valid_and_cover_every_dimension():
     assert "0" in seen["verification.retest_episodes"]  # zero is reachable on a log scale starting at 0
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("kind", ["random", "tpe"])
 def test_baselines_propose_valid_bundles_and_tpe_learns_from_observations(kind):
     from ole.proposers.baselines import RandomProposer, TPEProposer

@@ -71,6 +71,7 @@ def _paired(executor, evaluate, tmp: Path, store=None, on_result=lambda job, res
                             traces_root=str(tmp / "traces"), runs_root=str(tmp / "runs"), on_result=on_result)
 
 
+@pytest.mark.heavy
 def test_ray_gives_the_same_pairs_as_local_processes(cluster, tmp_path):
     with LocalExecutor(2) as local:
         expected = _paired(local, fake_evaluate, tmp_path / "local").pairs(
@@ -80,6 +81,7 @@ def test_ray_gives_the_same_pairs_as_local_processes(cluster, tmp_path):
     assert got == expected and len(got["coder@2"]) == len(INSTANCES)
 
 
+@pytest.mark.heavy
 def test_a_worker_killed_mid_job_is_retried_without_double_counting(cluster, tmp_path):
     seen: list[tuple[str, str, int]] = []
     store = EvaluationStore(tmp_path / "evals.sqlite3")

@@ -232,6 +232,7 @@ def _prepare(root: Path, op: str) -> None:
             reg.activate_pending()
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("step", CRASH_POINTS)
 def test_kill_at_each_write_step_leaves_a_consistent_registry(root, step):
     op = _operation_for(step)
@@ -308,6 +309,7 @@ WORKER = """
 """
 
 
+@pytest.mark.heavy
 def test_eight_concurrent_writers_lose_nothing(root):
     procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(WORKER), str(root), str(w), "4"],
                               env={**os.environ, "PYTHONPATH": str(PROJECT)}, stdout=subprocess.PIPE,
@@ -326,6 +328,7 @@ def test_eight_concurrent_writers_lose_nothing(root):
         assert reg.fsck().ok
 
 
+@pytest.mark.heavy
 def test_concurrent_first_use_registers_each_seed_once(tmp_path):
     root = tmp_path / "fresh"
     root.mkdir()
@@ -509,6 +512,7 @@ class RegistryMachine(RuleBasedStateMachine):
 
 RegistryMachine.TestCase.settings = settings(max_examples=8, stateful_step_count=10, deadline=None)
 test_registry_state_machine = RegistryMachine.TestCase
+test_registry_state_machine.pytestmark = [pytest.mark.heavy]  # hypothesis runs many sequences: seconds
 
 
 def test_a_database_from_another_schema_version_is_refused(root):

@@ -53,6 +53,7 @@ class _Links(HTMLParser):
             self.external.append(f"<{tag}>")
 
 
+@pytest.mark.heavy
 def test_every_version_has_its_status_scope_and_page(built):
     fx, data, pages, out = built
     assert {v.ref: v.status for v in data.versions} == report_fixture.EXPECTED_STATUS

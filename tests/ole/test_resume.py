@@ -133,6 +133,7 @@ def _python(tmp_path, env=None):
                           capture_output=True, text=True, timeout=300, cwd=ROOT, env={**os.environ, **(env or {})})
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("step", ["evaluation_after_commit", "gate_decision_after_commit", "release_after_commit"])
 def test_a_crash_between_append_and_mark_leaves_no_duplicate(tmp_path, step):
     clean = tmp_path / "clean"
@@ -216,6 +217,7 @@ ONLINE = """
 """
 
 
+@pytest.mark.heavy
 @pytest.mark.parametrize("step", ["evaluation_after_commit", "stage_after_commit"])
 def test_an_online_crash_after_a_monitor_or_stage_commit_leaves_no_duplicate(tmp_path, step):
     import os
@@ -252,6 +254,7 @@ _OPEN_AT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.heavy
 def test_processes_opening_one_fresh_store_at_once_all_open_it(tmp_path):
     """Several processes create the same store file in the same instant (parallel tasks of one
     stream): none is refused as "database is locked", and every one's write lands."""

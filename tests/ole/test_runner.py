@@ -36,6 +36,7 @@ def registry_root(tmp_path):
     return root
 
 
+@pytest.mark.heavy
 def test_builtin_run_is_scored_archived_and_beats_random(tmp_path, registry_root):
     task = TaskSpec(env="gym/acrobot", profile="quick", budget=12)
     lines: list[str] = []
@@ -105,6 +106,7 @@ class SpendsAllThenWaits(HostAgent):
         raise AssertionError("the host never exited after its budget was spent")
 
 
+@pytest.mark.heavy
 def test_a_host_that_exited_after_the_last_submit_still_gives_a_scored_trace(tmp_path, registry_root, monkeypatch):
     monkeypatch.setattr(runner, "get_agent", lambda name, **kw: SpendsAllThenWaits())
     trace = runner.run_task(TaskSpec(env="gym/acrobot", budget=2), "coder@1", "builtin", RunCondition(host="builtin"),
@@ -171,6 +173,7 @@ def test_arguments_are_picklable():
     pickle.dumps((TaskSpec(env="gym/acrobot"), "coder@1", "builtin", RunCondition(host="builtin"), runner.run_task))
 
 
+@pytest.mark.heavy
 def test_cli_run_then_trace_ls_and_show(tmp_path, registry_root, capsys):
     code = ole_main(["run", "--env", "gym/acrobot", "--budget", "4", "--isolation", "none", "--quiet",
                      "--root", str(registry_root), "--runs-dir", str(tmp_path / "runs"),
@@ -201,6 +204,7 @@ def test_an_unknown_env_is_refused_before_any_host_starts(tmp_path, registry_roo
     assert not (tmp_path / "runs").exists()
 
 
+@pytest.mark.heavy
 @pytest.mark.sandbox
 def test_warm_and_cached_runs_of_the_builtin_agent_score_as_the_cold_path(tmp_path, registry_root, monkeypatch):
     """The run.json outcome of the path before warm hosts (a cold `evogym serve`, no shared hidden

@@ -468,6 +468,7 @@ WORKER = """
 """
 
 
+@pytest.mark.heavy
 def test_concurrent_writers_on_different_scopes_stay_consistent(root):
     with Registry(root) as reg:
         refs = [specialise(reg, 0.5, env_families=["minigrid"]), specialise(reg, 0.6, env_families=["curated"]),
@@ -615,6 +616,7 @@ class ScopedRegistryMachine(RuleBasedStateMachine):
 
 ScopedRegistryMachine.TestCase.settings = settings(max_examples=12, stateful_step_count=10, deadline=None)
 test_scoped_registry_state_machine = ScopedRegistryMachine.TestCase
+test_scoped_registry_state_machine.pytestmark = [pytest.mark.heavy]  # hypothesis runs many sequences: seconds
 
 
 def test_the_space_kinds_of_scopes_are_the_hosts():

@@ -45,6 +45,7 @@ def _runs(store: Path):
     return client, client.search_runs([experiment.experiment_id]) if experiment else []
 
 
+@pytest.mark.heavy
 def test_an_evolve_is_one_mlflow_run_with_config_metrics_bundles_and_report(tmp_path, capsys, monkeypatch):
     monkeypatch.setattr(jobs, "run_job", fake_evaluate)
     monkeypatch.chdir(tmp_path)  # the default store is ./mlruns

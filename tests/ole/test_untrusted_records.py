@@ -6,6 +6,7 @@ naming its own hash as a parent. Each through the real command line.
 from __future__ import annotations
 
 import json
+import pytest
 import os
 import shutil
 import subprocess
@@ -61,6 +62,7 @@ def _child(root: Path) -> str:
         return reg.register(bundle_from_data(data, source="test"), parents=[1], edge="offline_mutation").ref
 
 
+@pytest.mark.heavy
 def test_a_gate_record_without_hosts_in_its_pairs_is_reported(tmp_path):
     """Pairs recorded through `Registry.record_gate_decision` without `condition.host` crashed
     `ole report` (a pydantic error building the coverage)."""
