@@ -24,6 +24,7 @@ import stat
 from dataclasses import dataclass
 from pathlib import Path
 
+from evogym.durable import atomic_write
 from evogym.errors import ConfigError
 
 TOKEN_BYTES = 32
@@ -111,15 +112,5 @@ def private_dir(directory: Path) -> Path:
 
 
 def _write_private(path: Path, text: str) -> None:
-    """Write a 0600 file atomically: created 0600 under a temporary name, then renamed."""
-    tmp = path.with_name(f".{path.name}.{secrets.token_hex(4)}.tmp")
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
+    """Write a 0600 file atomically: created 0600 under a fresh temporary name, then renamed."""
+    atomic_write(path, text, mode=0o600)

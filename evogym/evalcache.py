@@ -29,13 +29,13 @@ import hashlib
 import json
 import os
 import platform
-import tempfile
 from collections.abc import Callable, Iterator, Sequence
 from dataclasses import asdict
 from functools import cache
 from importlib import metadata
 from pathlib import Path
 
+from evogym.durable import atomic_write
 from evogym.rollout import BatchResult, EpisodeJob, EpisodeResult
 
 SCHEMA_VERSION = 1
@@ -124,10 +124,7 @@ class EvalCache:
         path.parent.mkdir(exist_ok=True, mode=0o700)
         doc = {"schema_version": SCHEMA_VERSION, "returns": [e.ret for e in batch.episodes],
                "lengths": [e.length for e in batch.episodes]}
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(doc, f)
-        os.replace(tmp, path)
+        atomic_write(path, json.dumps(doc), durable=False)
         return True
 
     @contextlib.contextmanager

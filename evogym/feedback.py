@@ -23,7 +23,7 @@ from typing import Iterable
 
 import numpy as np
 
-from evogym.durable import fsync_dir
+from evogym.durable import atomic_write, fsync_dir
 from evogym.spaces import to_jsonable
 
 SCHEMA_VERSION = "0.1"
@@ -58,32 +58,15 @@ def fsync_all(fds) -> None:
 
 
 def atomic_write_bytes(path: Path, data: bytes, *, durable_now: bool = True) -> None:
-    """temp + fsync + rename + directory fsync: the file is old or new, never torn.
+    """temp + fsync + rename + directory fsync (`evogym.durable.atomic_write`): old or new, never torn.
 
     `durable_now=False` renames first and fsyncs in the background (`flush_syncs` waits):
     for files a crash of the host alone cannot tear (the page cache survives it) and that
     nothing reads before `flush_syncs` (finalize) would need them on disk."""
     path = Path(path)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data)
-            if durable_now:
-                f.flush()
-                os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        if os.path.exists(tmp):
-            os.unlink(tmp)
-        raise
-    if durable_now:
-        fsync_dir(path.parent)
-    else:
+    atomic_write(path, data, durable=durable_now)
+    if not durable_now:
         _syncer().put((path.parent, [path.name]))
-
-
-def atomic_write_text(path: Path, text: str) -> None:
-    atomic_write_bytes(path, text.encode("utf-8"))
 
 
 def atomic_write_json(path: Path, obj, *, pretty: bool = True, durable_now: bool = True) -> None:

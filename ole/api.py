@@ -187,10 +187,10 @@ def _online_config(settings: EvolveSettings):
     import pydantic
 
     from ole.evolve.online import OnlineConfig
-    from ole.evolves import ONLINE_DEFAULTS
+    from ole.evolves import ONLINE_DEFAULTS, ONLINE_ONLY
     try:
-        return OnlineConfig(**{k: v if (v := getattr(settings, k)) is not None else default
-                               for k, default in ONLINE_DEFAULTS.items()})
+        return OnlineConfig(**{k: v if (v := getattr(settings, k)) is not None else ONLINE_DEFAULTS[k]
+                               for k in ONLINE_ONLY})
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         flag = "--" + str(first["loc"][0]).replace("_", "-")

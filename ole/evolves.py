@@ -13,7 +13,6 @@ their outcome (`list_evolves`).
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Sequence
 from datetime import datetime, timezone
 from pathlib import Path
@@ -21,6 +20,7 @@ from typing import TYPE_CHECKING, Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from evogym.durable import atomic_write
 from ole.errors import ValidationError
 
 if TYPE_CHECKING:
@@ -37,8 +37,9 @@ OFFLINE_ONLY = ("population", "generations", "eta", "screen", "max_scopes", "abl
 """Search settings online mode never reads (its challengers are proposed one at a time, one scope each)."""
 ONLINE_ONLY = ("tasks", "every_k")
 """Stream settings offline mode never reads."""
-ONLINE_DEFAULTS = {"tasks": 6, "every_k": 3}
-"""The online stream's length and proposal period when not given."""
+ONLINE_DEFAULTS = {"tasks": 6, "every_k": 3, "recent": 6}
+"""The online stream's length, proposal period and proposer window when not given: the one place
+(`OnlineConfig`, `ole evolve --mode online` and `ole agent work --online` read them here)."""
 BUILTIN_PROPOSERS = ("builtin", "random", "tpe")
 """Proposer names that are not LLM model strings (`ole evolve --proposer`): they call no model."""
 DRIVER_DEFAULTS: dict[str, Any] = {"proposer": "builtin", "executor": "local", "execution": "fast",
@@ -208,8 +209,8 @@ class EvolveSettings(BaseModel):
                           max_scopes=cfg.max_scopes, ablate=cfg.ablate, transfer_envs=cfg.transfer_envs,
                           transfer_pools=cfg.transfer_pools)
         else:
-            filled.update({k: getattr(self, k) if getattr(self, k) is not None else v
-                           for k, v in ONLINE_DEFAULTS.items()})
+            filled.update({k: getattr(self, k) if getattr(self, k) is not None else ONLINE_DEFAULTS[k]
+                           for k in ONLINE_ONLY})
         keep = {"address": self.address, "track": self.track, "track_uri": self.track_uri}
         return EvolveSettings.model_validate({**filled, **keep})
 
@@ -333,7 +334,7 @@ def write_settings(workdir: Path, resolved: EvolveSettings) -> Path:
     path = workdir / SETTINGS_FILE
     header = ("# The resolved settings of this evolve (`ole evolve`). Resume it, or run it again, with:\n"
               f"#   ole evolve --config {path}\n")
-    _atomic_write(path, header + resolved.dump_yaml())
+    atomic_write(path, header + resolved.dump_yaml(), mode=0o644)
     (workdir / OUTCOME_FILE).unlink(missing_ok=True)
     return path
 
@@ -346,8 +347,8 @@ def write_gate(workdir: Path, gate: "GateConfig") -> Path:
     """Write the gate config in use into the workdir (the settings then name this copy)."""
     from ole.yamlio import dump_yaml
     path = workdir / GATE_FILE
-    _atomic_write(path, "# The gate config of this evolve (its settings name this file).\n"
-                  + dump_yaml(gate.model_dump(mode="json")))
+    atomic_write(path, "# The gate config of this evolve (its settings name this file).\n"
+                 + dump_yaml(gate.model_dump(mode="json")), mode=0o644)
     return path
 
 
@@ -355,17 +356,8 @@ def write_outcome(workdir: Path, summary: dict[str, Any]) -> Path:
     """Record how the evolve ended (its JSON summary and the time) beside its settings."""
     path = workdir / OUTCOME_FILE
     doc = {"finished_at": datetime.now(timezone.utc).isoformat(timespec="seconds"), "summary": summary}
-    _atomic_write(path, json.dumps(doc, indent=2, default=str) + "\n")
+    atomic_write(path, json.dumps(doc, indent=2, default=str) + "\n", mode=0o644)
     return path
-
-
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    with open(tmp, "w", encoding="utf-8") as f:
-        f.write(text)
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
 
 
 class EvolveEntry(BaseModel):

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from pathlib import Path
-from typing import Final, Literal
+from typing import Any, Final, Literal
 
 import numpy as np
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -50,7 +50,10 @@ class _Record(BaseModel):
 
 class GateConfig(_Record):
     """Thresholds of the four gate criteria (the θ of OLE Eq. 10). Strict, as bundles: `alpha: '0.1'`
-    or `min_pairs: 6.0` in a gate file is refused, not coerced."""
+    or `min_pairs: 6.0` in a gate file is refused, not coerced.
+
+    The defaults here are the defaults: the packaged `gate.yaml` states the same values with their
+    explanation (a test holds them equal), so `GateConfig()` and `load_config()` gate alike."""
 
     model_config = ConfigDict(frozen=True, extra="forbid", ser_json_inf_nan="constants", strict=True)
 
@@ -68,7 +71,7 @@ class GateConfig(_Record):
     """Fraction of pairs with r > 0 (ties count half) the challenger must reach."""
     min_pairs: int = Field(6, ge=2)
     """Fewest valid pairs to judge at all (fewer: indecisive)."""
-    min_families: int = Field(1, ge=1)
+    min_families: int = Field(2, ge=1)
     """Fewest env families the pairs must cover (fewer: indecisive)."""
     tail_tau: float = Field(0.25, gt=0.0)
     """A pair with r < −tail_tau counts as a regression."""
@@ -89,7 +92,7 @@ class GateConfig(_Record):
     """Per resource: the challenger's total may exceed the champion's by at most this fraction (1+κ)."""
     seed: int = Field(0, ge=0)
     """Seed of the bootstrap resampling (decisions are reproducible)."""
-    max_pairs: int | None = Field(None, ge=2)
+    max_pairs: int | None = Field(24, ge=2)
     """Cap of the adaptive sample: while a verdict is open, the driver adds gate pairs up to this
     many and α is spent over it (see `look_alpha`). None: one look at the pairs given, at α."""
     analysis: AnalysisConfig = Field(default_factory=AnalysisConfig)
@@ -383,6 +386,12 @@ def _cost(s: PairStats, c: GateConfig) -> Criterion:
     return _criterion("cost", checks)
 
 
+LEGACY_DEFAULTS: dict[str, Any] = {"min_families": 1, "max_pairs": None}
+"""What a recorded config that lacks these fields meant: the class defaults when it was written
+(one family sufficed; one look at the pairs given). Records dump every field, so only a record
+older than the field lacks it."""
+
+
 def criteria_of(payload: dict) -> tuple[Criterion, ...]:
     """The criteria of a stored decision (a `gate_decision` event's payload), each with its checks:
     the one reader of recorded criteria (the report, the CLI).
@@ -401,7 +410,7 @@ def criteria_of(payload: dict) -> tuple[Criterion, ...]:
                  if c.get("name") in ("benefit", "evidence", "tail", "cost"))
     try:
         s = GateStats.model_validate(payload["stats"])
-        cfg = GateConfig.model_validate(payload["config"])
+        cfg = GateConfig.model_validate({**LEGACY_DEFAULTS, **payload["config"]})
     except (KeyError, TypeError, ValueError):  # a record from before these models: its reasons only
         return bare
     applied = payload.get("alpha_applied")

@@ -46,6 +46,7 @@ from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 from ole.cli.common import (ListArg, Output, agent_command, check_model, check_proposer, leaf, noun, open_registry,
                             seed_int)
 from ole.errors import OleError, ValidationError
+from ole.evolves import ONLINE_DEFAULTS
 from ole.trace import RunCondition, TaskSpec
 
 WORKSPACE_DIRS = ("system", "feedback")
@@ -88,10 +89,12 @@ def register(subparsers) -> None:
                    help="a further variable of this environment the agent gets, e.g. ANTHROPIC_API_KEY (repeatable)")
     o = p.add_argument_group("online evolution beside the harness (--online)")
     o.add_argument("--online", action="store_true", help="archive this task's verified trace and evolve the channel")
-    o.add_argument("--every-k", type=int, default=3, help="a proposal round after every k finished tasks (default 3)")
+    o.add_argument("--every-k", type=int, default=ONLINE_DEFAULTS["every_k"],
+                   help=f"a proposal round after every k finished tasks (default {ONLINE_DEFAULTS['every_k']})")
     from ole.cli.evolve import replaced_online_flags
     replaced_online_flags(o)
-    o.add_argument("--recent", type=int, default=6, help="recent stream traces the proposer reads (default 6)")
+    o.add_argument("--recent", type=int, default=ONLINE_DEFAULTS["recent"],
+                   help=f"recent stream traces the proposer reads (default {ONLINE_DEFAULTS['recent']})")
     o.add_argument("--workdir", help="absolute stream workspace: store, traces, gate runs "
                    "(default: $OLE_ONLINE_WORKDIR, else ~/.local/state/ole/online-CHANNEL)")
     o.add_argument("--gate-envs", action=ListArg, metavar="ENV",

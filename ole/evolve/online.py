@@ -58,6 +58,7 @@ from ole.paired import (
     run_result,
     value_score,
 )
+from ole.evolves import ONLINE_DEFAULTS
 from ole.registry import DB_FILE
 from ole.trace import RunCondition, SelectionRecord, TaskSpec, Trace
 from ole.verdicts import is_release
@@ -71,11 +72,11 @@ class OnlineConfig(BaseModel):
     `analysis` section, `ole.monitor.AnalysisConfig`)."""
 
     model_config = ConfigDict(frozen=True, extra="forbid")
-    tasks: int = Field(6, ge=1)
+    tasks: int = Field(ONLINE_DEFAULTS["tasks"], ge=1)
     """Stream length (tasks worked); synthetic stream only."""
-    every_k: int = Field(3, ge=1)
+    every_k: int = Field(ONLINE_DEFAULTS["every_k"], ge=1)
     """A challenger is made after every k finished tasks (of the whole stream, all processes)."""
-    recent: int = Field(6, ge=1)
+    recent: int = Field(ONLINE_DEFAULTS["recent"], ge=1)
     """How many recent stream traces the proposer reads."""
     stream_pool_base: int = 1000
     """Synthetic stream task i uses pool seed stream_pool_base + i (fresh instances)."""

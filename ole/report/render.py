@@ -7,10 +7,9 @@ the folder opens from disk with no server, no network and no script.
 from __future__ import annotations
 
 import json
-import os
-import tempfile
 from pathlib import Path
 
+from evogym.durable import atomic_write
 from ole.report.charts import STATUS_COLORS, curves_chart, generations_chart
 from ole.report.records import STATUS_TEXT, STATUSES, Interval, ReportData
 from ole.report.lineage_svg import DARK_TEXT, champion_paths, interval_text, lineage_svg, siblings
@@ -49,14 +48,7 @@ def _environment():
 
 def _write(path: Path, text: str) -> None:
     """Atomic write: a reader (or a browser reload) never sees half a page."""
-    fd, temp = tempfile.mkstemp(prefix=f".{path.name}.", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-        os.replace(temp, path)
-    finally:
-        if os.path.exists(temp):
-            os.unlink(temp)
+    atomic_write(path, text, durable=False)
 
 
 def render(data: ReportData, out: Path) -> list[Path]:

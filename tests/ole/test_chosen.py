@@ -78,7 +78,7 @@ def test_submits_are_a_counted_cost_and_wall_is_checked_against_the_gate_bound()
     s = pair_stats(slow)
     assert s.cost_ratio["wall_s"] == 3.0 and s.cost_ratio["submits"] == 2.0  # pair 0 (champion 0 submits) left out
     assert s.objectives()["submits"] == 2.0 and "wall" not in s.objectives()
-    cfg = GateConfig()
+    cfg = GateConfig(min_families=1)  # the pairs are of one family: judged, so the cost bound shows
     assert not holds_tail_and_cost(s, cfg) and holds_tail_and_cost(pair_stats(pairs), cfg)
     d = decide(slow, cfg, champion="c@1", challenger="c@2")
     assert d.verdict == "reject" and any("wall_s ratio 3.000" in r for c in d.criteria for r in c.reasons)

@@ -32,7 +32,7 @@ def pairs_from(r_values, *, base=50.0, pool0=100, **challenger_kw):
     return pairs
 
 
-LOOSE = GateConfig(min_pairs=2, min_families=1, max_regressions=100, min_cvar=-1e9, min_worst_r=-1e9,
+LOOSE = GateConfig(min_pairs=2, min_families=1, max_pairs=None, max_regressions=100, min_cvar=-1e9, min_worst_r=-1e9,
                    cost_kappa={}, min_win_rate=0.0)
 
 
@@ -316,3 +316,11 @@ def test_a_release_reads_the_coverage_and_bound_the_gate_recorded(i):
     old = {k: v for k, v in payload.items() if k not in ("coverage", "bound")}
     cov_old, bound_old = decision_evidence(old)
     assert cov_old == cov and bound_old == bound
+
+
+def test_the_packaged_gate_file_states_the_class_defaults():
+    """One set of defaults: `GateConfig()` in code gates as the packaged gate.yaml does (its analysis
+    and transfer sections included), so neither can drift from the other."""
+    from ole.gate import load_config
+    assert load_config() == GateConfig()
+    assert load_config().model_dump() == GateConfig().model_dump()
