@@ -31,7 +31,7 @@ from ole.trace import RunCondition, TaskSpec
 PROJECT = Path(__file__).resolve().parents[2]
 EXPECTED_STATUS = {"coder@1": "retired", "coder-llm@1": "seed", "coder@2": "released", "coder@3": "rejected",
                    "coder@4": "rolled_back", "coder@5": "active", "coder@6": "evaluated", "coder@7": "registered"}
-GATE = GateConfig(min_pairs=4, min_families=2)
+GATE = GateConfig(min_pairs=4, min_families=2, max_pairs=None)
 ENVS = (("gym/acrobot", "curated"), ("gym/reacher5", "generic"))
 CHAMPION_SCORES = {"gym/acrobot": [-120.0, -135.0], "gym/reacher5": [-9.0, -11.0]}
 """Raw held-out returns of coder@1 per env on gate pools 201 and 202."""

@@ -88,7 +88,7 @@ def test_a_bundle_scope_is_narrowed_to_the_bound_and_refused_when_they_do_not_me
 
 
 def test_ties_never_count_as_covering_a_family_and_every_env_must_hold():
-    cfg = GateConfig(min_pairs=6, min_families=2, min_win_rate=0.0, cost_kappa={})
+    cfg = GateConfig(min_pairs=6, min_families=2, min_win_rate=0.0, cost_kappa={}, max_pairs=None)
     # the one-env gain of issue 23: pusher5 gains, acrobot and halfcheetah5 are bit-identical
     pairs = [pair("gym/pusher5", 0.45, pool=p) for p in (201, 202, 203, 204)]
     pairs += [pair(e, 0.0, pool=p) for e in ("gym/acrobot", "gym/halfcheetah5") for p in (201, 202, 203, 204)]
@@ -125,7 +125,7 @@ def _child(reg, **loop):
 
 
 def _decide(pairs, challenger):
-    cfg = GateConfig(min_pairs=4, min_families=1, min_win_rate=0.0, cost_kappa={})
+    cfg = GateConfig(min_pairs=4, min_families=1, min_win_rate=0.0, cost_kappa={}, max_pairs=None)
     d = decide(pairs, cfg, champion="coder@1", challenger=challenger)
     return {**d.model_dump(mode="json"), "accepted": d.verdict == "release"}
 

@@ -21,7 +21,7 @@ ROOT = Path(__file__).resolve().parents[2]
 SUITE = Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8)
 CFG = EvolveConfig(suite=SUITE, search_pools=(101,), gate_pools=(201, 202, 203), population=4, generations=2, seed=1,
                    gate_budgets=(8,))
-GATE = GateConfig(min_pairs=6, min_families=2)
+GATE = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
 
 
 class Counting:
@@ -117,7 +117,7 @@ def test_tiny_offline_run_on_the_real_host(tmp_path):
     proposer = Scripted([("memory", "carry_lessons", False)])
     lines: list[str] = []
     engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=cfg,
-                         evaluate=run_job, proposer=proposer, gate=GateConfig(min_pairs=2, min_families=1),
+                         evaluate=run_job, proposer=proposer, gate=GateConfig(min_pairs=2, min_families=1, max_pairs=None),
                          executor=LocalExecutor(1), progress=lines.append)
     champ = reg.champion()
     evo = OfflineEvolution(engine, cfg, champ.ref, champ.bundle)
@@ -244,7 +244,7 @@ def family_fake(job):
 def test_an_env_only_gain_is_released_for_that_env_only(tmp_path):
     cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203, 204, 205, 206), gate_budgets=(8,),
                        gate_extra_pools=(), population=1, generations=1, seed=1)
-    gate = GateConfig(min_pairs=6, min_families=2)
+    gate = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
     reg, evo, lines = _engine(tmp_path, cfg, Scripted([("planning", "max_mechanisms", 1)]), gate, family_fake)
     report = evo.run()
     four_rooms = "gymnasium/MiniGrid-FourRooms-v0"
@@ -295,7 +295,7 @@ def per_env_fake(job):
 def test_gains_on_two_envs_become_two_scope_releases_each_cut_to_its_carrying_change(tmp_path):
     cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203), gate_extra_pools=(),
                        gate_budgets=(8, 16), population=2, generations=1, eta=1, seed=1)
-    gate = GateConfig(min_pairs=6, min_families=2)
+    gate = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
     neutral = ("memory", "top_k_programs", 5)  # moved along, carries nothing
     proposer = MultiScripted([[("verification", "retest_episodes", 8), neutral],
                               [("planning", "max_mechanisms", 1), neutral]])
@@ -327,7 +327,7 @@ def test_gains_on_two_envs_become_two_scope_releases_each_cut_to_its_carrying_ch
 def test_a_second_run_does_not_replace_a_scope_champion_it_never_compared_against(tmp_path):
     cfg = EvolveConfig(suite=SUITE, search_pools=(101, 102), gate_pools=(201, 202, 203, 204, 205, 206), gate_budgets=(8,),
                        gate_extra_pools=(), population=1, generations=1, seed=1)
-    gate = GateConfig(min_pairs=6, min_families=2)
+    gate = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
     reg, evo, _ = _engine(tmp_path, cfg, Scripted([("planning", "max_mechanisms", 1)]), gate, family_fake)
     first = evo.run()
     assert first.released and reg.activate_pending() is not None

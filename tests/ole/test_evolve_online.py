@@ -19,7 +19,7 @@ from synthetic import archive_fake
 ROOT = Path(__file__).resolve().parents[2]
 CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                    search_pools=(101,), gate_pools=(201, 202, 203), seed=2)
-GATE = GateConfig(min_pairs=6, min_families=2)
+GATE = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
 
 
 def _online(tmp_path, online=OnlineConfig(tasks=6, every_k=3), *, evaluate=archive_fake,  # noqa: B008 - frozen

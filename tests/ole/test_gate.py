@@ -82,7 +82,7 @@ def test_power_on_a_known_effect(test):
 
 
 GOOD = [0.2, 0.15, 0.3, 0.1, 0.25, 0.2, 0.12, 0.18]
-STRICT = GateConfig(min_pairs=6, min_families=2)
+STRICT = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
 
 
 def test_a_clear_improvement_is_released_and_the_record_round_trips():
@@ -165,7 +165,7 @@ def test_stats_keep_per_pair_values_and_tail_numbers():
 def test_the_interval_covers_its_labelled_two_sided_level(alpha):
     """[ci_low, ci_high] are the alpha / 1 - alpha bootstrap percentiles: coverage 1 - 2 alpha, labelled so."""
     from ole.gate import ci_text
-    cfg = GateConfig(alpha=alpha, bootstrap_resamples=1000, min_pairs=2)
+    cfg = GateConfig(alpha=alpha, bootstrap_resamples=1000, min_pairs=2, max_pairs=None)
     rng = np.random.default_rng(7)
     covered, trials = 0, 300
     for _ in range(trials):
@@ -245,7 +245,7 @@ def test_should_extend_only_open_verdicts():
 
 def test_a_specialisation_needs_only_the_families_in_its_scope():
     cfg = GateConfig(min_pairs=6, min_families=2, max_regressions=100, min_cvar=-1e9, min_worst_r=-1e9,
-                     cost_kappa={}, min_win_rate=0.0)
+                     cost_kappa={}, min_win_rate=0.0, max_pairs=None)
     one_family = [p.model_copy(update={"family": "curated"}) for p in pairs_from([0.2] * 8)]
     general = decide(one_family, cfg, champion="a@1", challenger="a@2")
     assert general.verdict == "indecisive"

@@ -150,7 +150,8 @@ def test_a_deadline_bounds_a_call_in_total(tmp_path):
     litellm's per read: a hung or trickling server held a run with a 6 s cap for minutes."""
     import time
 
-    from ole.llm import LLMDeadline
+    from ole.llm import LLMDeadline, _litellm
+    _litellm()  # imported before the clock starts: its first import takes seconds on a loaded machine
     with StubServer([("slow", 8.0, "late"), ("slow", 8.0, "late")]) as stub:
         client = _stub_client(stub, tmp_path, timeout_s=60.0, retries=3, backoff_s=0.01)
         client.deadline = time.monotonic() + 1.0

@@ -50,7 +50,7 @@ TASK = """
     from ole.executors import LocalExecutor
     with Registry(tmp / "bundles") as reg:
         engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "work" / "traces", cfg=cfg,
-                             evaluate=synthetic.paced_evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2),
+                             evaluate=synthetic.paced_evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2, max_pairs=None),
                              executor=LocalExecutor(1), progress=lambda line: None,
                              driver={"mode": "online-harness", **online.model_dump(mode="json", exclude={"tasks", "stream_pool_base"})})
         evo = OnlineEvolution(engine, cfg, online, external=True)

@@ -117,7 +117,7 @@ DRIVER = """
     evaluate = synthetic.slow_logged_evaluate if kind == "ray" else synthetic.fake_evaluate
     with make_executor(kind, workers=2) as ex:
         engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
-                             evaluate=evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2),
+                             evaluate=evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2, max_pairs=None),
                              executor=ex, progress=lambda line: None, driver={"mode": "offline"})
         champ = reg.champion()
         report = OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run()

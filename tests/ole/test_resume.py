@@ -23,7 +23,7 @@ from synthetic import RetestProposer, fake_evaluate
 ROOT = Path(__file__).resolve().parents[2]
 CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                    search_pools=(101,), gate_pools=(201, 202, 203), population=2, generations=1, seed=1)
-GATE = GateConfig(min_pairs=6, min_families=2)
+GATE = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
 
 
 def _engine(tmp_path, cfg=CFG, gate=GATE, proposer=None):
@@ -120,7 +120,7 @@ SCRIPT = """
                        seed=1)  # each env is a scope of its own: 6 pools = 6 pairs per scope
     reg = Registry(tmp / "bundles")
     engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
-                         evaluate=fake_evaluate, proposer=RetestProposer(), gate=GateConfig(min_pairs=6, min_families=2),
+                         evaluate=fake_evaluate, proposer=RetestProposer(), gate=GateConfig(min_pairs=6, min_families=2, max_pairs=None),
                          executor=LocalExecutor(1), progress=lambda line: None, driver={"mode": "offline"})
     champ = reg.champion()
     print(OfflineEvolution(engine, cfg, champ.ref, champ.bundle).run().decision.verdict)
@@ -200,7 +200,7 @@ ONLINE = """
     online = OnlineConfig(tasks=9, every_k=100)
     reg = Registry(tmp / "bundles")
     engine = open_engine(registry=reg, workdir=tmp / "work", traces_root=tmp / "traces", cfg=cfg,
-                         evaluate=fake_evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2),
+                         evaluate=fake_evaluate, proposer=BuiltinProposer(), gate=GateConfig(min_pairs=6, min_families=2, max_pairs=None),
                          executor=LocalExecutor(1), progress=lambda line: None, driver={"mode": "online"})
     evo = OnlineEvolution(engine, cfg, online)
     work = engine_worker(engine)

@@ -24,7 +24,7 @@ from synthetic import archive_fake
 ROOT = Path(__file__).resolve().parents[2]
 CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                    search_pools=(101,), gate_pools=(201, 202, 203), seed=2)
-GATE = GateConfig(min_pairs=6, min_families=2)
+GATE = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
 ANALYSIS = AnalysisConfig()
 
 
