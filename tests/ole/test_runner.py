@@ -169,8 +169,14 @@ def test_release_takes_effect_at_the_task_boundary(registry_root):
         assert runner.resolve_bundle(registry, "coder@1", "default", ctx).ref == "coder@1"
 
 
-def test_arguments_are_picklable():
-    pickle.dumps((TaskSpec(env="gym/acrobot"), "coder@1", "builtin", RunCondition(host="builtin"), runner.run_task))
+def test_arguments_survive_the_trip_to_a_worker_process():
+    """What a pool or Ray worker receives is what was sent: every field of a fully set task and
+    condition comes back equal, and the task function travels by reference (never a copy)."""
+    task = TaskSpec(env="gym/halfcheetah5", profile="quick", budget=32, pool_seed=7)
+    cond = RunCondition(host="command", seed=5, model="openai/x", command=("agent", "--fast"))
+    back = pickle.loads(pickle.dumps((task, "coder@1", cond, runner.run_task)))
+    assert back[0] == task and back[0].model_dump() == task.model_dump() and back[2] == cond
+    assert back[1] == "coder@1" and back[3] is runner.run_task
 
 
 @pytest.mark.heavy
