@@ -21,7 +21,8 @@ from ole.bundle import Bundle, parse_ref, parse_scope
 from ole.chosen import ChosenVersion
 from ole.cost import CostCaps, CostMeter
 from ole.evidence import EvidenceItem
-from ole.evolve.store import EvaluationStore, Fingerprint, fingerprint, package_versions, source_digest
+from ole.evolve.store import (EvaluationStore, Fingerprint, Step, fingerprint, package_versions, source_digest,
+                              step)
 from ole.gate import GateConfig, GateDecision, Look, decide, look_alpha, should_extend
 from ole.jobs import EvalJob
 from ole.paired import Instance, Pair, PairedEvaluation, PairStats, RunResult, instance_key, pair_stats
@@ -176,9 +177,9 @@ class EvolveConfig(BaseModel):
     def gate_extra_chunks(self) -> list[tuple[int, ...]]:
         """The extra gate pools grouped per look: each look adds half as many pools as the first had
         (at least one), so a look is never a sliver that spends its share of alpha on a few pairs."""
-        step = max(1, len(self.gate_pools) // 2)
+        stride = max(1, len(self.gate_pools) // 2)
         pools = self.gate_extra_pools
-        return [pools[i:i + step] for i in range(0, len(pools), step)]
+        return [pools[i:i + stride] for i in range(0, len(pools), stride)]
 
     def gate_instances(self, pools: Sequence[int]) -> list[Instance]:
         """Every suite instance on these pools, at every gate budget (budget-major)."""
@@ -332,13 +333,12 @@ class Engine:
 
     def _record_evaluation(self, champion: str, ref: str, pairs: Sequence[Pair], stats: PairStats,
                            stage: str) -> None:
-        step = f"evaluation|{stage}|{ref}|{champion}"
-        if self.store.step(step) is None:
+        done = step("evaluation", stage, ref, champion)
+        if self.store.step(done) is None:
             payload = {"stage": stage, "champion": champion, **stats.model_dump(mode="json"),
                        "instances": [instance_key(p.task, p.condition) for p in pairs],
                        "trace_ids": [p.challenger.trace_id for p in pairs]}
-            self.registry.record_evaluation(ref, payload, key=self.store.key(step))
-            self.store.mark(step, payload)
+            self.store.commit(done, payload, lambda key: self.registry.record_evaluation(ref, payload, key=key))
 
     def observe(self, candidates: Sequence[Candidate], rung: int, final: bool) -> None:
         """Tell the proposer how its candidates did (search pairs only; never gate pairs)."""
@@ -360,8 +360,8 @@ class Engine:
         Every added pair is logged; the final decision (with every look) is recorded once in the
         lineage. A resumed run re-judges from stored evaluations and returns the stored decision.
         """
-        step = f"gate|{stage}|{candidate.ref}|{champion.ref}"
-        stored = self.store.step(step)
+        done = step("gate", stage, candidate.ref, champion.ref)
+        stored = self.store.step(done)
         if stored is not None:
             return GateDecision.model_validate(stored)
         instances: list[Instance] = []
@@ -396,9 +396,10 @@ class Engine:
         if transfer and decision.verdict == "release" and decision.bound is not None:
             decision = decision.model_copy(update={"transfer": self.transfer(champion, candidate, decision, transfer,
                                                                              search_pairs, stage)})
-        self.registry.record_gate_decision(candidate.ref, decision.event_payload(), key=self.store.key(step))
-        self.store.mark(step, decision.model_dump(mode="json"))
-        return decision
+        final = decision
+        self.store.commit(done, final.model_dump(mode="json"),
+                          lambda key: self.registry.record_gate_decision(candidate.ref, final.event_payload(), key=key))
+        return final
 
     def transfer(self, champion: ChosenVersion, candidate: Candidate, decision: GateDecision,
                  instances: Sequence[Instance], search_pairs: Sequence[Pair], stage: str) -> TransferDecision:
@@ -420,33 +421,34 @@ class Engine:
                 analysis: str | None = None) -> None:
         """Release on the channel (active from the next task boundary, or staged as a canary with
         `exposure`), once."""
-        step = f"release|{stage}|{ref}"
-        if self.store.step(step) is None:
-            self.registry.release(ref, channel=self.channel, reason=reason, key=self.store.key(step),
-                                  exposure=exposure, analysis=analysis)
-            self.store.mark(step, {"ref": ref, "reason": reason, "exposure": exposure})
+        done = step("release", stage, ref)
+        if self.store.step(done) is None:
+            self.store.commit(done, {"ref": ref, "reason": reason, "exposure": exposure},
+                              lambda key: self.registry.release(ref, channel=self.channel, reason=reason, key=key,
+                                                                exposure=exposure, analysis=analysis))
 
     def widen(self, ref: str, scope: str, reason: str, stage: str, *, kind: str = "transfer",
               exposure: float | None = None, analysis: str | None = None) -> None:
         """Widen a released version into one more scope on its gate decision's evidence (once)."""
         from ole.coverage import decision_event
-        step = f"widen|{stage}|{ref}|{scope}"
-        if self.store.step(step) is None:
+        done = step("widen", stage, ref, scope)
+        if self.store.step(done) is None:
             name, version = parse_ref(ref)
             decision = decision_event(self.registry.events(name=name, version=version), name, version or 0)
             assert decision is not None, "a widening follows the version's gate decision"
-            self.registry.widen(ref, scope, kind=kind, decision_seq=decision.seq, reason=reason, channel=self.channel,
-                                key=self.store.key(step), exposure=exposure, analysis=analysis)
-            self.store.mark(step, {"ref": ref, "scope": scope, "reason": reason, "kind": kind})
+            seq = decision.seq
+            self.store.commit(done, {"ref": ref, "scope": scope, "reason": reason, "kind": kind},
+                              lambda key: self.registry.widen(ref, scope, kind=kind, decision_seq=seq,
+                                                              reason=reason, channel=self.channel, key=key,
+                                                              exposure=exposure, analysis=analysis))
 
     # ----- online monitoring -------------------------------------------------------------------
-    def record_monitor(self, active: str, step: str, payload: dict) -> dict:
+    def record_monitor(self, active: str, done: Step, payload: dict) -> dict:
         """One monitor pair of a canary against its control, recorded once."""
-        stored = self.store.step(step)
+        stored = self.store.step(done)
         if stored is None:
-            self.registry.record_evaluation(active, {"stage": "monitor", **payload}, key=self.store.key(step))
-            self.store.mark(step, payload)
-            stored = payload
+            stored = self.store.commit(done, payload, lambda key: self.registry.record_evaluation(
+                active, {"stage": "monitor", **payload}, key=key))
         return stored
 
 

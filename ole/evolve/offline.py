@@ -35,6 +35,7 @@ from ole.chosen import ChosenVersion
 from ole.evolve import Candidate, Engine, EvolveConfig
 from ole.evolve import scoping
 from ole.evolve.ablate import ablate
+from ole.evolve.store import step
 from ole.gate import GateConfig, GateDecision, holds_tail_and_cost
 from ole.paired import Instance, Objectives, env_family, eval_key, instance_key
 from ole.verdicts import is_release
@@ -312,7 +313,7 @@ class OfflineEvolution:
                     task = task.model_copy(update={"env": env})
                 chosen = self.e.registry.select(self.e.channel, context_for(task, cond), activate=False)
                 # a resumed run's own release (its gate step is marked before the release is appended)
-                ours = self.e.store.step(f"gate|offline|{chosen.ref}|{self.champ.ref}") is not None
+                ours = self.e.store.step(step("gate", "offline", chosen.ref, self.champ.ref)) is not None
                 if chosen.ref != self.champ.ref and not ours:
                     out[env] = f"{chosen.ref} (scope {chosen.scope})"
         return out

@@ -46,6 +46,7 @@ from ole.chosen import ChosenVersion, chosen_by
 from ole.errors import ValidationError
 from ole.evolve import Engine, EvolveConfig, scoping
 from ole.evolve.ablate import ablate
+from ole.evolve.store import Step, step
 from ole.registry.lease import Lease
 from ole.gate import GateDecision
 from ole.paired import (
@@ -291,59 +292,59 @@ class OnlineEvolution:
 
     def _pair(self, n: int, row: dict, canary: int) -> None:
         """The monitor pair of stream task n: the control reruns its identical task (recorded once)."""
-        step = f"monitor|{canary}|{row['trace_id']}"
-        if self.e.store.step(step) is not None:
+        done = step("monitor", canary, row["trace_id"])
+        if self.e.store.step(done) is not None:
             return
         lease = Lease(self.e.registry.home / DB_FILE, f"monitor:{self.e.channel}:{row['trace_id']}", self.holder)
         if not lease.hold():  # a live process is making this pair; a dead one's lease expires
             return
         try:
-            if self.e.store.step(step) is None:
-                self._make_pair(n, row, step, canary)
+            if self.e.store.step(done) is None:
+                self._make_pair(n, row, done, canary)
         finally:
             lease.release()
 
-    def _make_pair(self, n: int, row: dict, step: str, canary: int) -> None:
+    def _make_pair(self, n: int, row: dict, done: Step, canary: int) -> None:
         task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
         control = row["control"]
         rerun = ChosenVersion(ref=control, bundle=self.e.registry.get(control).bundle)
         (res, family), = self.e.paired.run([rerun], [(task, cond)]).values()
         pair = make_pair(task, cond, family, res, RunResult.model_validate(row["result"]))
         self.events.monitor_pairs.append(pair)
-        self.e.record_monitor(row["bundle_ref"], step, {
+        self.e.record_monitor(row["bundle_ref"], done, {
             "parent": control, "control": control, "canary": canary, "task_index": n, "r": pair.r,
             "trace_id": row["trace_id"], "control_trace_id": res.trace_id})
 
     def _look(self, n: int, canary: int, ref: str, scope: str) -> None:
         """The monitor's look after the pairs so far: hold (an evaluation), promote or roll back (a stage)."""
         from ole.monitor import look
-        if self.e.store.step(f"stage|{canary}") is not None:
+        if self.e.store.step(step("stage", canary)) is not None:
             return
-        made = [self.e.store.step(f"monitor|{canary}|{p['trace_id']}") for _, p in self._canary_rows(canary)]
+        made = [self.e.store.step(step("monitor", canary, p["trace_id"])) for _, p in self._canary_rows(canary)]
         pairs = [p for p in made if p is not None]
         if not pairs:
             return
         analysis = self.e.gate.analysis
         for k in range(1, len(pairs) + 1):  # a look after every pair, also those a crashed process missed
             result = look([p["r"] for p in pairs[:k]], analysis)
-            look_step = f"look|{canary}|{k}"
-            if self.e.store.step(look_step) is None:
-                self.e.registry.record_evaluation(ref, {
-                    "stage": "monitor-look", "canary": canary, "scope": scope, **result.model_dump(mode="json"),
-                    "trace_ids": [p["trace_id"] for p in pairs[:k]],
-                    "control_trace_ids": [p.get("control_trace_id") for p in pairs[:k]]},
-                    key=self.e.store.key(look_step))
-                self.e.store.mark(look_step, result.model_dump(mode="json"))
+            looked = step("look", canary, k)
+            if self.e.store.step(looked) is None:
+                event = {"stage": "monitor-look", "canary": canary, "scope": scope, **result.model_dump(mode="json"),
+                         "trace_ids": [p["trace_id"] for p in pairs[:k]],
+                         "control_trace_ids": [p.get("control_trace_id") for p in pairs[:k]]}
+                self.e.store.commit(looked, result.model_dump(mode="json"),
+                                    lambda key: self.e.registry.record_evaluation(ref, event, key=key))
             if result.decision != "hold":
                 break
         if result.decision == "hold":
             self.e.progress(f"canary {ref} ({scope}): hold — {result.reason}")
             return
-        step = f"stage|{canary}"
         staged = "promoted" if result.decision == "promote" else "rolled_back"
-        self.e.registry.stage(self.e.channel, scope, staged, reason=f"monitor: {result.reason}",
-                              monitor=result.model_dump(mode="json"), key=self.e.store.key(step))
-        self.e.store.mark(step, {"stage": staged, **result.model_dump(mode="json")})
+        monitor = result.model_dump(mode="json")
+        self.e.store.commit(step("stage", canary), {"stage": staged, **monitor},
+                            lambda key: self.e.registry.stage(self.e.channel, scope, staged,
+                                                              reason=f"monitor: {result.reason}", monitor=monitor,
+                                                              key=key))
         record = (n - 1, ref, result.mean_r)
         (self.events.promotions if staged == "promoted" else self.events.rollbacks).append(record)
         self.e.progress(f"canary {ref} ({scope}): {staged.upper().replace('_', ' ')} — {result.reason}; "
@@ -355,13 +356,13 @@ class OnlineEvolution:
 
     # ----- proposal rounds -------------------------------------------------------------------------
     def _round(self, r: int) -> None:
-        step = f"round|{r}"
-        if self.e.store.step(step) is not None:
+        done = step("round", r)
+        if self.e.store.step(done) is not None:
             return
         lease = Lease(self.e.registry.home / DB_FILE, f"round:{self.e.channel}", self.holder,
                       on_wait=lambda other: self.e.progress(f"round {r}: waiting for the round lease held by {other}"))
         with lease:
-            if self.e.store.step(step) is not None:
+            if self.e.store.step(done) is not None:
                 return
             started = time.time()
             running = self.e.registry.canaries(self.e.channel)
@@ -372,7 +373,7 @@ class OnlineEvolution:
                 out = {"skipped": why}
             else:
                 out = self._propose_and_gate(r)
-            self.e.store.mark(step, {**out, "holder": self.holder, "started": started, "ended": time.time()})
+            self.e.store.commit(done, {**out, "holder": self.holder, "started": started, "ended": time.time()})
 
     def _propose_and_gate(self, r: int) -> dict:
         champ = self.e.registry.champion(self.e.channel)

@@ -26,8 +26,11 @@ import json
 import platform
 import re
 import sqlite3
+from collections.abc import Callable
+from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
+from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -54,6 +57,29 @@ CREATE TABLE IF NOT EXISTS stream (
 CREATE TABLE IF NOT EXISTS draws (
   name TEXT NOT NULL, n INTEGER NOT NULL, created_at TEXT NOT NULL, PRIMARY KEY (name, n));
 """
+
+
+StepKind = Literal["evaluation", "gate", "release", "widen", "round", "stage", "look", "monitor",
+                   "watch-base", "watch-look", "watch-pair", "watch-end"]
+"""Every kind of driver step: one spelling each (the first part of a stored step's key)."""
+
+
+@dataclass(frozen=True)
+class Step:
+    """One idempotent driver step: its kind and the parts that name it. `str(step)` is its key in the
+    store (`kind|part|...`, the form every stored run holds), and the registry event it appends is
+    keyed by `EvaluationStore.key(step)`."""
+
+    kind: StepKind
+    parts: tuple[str | int, ...] = ()
+
+    def __str__(self) -> str:
+        return "|".join((self.kind, *map(str, self.parts)))
+
+
+def step(kind: StepKind, *parts: str | int) -> Step:
+    """`Step(kind, parts)`: `step("gate", stage, ref, champion)`."""
+    return Step(kind, parts)
 
 
 class ResumeMismatch(Conflict):
@@ -209,27 +235,37 @@ class EvaluationStore:
         return [(instance, RunResult.model_validate_json(result)) for instance, result in rows]
 
     # ----- driver steps ---------------------------------------------------------------------
-    def step(self, step: str) -> dict | None:
+    def step(self, step: Step) -> dict | None:
         """Payload of a completed driver step, or None when it has not run.
 
         A step stored under another fingerprint is refused (`ResumeMismatch`), never returned.
         """
-        row = self._db.execute("SELECT payload, fingerprint FROM steps WHERE step = ?", (step,)).fetchone()
+        row = self._db.execute("SELECT payload, fingerprint FROM steps WHERE step = ?", (str(step),)).fetchone()
         if row is None:
             return None
         if self.fingerprint is not None and row[1] != self.digest:
-            raise ResumeMismatch(f"step {step!r} in {self.path} was made under fingerprint {row[1][:12]}, "
+            raise ResumeMismatch(f"step {str(step)!r} in {self.path} was made under fingerprint {row[1][:12]}, "
                                  f"this run is {self.digest[:12]}", hint="use a new --workdir")
         return json.loads(row[0])
 
-    def mark(self, step: str, payload: dict) -> None:
+    def mark(self, step: Step, payload: dict) -> None:
         """Record a completed driver step (first record wins)."""
         self._db.execute("INSERT OR IGNORE INTO steps VALUES (?, ?, ?, ?)",
-                         (step, json.dumps(payload, sort_keys=True), utc_now(), self.digest))
+                         (str(step), json.dumps(payload, sort_keys=True), utc_now(), self.digest))
 
-    def key(self, step: str) -> str:
+    def key(self, step: Step) -> str:
         """Idempotency key of the registry event a step appends (fingerprint + step)."""
         return f"{self.digest[:16]}|{step}"
+
+    def commit(self, step: Step, payload: dict, write: Callable[[str], object] | None = None) -> dict:
+        """The one way a step is done: `write(key)` appends its registry event under the step's
+        idempotency key, then the step is marked with `payload`. A crash between the two replays
+        `write` on resume, which the registry answers with the event already there (never a second
+        one). Returns `payload`. Callers check `step(...)` first and commit only a step not yet done."""
+        if write is not None:
+            write(self.key(step))
+        self.mark(step, payload)
+        return payload
 
     # ----- the task stream (online mode) ------------------------------------------------------
     def add_task(self, trace_id: str, payload: dict) -> int:

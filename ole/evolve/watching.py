@@ -22,6 +22,7 @@ from ole.bundle import TaskContext, format_ref
 from ole.chosen import ChosenVersion
 from ole.paired import RunResult, make_pair
 from ole.trace import RunCondition, TaskSpec
+from ole.evolve.store import step
 from ole.watch import Baseline, WatchedRun, judge
 
 if TYPE_CHECKING:
@@ -40,7 +41,7 @@ class StreamDriver(Protocol):
 def watch_of(evo: StreamDriver, ctx: TaskContext, activation: int, scope: str) -> tuple[int, str] | None:
     """(activation seq, control ref) when a task routed by `activation` in `scope` is watched, else None."""
     from ole.registry.scopes import route
-    if activation <= 0 or evo.e.store.step(f"watch-end|{activation}") is not None:
+    if activation <= 0 or evo.e.store.step(step("watch-end", activation)) is not None:
         return None
     reg = evo.e.registry
     event = next((e for e in reg.events(kind="activation", channel=evo.e.channel) if e.seq == activation), None)
@@ -59,8 +60,8 @@ def watch_of(evo: StreamDriver, ctx: TaskContext, activation: int, scope: str) -
 
 def baseline(evo: StreamDriver, watch: int, control: str) -> Baseline:
     """The control's record before the watch began, frozen at its first look (a store step)."""
-    step = f"watch-base|{watch}"
-    stored = evo.e.store.step(step)
+    done = step("watch-base", watch)
+    stored = evo.e.store.step(done)
     if stored is not None:
         return Baseline.model_validate(stored)
     reference = evo.e.gate.analysis.reference
@@ -77,13 +78,14 @@ def baseline(evo: StreamDriver, watch: int, control: str) -> Baseline:
             envs.setdefault(env, []).append(float(q))
     made = Baseline(control=control, runs=len(runs), failures=sum(q is None for _, q in runs),
                     env_scores={e: tuple(v[-reference:]) for e, v in sorted(envs.items())})
-    evo.e.store.mark(step, made.model_dump(mode="json"))
+    evo.e.store.commit(done, made.model_dump(mode="json"))
     return made
 
 
 def after_task(evo: StreamDriver, n: int, watch: int, control: str, ref: str, scope: str) -> None:
     """Pair the watched tasks not yet paired (reruns by the control), then look; act on the decision."""
-    if evo.e.store.step(f"watch-end|{watch}") is not None:
+    end = step("watch-end", watch)
+    if evo.e.store.step(end) is not None:
         return
     base = baseline(evo, watch, control)
     rows = [(m, p) for m, p in evo.e.store.tasks() if p.get("watch") == watch]
@@ -95,42 +97,43 @@ def after_task(evo: StreamDriver, n: int, watch: int, control: str, ref: str, sc
     result = None
     for k in range(1, len(runs) + 1):  # a look after every watched task, also those a crashed process missed
         result = judge(runs[:k], base, cfg)
-        look_step = f"watch-look|{watch}|{k}"
-        if evo.e.store.step(look_step) is None:
-            evo.e.registry.record_evaluation(ref, {
-                "stage": "watch-look", "watch": watch, "scope": scope, "control": control,
-                **result.model_dump(mode="json"), "trace_ids": [p["trace_id"] for _, p in rows[:k]],
-                "baseline": {"runs": base.runs, "failures": base.failures}}, key=evo.e.store.key(look_step))
-            evo.e.store.mark(look_step, result.model_dump(mode="json"))
+        looked = step("watch-look", watch, k)
+        if evo.e.store.step(looked) is None:
+            event = {"stage": "watch-look", "watch": watch, "scope": scope, "control": control,
+                     **result.model_dump(mode="json"), "trace_ids": [p["trace_id"] for _, p in rows[:k]],
+                     "baseline": {"runs": base.runs, "failures": base.failures}}
+            evo.e.store.commit(looked, result.model_dump(mode="json"),
+                               lambda key: evo.e.registry.record_evaluation(ref, event, key=key))
         if result.decision != "hold":
             break
     if result is None or result.decision == "hold":
         if result is not None:
             evo.e.progress(f"watch of {ref} ({scope}): hold — {result.reason}")
         return
-    end = f"watch-end|{watch}"
     if result.decision == "rollback":
         serving = evo.e.registry.state().champion(evo.e.channel, scope)
         if serving is None or format_ref(*serving) != ref:
-            evo.e.store.mark(end, {"decision": "superseded", **result.model_dump(mode="json")})
+            evo.e.store.commit(end, {"decision": "superseded", **result.model_dump(mode="json")})
             evo.e.progress(f"watch of {ref} ({scope}): harm shown, but {ref} no longer serves the scope")
             return
-        # the default target: what served the scope before the release (a scope it created is removed)
-        evo.e.registry.rollback(evo.e.channel, scope=scope, reason=f"watch: {result.reason}",
-                                monitor={"watch": watch, **result.model_dump(mode="json")},
-                                key=evo.e.store.key(end))
+    judged = result.model_dump(mode="json")
+    reason = f"watch: {result.reason}"
+    # a rollback's default target: what served the scope before the release (a scope it created is removed)
+    evo.e.store.commit(end, {"decision": result.decision, **judged}, None if result.decision != "rollback" else
+                       lambda key: evo.e.registry.rollback(evo.e.channel, scope=scope, reason=reason,
+                                                           monitor={"watch": watch, **judged}, key=key))
+    if result.decision == "rollback":
         mean = sum(r.paired_r for r in runs if r.paired_r is not None) / max(1, sum(r.paired_r is not None
                                                                                   for r in runs))
         evo.events.rollbacks.append((n - 1, ref, mean))
-    evo.e.store.mark(end, {"decision": result.decision, **result.model_dump(mode="json")})
     evo.e.progress(f"watch of {ref} ({scope}): {result.decision.upper()} — {result.reason}"
                    + ("; effective at the next task boundary" if result.decision == "rollback" else ""))
 
 
 def _paired_r(evo: StreamDriver, watch: int, n: int, row: dict[str, Any], control: str) -> float | None:
     """The watched task's pair with the control's rerun on the identical task (made once)."""
-    step = f"watch-pair|{watch}|{row['trace_id']}"
-    stored = evo.e.store.step(step)
+    done = step("watch-pair", watch, row["trace_id"])
+    stored = evo.e.store.step(done)
     if stored is not None:
         return float(stored["r"])
     task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
@@ -138,7 +141,7 @@ def _paired_r(evo: StreamDriver, watch: int, n: int, row: dict[str, Any], contro
     (res, family), = evo.e.paired.run([rerun], [(task, cond)]).values()
     pair = make_pair(task, cond, family, res, RunResult.model_validate(row["result"]))
     evo.events.monitor_pairs.append(pair)
-    evo.e.record_monitor(row["bundle_ref"], step, {
+    evo.e.record_monitor(row["bundle_ref"], done, {
         "parent": control, "control": control, "watch": watch, "task_index": n, "r": pair.r,
         "trace_id": row["trace_id"], "control_trace_id": res.trace_id})
     return pair.r

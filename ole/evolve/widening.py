@@ -66,12 +66,11 @@ def canary_widening(evo: StreamDriver, ctx: TaskContext) -> str | None:
         if tried:
             continue
         analysis = evo.e.gate.analysis
-        step = f"widen-canary|{ref}|{target.scope_key}"
         evo.e.widen(ref, target.scope_key, f"canary widening: {ctx.env} lies in the transfer region "
                                            f"`{inside[0]['scope']}` of gate decision #{decision.seq}",
                     stage="online", kind="canary", exposure=analysis.exposure, analysis=analysis.digest)
         evo.e.progress(f"{ctx.env}: no scope serves it; {ref} (scope {scope}) gained in its transfer region "
-                       f"`{inside[0]['scope']}`: staged as the canary of `{target.scope_key}` ({step})")
+                       f"`{inside[0]['scope']}`: staged as the canary of `{target.scope_key}`")
         return f"{ref} in {target.scope_key}"
     return None
 
