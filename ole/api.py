@@ -30,7 +30,8 @@ from ole.evolves import EvolveSettings
 
 if TYPE_CHECKING:
     from ole.cost import CostEstimate
-    from ole.evolve import Engine, EvolveConfig
+    from ole.evolve.config import EvolveConfig
+    from ole.evolve.engine import Engine
     from ole.evolve.online import OnlineEvolution
     from ole.gate import GateConfig, GateDecision
     from ole.proposers import Proposer
@@ -199,17 +200,10 @@ def _online_config(settings: EvolveSettings):
 
 
 def make_proposer(spec: str, workdir: Path, cfg: "EvolveConfig") -> "Proposer":
-    """The proposer named by `--proposer`: builtin, random, tpe, or an LLM model string (its calls
-    logged to `WORKDIR/proposer-calls.jsonl`)."""
-    from ole.proposers.builtin import BuiltinProposer
-    if spec == "builtin":
-        return BuiltinProposer(host=cfg.suite.host)
-    if spec in ("random", "tpe"):
-        from ole.proposers.baselines import RandomProposer, TPEProposer
-        return (RandomProposer if spec == "random" else TPEProposer)(host=cfg.suite.host, seed=cfg.seed)
-    from ole.llm import LLMClient
-    from ole.proposers.llm import LLMProposer
-    return LLMProposer(LLMClient.from_model_string(spec, log_path=workdir / "proposer-calls.jsonl"))
+    """The proposer an evolve of `cfg` in `workdir` uses (`ole.proposers.make_proposer`): its LLM calls
+    logged to `WORKDIR/proposer-calls.jsonl`, under the run's cost caps."""
+    from ole.proposers import make_proposer as made
+    return made(spec, host=cfg.suite.host, seed=cfg.seed, log_path=workdir / "proposer-calls.jsonl", caps=cfg.caps)
 
 
 def _driver(plan: EvolvePlan) -> dict[str, Any]:
@@ -225,7 +219,7 @@ def _engine(plan: EvolvePlan, registry: "Registry", progress: Progress) -> Itera
     """The engine over the plan's workdir, its executor closed after; the resolved settings (and the
     gate config they name, `WORKDIR/gate.yaml`) are written into the workdir once the workdir's
     fingerprint has accepted them, so the workdir alone says what made it."""
-    from ole.evolve import open_engine
+    from ole.evolve.engine import open_engine
     from ole.evolves import write_gate, write_settings
     from ole.executors import make_executor
     from ole.jobs import run_job

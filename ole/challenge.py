@@ -37,7 +37,8 @@ from ole.proposers import Edge, Parent, Proposal, Proposer, rejected
 
 if TYPE_CHECKING:
     from ole.evidence import EvidenceItem
-    from ole.evolve import Engine, EvolveConfig
+    from ole.evolve.config import EvolveConfig
+    from ole.evolve.engine import Engine
     from ole.gate import GateConfig, GateDecision
     from ole.registry import Registry, RegisteredBundle
 
@@ -98,7 +99,7 @@ def _version(registry: "Registry", ref: str, what: str) -> "RegisteredBundle":
 
 def default_envs(entry: "RegisteredBundle") -> tuple[str, ...]:
     """The env ids of the challenger's scope, else the evolve's default suite (in the order it lists them)."""
-    from ole.evolve import DEFAULT_SUITE
+    from ole.evolve.config import DEFAULT_SUITE
     return tuple(entry.bundle.applicability.env_ids) or DEFAULT_SUITE
 
 
@@ -106,7 +107,7 @@ def config_of(c: Challenge, envs: tuple[str, ...], workers: int) -> "EvolveConfi
     """The engine's configuration of a challenge: its tasks as an evolve's gate, and no search."""
     import pydantic
 
-    from ole.evolve import EvolveConfig, Suite
+    from ole.evolve.config import EvolveConfig, Suite
     base = EvolveConfig()
     # a challenge has no search, so nothing is held out from one (the engine's transfer sample, where
     # it exists, follows an evolve's release, never a challenge's)
@@ -177,7 +178,7 @@ def run(c: Challenge, *, registry: "Registry", gate_config: "GateConfig | str | 
     """Gate the challenge (see the module docstring); the decision is recorded in the registry."""
     from evogym.sandbox.isolation import DEFAULT_ISOLATION
     from ole.chosen import ChosenVersion
-    from ole.evolve import Candidate, open_engine
+    from ole.evolve.engine import Candidate, open_engine
     from ole.evolves import check_envs, check_gate_reach
     from ole.executors import make_executor
     from ole.gate import GateConfig, load_config

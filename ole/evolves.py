@@ -25,7 +25,7 @@ from ole.errors import ValidationError
 
 if TYPE_CHECKING:
     from ole.cost import CostEstimate
-    from ole.evolve import EvolveConfig
+    from ole.evolve.config import EvolveConfig
     from ole.gate import GateConfig
 
 SETTINGS_FILE = "evolve.yaml"
@@ -162,7 +162,7 @@ class EvolveSettings(BaseModel):
         import pydantic
 
         from ole.cost import CostCaps
-        from ole.evolve import EvolveConfig, Suite
+        from ole.evolve.config import EvolveConfig, Suite
         self._check_envs()
         given = {k: v for k, v in self.model_dump().items() if v is not None}
         suite = {k: given[k] for k in ("envs", "profile", "budget", "host", "model", "command") if k in given}
@@ -171,7 +171,7 @@ class EvolveSettings(BaseModel):
                                      "transfer_envs", "transfer_pools")
                if k in given}
         if self.mode == "offline" and "transfer_envs" not in top:
-            from ole.evolve import DEFAULT_TRANSFER
+            from ole.evolve.config import DEFAULT_TRANSFER
             searched = set(suite.get("envs") or Suite.model_fields["envs"].default)
             top["transfer_envs"] = tuple(e for e in DEFAULT_TRANSFER if e not in searched)
         try:

@@ -295,7 +295,7 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition):
     """EvolveConfig (gate suite, pools, seeds) and OnlineConfig from the flags; bad values exit 2."""
     import pydantic
 
-    from ole.evolve import EvolveConfig, Suite
+    from ole.evolve.config import EvolveConfig, Suite
     from ole.evolve.online import OnlineConfig
     from ole.cli.evolve import replaced_flags
     replaced_flags(args)
@@ -332,18 +332,18 @@ def _work_online(args: argparse.Namespace, url: str, workspace: Path, condition:
                                                           / f"online-{args.channel}")
     workdir = check_workdir(args.workdir or default)
     cfg, online = _stream_config(args, condition)
-    from ole.cli.evolve import _proposer
+    from ole.api import make_proposer
     from ole.gate import load_config
     with open_registry(args) as registry:
         evo = open_stream(registry=registry, workdir=workdir, cfg=cfg, online=online,
-                          gate=load_config(args.gate_config), proposer=_proposer(args.proposer, workdir, cfg),
+                          gate=load_config(args.gate_config), proposer=make_proposer(args.proposer, workdir, cfg),
                           isolation=args.isolation, progress=_say)
         log_dir = _log_dir(args)
         try:
             trace = work_task(evo, url=url, workspace=workspace, condition=condition, log_dir=log_dir,
                               progress=_say)
         finally:
-            evo.e.paired.executor.close()
+            evo.close()
         _drop_temporary(args, log_dir)
         data = {"trace_id": trace.trace_id, "bundle": f"{trace.bundle_name}@{trace.bundle_version}",
                 "status": trace.outcome.status, "final_score": trace.outcome.final_score,

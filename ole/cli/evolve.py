@@ -36,7 +36,7 @@ LS_SEARCH = "runs"
 
 def register(subparsers) -> None:
     """Add `ole evolve`."""
-    from ole.evolve import DEFAULT_SUITE, DEFAULT_TRANSFER, EvolveConfig, Suite
+    from ole.evolve.config import DEFAULT_SUITE, DEFAULT_TRANSFER, EvolveConfig, Suite
     from ole.evolves import ONLINE_DEFAULTS
     from ole.jobs import EXECUTIONS
     from ole.registry.records import DEFAULT_CHANNEL
@@ -186,12 +186,6 @@ def replaced_flags(args: argparse.Namespace) -> None:
                               "anytime-valid sequential test configured in the gate config's `analysis` section",
                               hint="copy ole/gate.yaml, edit `analysis:` (exposure, alpha_rollback, deadline, ...) "
                                    "and pass --gate-config FILE")
-
-
-def _proposer(spec: str, workdir: Path, cfg):
-    """`ole.api.make_proposer` (the online harness, `ole agent work --online`, builds its proposer here)."""
-    from ole.api import make_proposer
-    return make_proposer(spec, workdir, cfg)
 
 
 def planned_envs(cfg, mode: str, tasks: int, every_k: int, monitor: int, max_pairs: int | None = None):

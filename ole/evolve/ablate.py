@@ -19,7 +19,7 @@ from collections.abc import Sequence
 from ole.ablation import Ablation, AblationStep, carries, changed_fields, flat, revert, units
 from ole.chosen import ChosenVersion
 from ole.errors import ValidationError
-from ole.evolve import Candidate, Engine
+from ole.evolve.engine import Candidate, Engine
 from ole.paired import Instance, instance_key, pair_stats
 from ole.proposers import Edge, accepted, child_bundle
 

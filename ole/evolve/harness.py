@@ -105,7 +105,7 @@ def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: Run
     try:
         run_json, doc, _ = finalized_run_json(client, workspace)
     except (HostError, RunnerError):
-        evo.in_flight = None  # the task produced no verified outcome: nothing to tell
+        evo.abandon()  # the task produced no verified outcome: nothing to tell
         raise
     task = host_task(doc, info, Path(workspace))
     trace = trace_from_run_json(run_json, run_id=run_id_for(task, a.chosen.ref, condition.seed), task=task,
@@ -126,7 +126,7 @@ def open_stream(*, registry, workdir: Path, cfg, online, gate, proposer, isolati
     The workspace fingerprint holds the gate suite, pools, seeds, gate config, proposer and the
     stream settings, so every process of one stream must be started with the same flags.
     """
-    from ole.evolve import open_engine
+    from ole.evolve.engine import open_engine
     from ole.executors import LocalExecutor
     from ole.jobs import run_job
     driver = {"mode": "online-harness", **online.model_dump(mode="json", exclude={"tasks", "stream_pool_base"})}

@@ -32,7 +32,8 @@ from dataclasses import dataclass, field
 from ole.ablation import Ablation
 from ole.bundle import Bundle
 from ole.chosen import ChosenVersion
-from ole.evolve import Candidate, Engine, EvolveConfig
+from ole.evolve.config import EvolveConfig
+from ole.evolve.engine import Candidate, Engine
 from ole.evolve import scoping
 from ole.evolve.ablate import ablate
 from ole.evolve.store import step

@@ -44,7 +44,9 @@ from pydantic import BaseModel, ConfigDict, Field
 from ole.bundle import GENERAL_SCOPE, TaskContext
 from ole.chosen import ChosenVersion, chosen_by
 from ole.errors import ValidationError
-from ole.evolve import Engine, EvolveConfig, scoping
+from ole.evolve.config import EvolveConfig
+from ole.evolve.engine import Engine
+from ole.evolve import scoping
 from ole.evolve.ablate import ablate
 from ole.evolve.store import Step, step
 from ole.registry.lease import Lease
@@ -191,6 +193,17 @@ class OnlineEvolution:
         env = s.envs[i % len(s.envs)]
         return (TaskSpec(env=env, profile=s.profile, budget=s.budget, pool_seed=self.online.stream_pool_base + i),
                 s.condition(self.cfg.agent_seeds[i % len(self.cfg.agent_seeds)]))
+
+    def abandon(self) -> None:
+        """The task handed out by `ask` ended without an outcome to `tell` (its run never finalized):
+        forget it, so the next boundary asks afresh."""
+        self.in_flight = None
+
+    def close(self) -> None:
+        """Stop the worker processes of the stream's evaluations (a harness task's driver owns them:
+        `ole.evolve.harness.open_stream` starts them; a driver inside `ole.api.evolve` leaves them to
+        the executor's own context)."""
+        self.e.paired.executor.close()
 
     def ask(self, condition: RunCondition | None = None, ctx: TaskContext | None = None) -> Assignment:
         """Next task at a task boundary: pending releases and rollbacks take effect here only.

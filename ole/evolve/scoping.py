@@ -38,7 +38,8 @@ from ole.bundle import Applicability
 if TYPE_CHECKING:
     from ole.ablation import Ablation
     from ole.chosen import ChosenVersion
-    from ole.evolve import Candidate, Engine, EvolveConfig
+    from ole.evolve.config import EvolveConfig
+    from ole.evolve.engine import Candidate, Engine
     from ole.paired import Pair
     from ole.proposers import Edge
 

@@ -26,7 +26,7 @@ from ole.evolve.store import step
 from ole.watch import Baseline, WatchedRun, judge
 
 if TYPE_CHECKING:
-    from ole.evolve import Engine
+    from ole.evolve.engine import Engine
 
 
 class StreamDriver(Protocol):

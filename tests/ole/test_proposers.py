@@ -226,3 +226,25 @@ def test_baselines_propose_valid_bundles_and_tpe_learns_from_observations(kind):
                     .loop_policy.action.episodes_per_submit - 2) for i in range(10)]
         early = [abs(t.params["action.episodes_per_submit"] - 2) for t in a.study.trials[:10]]
         assert sum(late) < sum(early)  # TPE concentrates where the observed values were high
+
+
+def test_the_proposer_factory_builds_an_llm_client_under_the_runs_caps(tmp_path):
+    """`--max-tokens`/`--max-usd` bind the proposer's own client too (it refuses a call past them)."""
+    import json
+
+    from ole.cost import CostCaps
+    from ole.llm import LLMCapReached
+    from ole.proposers import make_proposer
+    from ole.proposers.baselines import TPEProposer
+    from ole.proposers.builtin import BuiltinProposer
+    script = tmp_path / "script.jsonl"
+    script.write_text(json.dumps([{"text": "no bundle here", "prompt_tokens": 90, "completion_tokens": 30}] * 2))
+    made = make_proposer(f"scripted:{script}", log_path=tmp_path / "calls.jsonl", caps=CostCaps(tokens=100, usd=2.0))
+    assert (made.client.caps.tokens, made.client.caps.usd) == (100, 2.0)
+    made.client.complete([{"role": "user", "content": "hi"}])  # 120 tokens: the cap is reached after it
+    with pytest.raises(LLMCapReached):
+        made.client.complete([{"role": "user", "content": "again"}])
+    free = make_proposer(f"scripted:{script}")  # the control: no caps, both calls answered
+    free.client.complete([{"role": "user", "content": "hi"}])
+    assert free.client.complete([{"role": "user", "content": "again"}]).text == "no bundle here"
+    assert isinstance(make_proposer("builtin"), BuiltinProposer) and isinstance(make_proposer("tpe"), TPEProposer)
