@@ -11,20 +11,19 @@ from __future__ import annotations
 import math
 import re
 from collections.abc import Callable
-from typing import Any, Literal, get_args
+from typing import Any
 
 from pydantic import Field, model_validator
 
 from ole.errors import ValidationError
 from ole.records import Record as _Record
 from ole.records import validate_data
+from ole.vocab import HOSTS, Host
 
 SPACE_KINDS: tuple[str, ...] = ("box", "image", "discrete", "multidiscrete", "multibinary", "tuple", "dict", "text",
                                 "other")
 """`evogym.features.SPACE_KINDS`, spelled here so reading a bundle does not load the feature table (a
 test checks the two agree)."""
-Host = Literal["builtin", "llm", "command"]
-HOSTS: tuple[Host, ...] = get_args(Host)
 APPLICABILITY_NEUTRAL: dict[str, object] = {"obs_kinds": [], "action_kinds": [], "min_action_dim": None,
                                              "max_action_dim": None, "min_horizon": None, "max_horizon": None}
 """Applicability fields added after the first schema (the feature region), each with the value a

@@ -28,12 +28,13 @@ import hashlib
 import json
 from collections.abc import Callable, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Literal
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel, ConfigDict
 
 from ole.errors import ValidationError
 from ole.proposers import Edge, Parent, Proposal, Proposer, rejected
+from ole.vocab import Host
 
 if TYPE_CHECKING:
     from ole.evidence import EvidenceItem
@@ -66,7 +67,7 @@ class Challenge(BaseModel):
     """Pool seeds of the adaptive looks; None: an evolve's (205-208) when `pools` is None, else none."""
     agent_seeds: tuple[int, ...] = (0,)
     """Agent seeds crossed with every pool."""
-    host: Literal["builtin", "llm", "command"] = "builtin"
+    host: Host = "builtin"
     """Host agent of every run."""
     model: str | None = None
     """Model string of the LLM agent."""

@@ -48,6 +48,7 @@ from ole.cli.common import (ListArg, Output, agent_command, check_model, check_p
 from ole.errors import OleError, ValidationError
 from ole.evolves import ONLINE_DEFAULTS
 from ole.trace import RunCondition, TaskSpec
+from ole.vocab import HOSTS
 
 WORKSPACE_DIRS = ("system", "feedback")
 """Folders every run workspace has (evogym's `rundir.py` makes them before the agent starts); a
@@ -65,7 +66,7 @@ def register(subparsers) -> None:
     verbs = noun(subparsers, "agent", "run a host agent inside an external harness's workspace")
     p = leaf(verbs, "work", work, "work the task at $EVOPOLICYGYM_API with a host agent under a bundle",
              description=__doc__)
-    p.add_argument("--agent", default="builtin", choices=("builtin", "llm", "command"),
+    p.add_argument("--agent", default="builtin", choices=HOSTS,
                    help="host agent (`command`: the command line after `--`, briefed by the loop policy)")
     p.add_argument("--bundle", metavar="NAME[@VERSION]",
                    help="bundle (default: the channel's most specific champion whose scope matches the task)")

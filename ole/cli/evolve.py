@@ -23,6 +23,7 @@ from typing import TYPE_CHECKING, Any
 
 from ole.cli.common import ListArg, Output, agent_command, inline, leaf, seed_int, table
 from ole.errors import ValidationError
+from ole.vocab import HOSTS
 
 if TYPE_CHECKING:
     from ole.api import EvolveResult
@@ -70,7 +71,7 @@ def register(subparsers) -> None:
                    help=f"pool seeds of the transfer sample (offline; default: {_csv(cfg.transfer_pools)})")
     g.add_argument("--agent-seeds", action=ListArg, item=seed_int, default=None, metavar="SEED",
                    help=f"agent seeds (default: {_csv(cfg.agent_seeds)})")
-    g.add_argument("--host", choices=("builtin", "llm", "command"), default=None,
+    g.add_argument("--host", choices=HOSTS, default=None,
                    help="host agent (default: builtin); `command` runs the command line after `--`")
     g.add_argument("--model", default=None, help="model string of the LLM agent")
     s = p.add_argument_group("search")

@@ -18,6 +18,7 @@ from __future__ import annotations
 import argparse
 
 from ole.cli.common import ListArg, Output, agent_command, leaf, open_registry, seed_int
+from ole.vocab import HOSTS
 
 
 def register(subparsers) -> None:
@@ -38,7 +39,7 @@ def register(subparsers) -> None:
                         "--pools, none with it)")
     p.add_argument("--agent-seeds", action=ListArg, item=seed_int, default=(0,), metavar="SEED",
                    help="agent seeds crossed with every pool (default: 0)")
-    p.add_argument("--host", choices=("builtin", "llm", "command"), default="builtin",
+    p.add_argument("--host", choices=HOSTS, default="builtin",
                    help="host agent of every run (default: builtin); `command` runs --agent-command")
     p.add_argument("--agent-command", metavar="CMD", help="the command agent's command line, quoted (--host command)")
     p.add_argument("--model", help="model string of the LLM agent")

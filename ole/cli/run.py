@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING
 from ole.cli.common import (ListArg, Output, agent_command, check_llm_file, check_model, check_task_names,
                             check_writable, leaf, seed_int, table)
 from ole.errors import ValidationError
+from ole.vocab import HOSTS
 
 if TYPE_CHECKING:
     from ole.trace import RunCondition
@@ -44,7 +45,7 @@ def register(subparsers) -> None:
     p.add_argument("--force", action="store_true",
                    help="run --bundle even where its applicability excludes the task (recorded in the trace)")
     p.add_argument("--channel", default=DEFAULT_CHANNEL, help="channel whose champion is used without --bundle")
-    p.add_argument("--agent", default="builtin", choices=("builtin", "llm", "command"), help="host agent")
+    p.add_argument("--agent", default="builtin", choices=HOSTS, help="host agent")
     p.add_argument("--model", help="model string (llm agent)")
     p.add_argument("--agent-command", metavar="CMD", help="shell command (command agent)")
     p.add_argument("--seed", type=seed_int, default=0, help="agent seed (default 0)")

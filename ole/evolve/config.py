@@ -3,13 +3,13 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
 from ole.cost import CostCaps
 from ole.paired import Instance
 from ole.trace import RunCondition, TaskSpec
+from ole.vocab import Host
 
 DEFAULT_SUITE = ("gym/halfcheetah5", "gym/pusher5", "gym/continuouscar")
 """The `make evolve` workload: the envs of each family where the built-in agent has headroom and
@@ -42,7 +42,7 @@ class Suite(BaseModel):
     """Host run profile."""
     budget: int | None = Field(32, ge=1)
     """Episode budget per run (None = the profile's)."""
-    host: Literal["builtin", "llm", "command"] = "builtin"
+    host: Host = "builtin"
     """Host agent kind of every run."""
     model: str | None = None
     """Model string for LLM agents."""
