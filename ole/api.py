@@ -201,9 +201,9 @@ def _online_config(settings: EvolveSettings):
 
 
 def make_proposer(spec: str, workdir: Path, cfg: "EvolveConfig") -> "Proposer":
-    """The proposer an evolve of `cfg` in `workdir` uses (`ole.proposers.make_proposer`): its LLM calls
+    """The proposer an evolve of `cfg` in `workdir` uses (`ole.proposers.factory.make_proposer`): its LLM calls
     logged to `WORKDIR/proposer-calls.jsonl`, under the run's cost caps."""
-    from ole.proposers import make_proposer as made
+    from ole.proposers.factory import make_proposer as made
     return made(spec, host=cfg.suite.host, seed=cfg.seed, log_path=workdir / "proposer-calls.jsonl", caps=cfg.caps)
 
 

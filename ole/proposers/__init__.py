@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Final, Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -21,10 +21,6 @@ from ole.evidence import EvidenceItem
 from ole.loop_policy import COMPONENTS
 from ole.paired import Objectives
 
-if TYPE_CHECKING:
-    from pathlib import Path
-
-    from ole.cost import CostCaps
 
 SCHEMA_VERSION: Final = "1"
 Edge = Literal["online", "offline_mutation", "recombination", "specialization"]
@@ -141,22 +137,3 @@ class Proposer(abc.ABC):
         proposers (TPE) learn from it; the evidence-guided and random proposers ignore it. Gate
         pairs are never passed here, so no proposer ever learns from gate instances.
         """
-
-
-def make_proposer(spec: str, *, host: str = "builtin", seed: int = 0, log_path: "Path | None" = None,
-                  caps: "CostCaps | None" = None) -> "Proposer":
-    """The proposer named by `--proposer`: `builtin`, `random`, `tpe`, or an LLM model string (its
-    calls logged to `log_path`). An LLM proposer's client runs under the run's token and dollar caps
-    (`caps`): it refuses a call once its own spend reaches them, and the engine charges what each
-    proposal spent to the run's meter (`CostMeter.charge_proposal`), which stops the run first when
-    agents and proposer together approach a cap."""
-    if spec == "builtin":
-        from ole.proposers.builtin import BuiltinProposer
-        return BuiltinProposer(host=host)
-    if spec in ("random", "tpe"):
-        from ole.proposers.baselines import RandomProposer, TPEProposer
-        return (RandomProposer if spec == "random" else TPEProposer)(host=host, seed=seed)
-    from ole.llm import Caps, LLMClient
-    from ole.proposers.llm import LLMProposer
-    limits = Caps() if caps is None else Caps(tokens=caps.tokens, usd=caps.usd)
-    return LLMProposer(LLMClient.from_model_string(spec, log_path=log_path, caps=limits))

@@ -234,7 +234,7 @@ def test_the_proposer_factory_builds_an_llm_client_under_the_runs_caps(tmp_path)
 
     from ole.cost import CostCaps
     from ole.llm import LLMCapReached
-    from ole.proposers import make_proposer
+    from ole.proposers.factory import make_proposer
     from ole.proposers.baselines import TPEProposer
     from ole.proposers.builtin import BuiltinProposer
     script = tmp_path / "script.jsonl"

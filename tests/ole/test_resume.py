@@ -175,10 +175,10 @@ def test_registry_writes_with_a_key_are_idempotent(tmp_path):
 
 def test_a_workspace_made_by_other_code_is_refused(tmp_path, monkeypatch):
     """Pinned package versions do not move when OLE's own code does: the source digest does."""
-    import ole.evolve
+    import ole.evolve.engine
     reg, engine = _engine(tmp_path)
     _offline(reg, engine)
-    monkeypatch.setattr(ole.evolve, "source_digest", lambda: "0" * 64)
+    monkeypatch.setattr(ole.evolve.engine, "source_digest", lambda: "0" * 64)
     with pytest.raises(ResumeMismatch, match="source"):
         _engine(tmp_path)
 
