@@ -8,6 +8,7 @@ field, that changing a field changes what the agent does.
 """
 from __future__ import annotations
 
+import typing
 from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
@@ -21,7 +22,8 @@ SUMMARY_FIELDS = (
 
 
 HASH_NEUTRAL_DEFAULTS: dict[str, object] = {"verification.stderr_multiple": 1.0, "action.screen_episodes": 0,
-                                            "budget.reference_episodes": None}
+                                            "budget.reference_episodes": None, "recovery.max_rejects": 3,
+                                            "stopping.best_last": True}
 """Fields added after the first schema, each with the value that reproduces what bundles written
 before it did. A policy holding that value hashes as if the field did not exist
 (`ole.bundle.Bundle.content_hash`), so adding a field never changes the content hash of a bundle
@@ -57,10 +59,15 @@ class Observation(_Component):
         return self
 
 
+Phase = Literal["synthesis", "tuning", "confirmation"]
+"""The planning phases, in schedule order: the one spelling every agent, the brief and the proposers use."""
+PHASES: tuple[Phase, ...] = typing.get_args(Phase)
+
+
 class Planning(_Component):
     """The phase schedule: structural synthesis -> parametric tuning -> confirmation."""
 
-    phases: tuple[Literal["synthesis", "tuning", "confirmation"], ...] = ("synthesis", "tuning", "confirmation")
+    phases: tuple[Phase, ...] = PHASES
     """The phases run, at least one, each once, in the schedule's order (synthesis, tuning,
     confirmation); a phase left out is skipped. One meaning for every agent: the order is the
     schedule's, never the list's (the built-in agent read only membership, the LLM agent the
@@ -74,7 +81,7 @@ class Planning(_Component):
 
     @model_validator(mode="after")
     def _schedule(self) -> "Planning":
-        order = ("synthesis", "tuning", "confirmation")
+        order = PHASES
         if not self.phases:
             raise ValueError("phases must name at least one phase (synthesis, tuning, confirmation)")
         if list(self.phases) != [p for p in order if p in self.phases] or len(set(self.phases)) != len(self.phases):
@@ -139,6 +146,9 @@ class Recovery(_Component):
     """After a confirmed regression: return to the best program, keep going from the new one, or change mechanism."""
     max_retries: int = Field(2, ge=0, le=10)
     """Consecutive failed attempts tolerated before escalating to the next recovery action."""
+    max_rejects: int = Field(3, ge=1, le=64)
+    """Consecutive submits the host refuses as malformed (HTTP 400, nothing charged) after which the
+    agent ends the run with `error`: the host and the agent disagree about the protocol."""
 
 
 class Stopping(_Component):
@@ -150,6 +160,9 @@ class Stopping(_Component):
     """For finish_early: non-improving submits after which the agent finishes."""
     reserve_episodes: int = Field(0, ge=0, le=128)
     """Episodes never spent (finish_early keeps them; spend_all ignores this)."""
+    best_last: bool = True
+    """A run that stops before its budget is spent (finish decision, wall time) re-submits its best
+    program when that was not its last submit, so the program the run ends on is its best."""
 
 
 class Budget(_Component):

@@ -426,8 +426,13 @@ def render_instructions(policy: LoopPolicy, url: str, workspace: Path, info: dic
         f"- After a failed verdict (import_error, init_error, rollout_timeout, ...): {_RECOVERY[r.on_error_verdict]}.",
         f"- After a round whose candidates did not beat the best: {_RECOVERY[r.on_regression]}.",
         f"- After every {r.max_retries + 1} failed attempts in a row, move one step up the ladder retry -> revert "
-        "-> restructure.", "",
-        "## Stopping", f"- {finish}.", "",
+        "-> restructure.",
+        f"- After {r.max_rejects} submits in a row refused as malformed (HTTP 400, nothing charged), stop: "
+        "the host and you disagree about the protocol.", "",
+        "## Stopping", f"- {finish}.",
+        "- " + ("Before you stop early (finishing, or the wall clock running out), re-submit your best program if it "
+                "was not your last submit, so the run ends on your best program." if s.best_last else
+                "When you stop early, end on the program you submitted last (do not re-submit the best one)."), "",
         "## Budget",
         f"- Episode budget {budget}: about {b.synthesis_fraction * budget:.0f} for synthesis, "
         f"{b.confirmation_fraction * budget:.0f} kept for confirmation at the end.",

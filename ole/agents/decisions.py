@@ -19,7 +19,7 @@ from typing import Any, Literal, Mapping, Sequence
 
 import numpy as np
 
-from ole.loop_policy import RUN_LENGTH_FIELDS, LoopPolicy
+from ole.loop_policy import PHASES, RUN_LENGTH_FIELDS, LoopPolicy, Phase
 
 MIN_SCALE = 1e-6
 """Smallest |incumbent mean| a relative margin is taken of (`verification.margin`)."""
@@ -28,7 +28,6 @@ ErrorAction = Literal["retry", "revert", "restructure"]
 ESCALATION: tuple[ErrorAction, ...] = ("retry", "revert", "restructure")
 """The recovery ladder: each `max_retries + 1` consecutive failures move one rung up."""
 
-Phase = Literal["synthesis", "tuning", "confirmation"]
 
 
 # ---- budget: the policy at the task's budget, how the episodes are split, how many one submit spends
@@ -102,7 +101,7 @@ def fits(pb: PhaseBudget, phase: Phase, spent: Mapping[str, int], k: int) -> boo
     Tuning may also use what synthesis left unspent. No phase spends into another
     phase's share; what is left once every share is spent goes to the best program.
     """
-    syn, tun, con = (int(spent.get(p, 0)) for p in ("synthesis", "tuning", "confirmation"))
+    syn, tun, con = (int(spent.get(p, 0)) for p in PHASES)
     if phase == "synthesis":
         return syn + k <= pb.synthesis
     if phase == "tuning":
@@ -449,6 +448,18 @@ def should_finish(lp: LoopPolicy, progress: Progress, remaining: int) -> bool:
     if lp.stopping.mode != "finish_early":
         return False
     return progress.run_stale >= lp.stopping.patience_submits or remaining <= lp.stopping.reserve_episodes
+
+
+def resubmit_best(lp: LoopPolicy, reason: str, best_was_last: bool) -> bool:
+    """`stopping.best_last`: whether a run stopped before its budget was spent (a finish decision, the
+    wall clock) re-submits its best program, so that the program it ends on is its best."""
+    return lp.stopping.best_last and reason in ("finished_early", "wall_time") and not best_was_last
+
+
+def host_disagrees(lp: LoopPolicy, rejects: int) -> bool:
+    """`recovery.max_rejects`: whether `rejects` submits in a row refused as malformed (HTTP 400,
+    nothing charged) end the run: the host and the agent disagree about the protocol."""
+    return rejects >= lp.recovery.max_rejects
 
 
 def edit_window(lp: LoopPolicy, entries: Sequence[Any]) -> list[Any]:

@@ -3,7 +3,7 @@
 The model only proposes programs. Everything else -- which feedback it sees, which
 phase it is in, what is kept and reverted to, how many episodes a submit spends, when
 an improvement is trusted, what happens after a failure, when to stop -- is decided
-from the bundle's loop policy by the shared `ole.agents.session.Session` (the built-in
+from the bundle's loop policy by the shared `ole.agents.session.AgentSession` (the built-in
 agent's too), so two bundles give two different runs with the same model. This module
 makes the edits: the prompt turn, the model call with its repair prompts, parsing and
 checking the answer, and the fallback. The agent works only through the HTTP protocol
@@ -27,7 +27,7 @@ from ole.agents.client import HostClient, HostError, SubmitAnswer
 from ole.agents.edits import (EditRejected, Proposal, diff_lines, edit_kind, parse_answer, scope_problem,
                               static_problems)
 from ole.agents.prompts import Turn, lesson_lines, render_feedback, repair_prompt, system_prompt, user_prompt
-from ole.agents.session import Host, Observed, Session, Stop, StopReason, Submitted
+from ole.agents.session import HostApi, Observed, AgentSession, Stop, StopReason, Submitted
 from ole.llm import Caps, LLMCapReached, LLMClient, LLMDeadline, LLMError
 from ole.trace import EditKind, SubmitRole
 
@@ -37,8 +37,6 @@ LESSONS_SEEN = "lessons_seen.json"
 """The lesson lines a run showed its model, next to the call log; a replay shows these, not today's file."""
 MAX_ANSWER_TOKENS = 4096
 """Completion tokens asked for per call (a full policy file fits comfortably)."""
-MAX_REJECTS = 3
-"""Consecutive Phase-1 rejects (nothing charged) after which the agent stops: the host disagrees with it."""
 BASELINE_MECHANISM = "schema baseline"
 """Mechanism name of the fallback program derived from the action schema."""
 STOP_FILE = "llm_stop.json"
@@ -84,7 +82,7 @@ class LLMAgent(HostAgent):
         return LLMSession(self, ctx, self.make_client(ctx), HostClient(ctx.url)).run()
 
 
-class LLMSession(Session):
+class LLMSession(AgentSession):
     """One task worked by the LLM agent: the shared session, edits made by prompting the model.
 
     One iteration is one proposal (a round of one candidate): the current phase's prompt,
@@ -93,9 +91,8 @@ class LLMSession(Session):
     """
 
     verification_phase = "verification"
-    best_last = False  # a stop keeps the last program submitted (tests/ole/test_llm_agent.py pins it)
 
-    def __init__(self, agent: LLMAgent, ctx: AgentContext, llm: LLMClient, host: Host) -> None:
+    def __init__(self, agent: LLMAgent, ctx: AgentContext, llm: LLMClient, host: HostApi) -> None:
         super().__init__(ctx, host)
         self.agent, self.llm = agent, llm
         self.stop_message = ""
@@ -130,16 +127,9 @@ class LLMSession(Session):
     def fallback(self) -> tuple[str, str]:
         return BASELINE_POLICY, BASELINE_MECHANISM
 
-    def share_of(self, phase: str) -> decisions.Phase:
-        """Every submit spends the share of the planning phase the agent is in."""
-        phases = self.lp.planning.phases or ("tuning",)
-        return phases[min(self.phase_index, len(phases) - 1)]
-
     # ---- the loop ----------------------------------------------------------------------------
-    def run(self) -> AgentResult:
-        reason = self._loop()
-        self.finish(reason)
-        self.write_lesson()
+    def result(self, reason: StopReason) -> AgentResult:
+        """The stop reason with the model usage, the call log and, after an early stop, why."""
         u = self.llm.usage
         extras = {"llm_calls": CALL_LOG, "lessons_seen": LESSONS_SEEN}
         if self.stop_message:  # why the run stopped early, in the trace and not only on stderr
@@ -149,18 +139,16 @@ class LLMSession(Session):
             extras["stop"] = STOP_FILE
         return AgentResult(reason, AgentUsage(u.calls, u.tokens, u.usd), extras=extras)
 
-    def _loop(self) -> StopReason:
+    def body(self) -> StopReason:
+        """One proposal per iteration until the budget, the clock, the caps or the host end the run
+        (`Stop` ends it through `AgentSession.run`; the model's and the host's errors are reasons here)."""
         try:
             while True:
                 if self.remaining <= 0:
                     return "budget_spent"
-                self.check_clock()
-                if self.rejects >= MAX_REJECTS:
-                    return "error"
+                self.check_stop()
                 self.size()  # what is left cannot be spent (the reserve, or less than one submit)
                 self._iterate()
-        except Stop as stop:
-            return stop.reason
         except LLMCapReached as exc:
             return self._stopped("llm_cap", exc.message)
         except LLMDeadline as exc:
@@ -230,11 +218,12 @@ class LLMSession(Session):
 
     def _phase(self) -> str:
         """The current phase of planning.phases; advances when a phase's share is spent or it plateaued."""
-        phases = self.lp.planning.phases or ("tuning",)
+        phases = self.lp.planning.phases
         while self.phase_index < len(phases) - 1 and self._phase_over(phases[self.phase_index]):
             self.phase_index += 1
             self.progress.new_phase()
             self.bold = False
+        self.enter(phases[self.phase_index])
         return phases[self.phase_index]
 
     def _phase_over(self, name: str) -> bool:
@@ -312,7 +301,7 @@ class LLMSession(Session):
     def _send(self, source: str, indices: list[int], phase: str, kind: EditKind, note: str, mechanism: str,
               calls0: tuple[int, int, float], *, role: SubmitRole, base: int | None = None,
               base_program: str | None = None, search_round: int | None = None) -> Submitted | None:
-        """Submit a program the agent chose (`Session.submit`, with the model usage since `calls0`);
+        """Submit a program the agent chose (`AgentSession.submit`, with the model usage since `calls0`);
         None when the host rejected it outright (HTTP 400, nothing charged)."""
         calls, tokens, usd = (a - b for a, b in zip(self._usage(), calls0))
         done = self.submit(source, mechanism, indices, phase=phase, note=note, role=role, kind=kind, base=base,
@@ -378,7 +367,7 @@ class LLMSession(Session):
             self.progress.new_phase()
 
     def _confirm(self) -> None:
-        """Confirmation (`Session.confirmation_round`), no model calls; then tuning resumes from the
+        """Confirmation (`AgentSession.confirmation_round`), no model calls; then tuning resumes from the
         incumbent while its share lasts, else what is left goes to the best program and the run ends."""
         self.confirmation_round()
         phases = self.lp.planning.phases

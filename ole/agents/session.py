@@ -15,11 +15,15 @@ once, for every agent, and decided through `ole.agents.decisions`:
   `/finish`;
 - **lessons**: the cross-task lesson store and the lesson written at the end.
 
-An agent subclasses `Session` (a template method: SB3's `on_step()` calls `_on_step()`),
-drives its own loop with these methods and answers the hooks `observe` (reading a
-submit's feedback), `classify` (the edit kind of a submit the session makes itself),
-`precheck` (its static check) and, when it has one, `fallback` (a known-valid program).
-So a loop-policy field has one meaning whatever agent reads it
+`AgentSession.run` is a template method (SB3's `learn()` calls `_on_step()`): it runs the agent's
+loop body `body` until the run stops, then finishes the run and writes the lesson the same
+way for every agent. An agent implements `body` (its edits, with these methods), says which
+planning phase it is in (`enter`: every submit spends that phase's share), and answers the
+hooks `observe` (reading a submit's feedback), `classify` (the edit kind of a submit the
+session makes itself), `precheck` (its static check), `fallback` (a known-valid program, when
+it has one) and `result` (its `AgentResult`). What differed between agents is Loop Policy
+behaviour decided in `decisions` (`stopping.best_last`, `recovery.max_rejects`). So a
+loop-policy field has one meaning whatever agent reads it
 (`tests/ole/test_loop_policy_sensitivity.py` runs the field by field test on both).
 """
 from __future__ import annotations
@@ -30,15 +34,14 @@ from dataclasses import dataclass
 from typing import Any, Literal, Protocol
 
 from ole.agents import decisions
-from ole.agents.base import AgentContext
+from ole.agents.base import AgentContext, AgentResult
 from ole.agents.client import HostError, SubmitAnswer
 from ole.agents.decisions import ErrorAction, Phase, ProgramResults
 from ole.agents.edits import diff_lines
 from ole.lessons import Lesson, LessonStore, signature
+from ole.loop_policy import PHASES
 from ole.trace import EditKind, Iteration, SubmitRole
 
-PHASES: tuple[Phase, ...] = ("synthesis", "tuning", "confirmation")
-"""The planning phases, each with its share of the budget (`decisions.phase_budget`)."""
 NO_DIGEST = "sha256:" + "0" * 64
 """Observation digest of the first submit (nothing read yet)."""
 NOTE_CHARS = 300
@@ -48,14 +51,15 @@ StopReason = Literal["budget_spent", "finished_early", "wall_time", "llm_cap", "
 
 
 class Stop(Exception):
-    """The run must end now (budget, wall time, finish decision, closed run); caught by the agent's loop."""
+    """The run must end now (budget, wall time, finish decision, closed run, a host that refuses
+    every submit); caught by `AgentSession.run`."""
 
     def __init__(self, reason: StopReason) -> None:
         super().__init__(reason)
         self.reason: StopReason = reason
 
 
-class Host(Protocol):
+class HostApi(Protocol):
     """What the session needs of the protocol client (`ole.agents.client.HostClient`, or a stand-in)."""
 
     def info(self) -> dict[str, Any]: ...
@@ -69,7 +73,7 @@ class Host(Protocol):
 
 @dataclass(frozen=True)
 class Observed:
-    """What an agent read from one submit's feedback (`Session.observe`)."""
+    """What an agent read from one submit's feedback (`AgentSession.observe`)."""
 
     digest: str | None
     """sha256 of the feedback text read (the next record's observation digest); None: nothing read."""
@@ -87,7 +91,7 @@ class Submitted:
     """The submit's score (`decisions.submit_score`); None on a failure verdict or a refusal."""
 
 
-class Session(abc.ABC):
+class AgentSession(abc.ABC):
     """All state of one task, and the steps every agent takes the same way.
 
     Subclasses make the edits; the hooks below say how they read feedback and name edits.
@@ -95,11 +99,8 @@ class Session(abc.ABC):
 
     verification_phase: str | None = None
     """Trace phase of re-tests and reference runs; None: the phase of the candidate re-tested."""
-    best_last: bool = True
-    """Whether a run that stops early (finish decision, wall time) re-submits its best program
-    first when that was not its last submit."""
 
-    def __init__(self, ctx: AgentContext, host: Host) -> None:
+    def __init__(self, ctx: AgentContext, host: HostApi) -> None:
         self.ctx, self.host = ctx, host
         self.info = host.info()
         self.lp = decisions.for_budget(ctx.bundle.loop_policy, int(self.info["episode_budget"]))
@@ -124,6 +125,8 @@ class Session(abc.ABC):
         self.edit_lines: list[str] = []
         """One line per candidate (parallel to `progress.edits`), read through `edit_log`."""
         self.spent: dict[str, int] = {p: 0 for p in PHASES}
+        self.phase: Phase = self.lp.planning.phases[0]
+        """The planning phase the agent is in (`enter`): every submit spends this phase's share."""
         self.prev_source = ""
         self.last_digest = NO_DIGEST
         self.last_submitted: str | None = None
@@ -134,6 +137,31 @@ class Session(abc.ABC):
         """Phase-1 rejects (HTTP 400, nothing charged) in a row."""
         self.n_iter = 0
         self.t0 = time.monotonic()
+
+    # ---- the template -----------------------------------------------------------------------
+    def run(self) -> AgentResult:
+        """Work the task: the agent's loop body until the run stops (a `Stop`, or `body` returning
+        its reason), then `finish` and the lesson, the same for every agent."""
+        try:
+            reason = self.body()
+        except Stop as stop:
+            reason = stop.reason
+        self.finish(reason)
+        self.write_lesson()
+        return self.result(reason)
+
+    @abc.abstractmethod
+    def body(self) -> StopReason:
+        """The agent's loop body: edits and submits until the run should stop; the stop reason
+        (raising `Stop` ends it too). Finishing the run is `run`'s, not the agent's."""
+
+    def result(self, reason: StopReason) -> AgentResult:
+        """What the agent reports for the run (an LLM agent adds its usage and files)."""
+        return AgentResult(finish_reason=reason)
+
+    def enter(self, phase: Phase) -> None:
+        """The agent is now in planning phase `phase`: its submits spend that phase's share."""
+        self.phase = phase
 
     # ---- hooks ------------------------------------------------------------------------------
     @abc.abstractmethod
@@ -152,10 +180,6 @@ class Session(abc.ABC):
         """(source, mechanism) of a known-valid program for a run with no ok submit; None: none."""
         return None
 
-    def share_of(self, phase: str) -> Phase:
-        """The budget share a submit recorded under trace phase `phase` spends."""
-        return phase if phase in PHASES else "tuning"
-
     # ---- budget and clock -------------------------------------------------------------------
     def room(self, want: int | None = None) -> int:
         """Episodes the next submit may take (`decisions.submit_size`); 0 when none may be spent."""
@@ -172,10 +196,14 @@ class Session(abc.ABC):
         """Whether a k-episode submit stays inside the phase's share (`decisions.fits`)."""
         return decisions.fits(self.shares, share, self.spent, k)
 
-    def check_clock(self) -> None:
-        """End the run once `budget.wall_time_s` has passed."""
+    def check_stop(self) -> None:
+        """End the run once `budget.wall_time_s` has passed, or once the host has refused
+        `recovery.max_rejects` submits in a row (`decisions.host_disagrees`)."""
         if time.monotonic() - self.t0 > self.lp.budget.wall_time_s:
             raise Stop("wall_time")
+        if decisions.host_disagrees(self.lp, self.rejects):
+            self.ctx.progress(f"stopping: the host refused {self.rejects} submits in a row")
+            raise Stop("error")
 
     # ---- submit -----------------------------------------------------------------------------
     def submit(self, source: str, mechanism: str, indices: list[int], *, phase: str, note: str,
@@ -185,10 +213,11 @@ class Session(abc.ABC):
         """Check, write and submit one program, record it and return what it came to.
 
         `kind` defaults to `classify`; `cost` is the LLM usage (calls, tokens, usd) behind
-        the submit; `timed=False` skips the clock check (a final guarantee submit).
+        the submit; `timed=False` skips `check_stop` (a final guarantee submit). The episodes
+        charged come off the share of the phase the agent is in (`enter`).
         """
         if timed:
-            self.check_clock()
+            self.check_stop()
         start = time.monotonic()
         problems = self.precheck(source) if self.lp.verification.static_checks else []
         if problems:
@@ -206,7 +235,7 @@ class Session(abc.ABC):
             self.ctx.progress(f"stopping: the submit failed: {err}")  # the reason `ole agent work` reports
             raise Stop("error") from err
         self.remaining = int(answer.summary.get("remaining_budget", self.remaining - answer.charged))
-        self.spent[self.share_of(phase)] += answer.charged
+        self.spent[self.phase] += answer.charged
         self.rejects = self.rejects + 1 if answer.http_status == 400 else 0
         seen = self.observe(answer)
         value = None
@@ -339,6 +368,7 @@ class Session(abc.ABC):
     # ---- confirm and finish -----------------------------------------------------------------
     def confirmation_round(self) -> None:
         """Re-test the kept programs (all but the best) on fresh ids, within the confirmation share."""
+        self.enter("confirmation")
         for rec in self.top()[1:]:
             k = self.size()
             if not self.fits("confirmation", k):
@@ -348,6 +378,7 @@ class Session(abc.ABC):
 
     def final(self) -> None:
         """Spend what is left on the best program, so the last submit is the best one."""
+        self.enter("confirmation")
         best = self.best()
         if best is None:
             return
@@ -360,13 +391,13 @@ class Session(abc.ABC):
     def finish(self, reason: StopReason) -> None:
         """End the run: a run with no ok submit gets one small submit of the `fallback` program;
         a run stopped early re-submits its best program when that was not its last submit
-        (`best_last`); then `/finish` while budget remains."""
+        (`decisions.resubmit_best`, `stopping.best_last`); then `/finish` while budget remains."""
         if not self.results and (fb := self.fallback()) is not None and self.remaining >= self.lo:
             self._final_submit(*fb, phase="recovery", note="ensure the run has a valid submit", role="candidate",
                                kind="synthesis", timed=False)  # a run is never left without a score
         best = self.best()
-        if self.best_last and reason in ("finished_early", "wall_time") and best is not None \
-                and self.last_submitted != best.source and self.remaining >= self.lo:
+        if best is not None and decisions.resubmit_best(self.lp, reason, self.last_submitted == best.source) \
+                and self.remaining >= self.lo:
             self._final_submit(best.source, best.mechanism, phase="confirmation", note="best program last",
                                role="confirm", base=best.first_submit)
         if self.remaining > 0:

@@ -68,8 +68,10 @@ class Policy:
 class SimHost:
     """In-process protocol stand-in: same answers and feedback files as the host, no sandbox."""
 
-    def __init__(self, workspace: Path, budget: int = BUDGET) -> None:
+    def __init__(self, workspace: Path, budget: int = BUDGET, refuse: int = 0) -> None:
         self.ws = workspace
+        self.refuse = refuse
+        """Refuse the first `refuse` submits as the host refuses a malformed one: HTTP 400, nothing charged."""
         self.env = gym.make(ENV_ID)
         self.remaining = budget
         self.budget = budget
@@ -101,6 +103,10 @@ class SimHost:
     def submit(self, indices: list[int]) -> SubmitAnswer:
         source = (self.ws / "system" / "policy.py").read_text()
         self.log.append((tuple(indices), hashlib.sha256(source.encode()).hexdigest()[:12]))
+        if self.refuse > 0:
+            self.refuse -= 1
+            self.log.append(("refused",))
+            return SubmitAnswer(400, None, "budget_invalid", {"status": "budget_invalid", "n_episodes": 0})
         sid, first = self.n_submits, self.used
         self.n_submits += 1
         self.remaining -= len(indices)
@@ -156,19 +162,20 @@ _SEEN: dict[tuple, tuple] = {}
 
 
 def act(tmp_path: Path, lp: LoopPolicy, *, extra=(), lessons: Path | None = None, tag: str = "",
-        cache: bool = True) -> tuple:
-    """The agent's action sequence on the fixed task and seed under policy `lp`."""
-    key = (lp.model_dump_json(), tuple(m.name for m in extra), lessons is not None)
+        cache: bool = True, refuse: int = 0) -> tuple:
+    """The agent's action sequence on the fixed task and seed under policy `lp` (the host refusing
+    the first `refuse` submits)."""
+    key = (lp.model_dump_json(), tuple(m.name for m in extra), lessons is not None, refuse)
     if cache and key in _SEEN:
         return _SEEN[key]
-    _SEEN[key] = _act(tmp_path, lp, extra, lessons, tag)
+    _SEEN[key] = _act(tmp_path, lp, extra, lessons, tag, refuse)
     return _SEEN[key]
 
 
-def _act(tmp_path: Path, lp: LoopPolicy, extra, lessons: Path | None, tag: str) -> tuple:
+def _act(tmp_path: Path, lp: LoopPolicy, extra, lessons: Path | None, tag: str, refuse: int = 0) -> tuple:
     ws = tmp_path / f"ws{tag}{next(_RUNS)}"
     (ws / "system").mkdir(parents=True)
-    host = SimHost(ws)
+    host = SimHost(ws, refuse=refuse)
     history = []
     ctx = AgentContext(url="sim://", workspace=ws, bundle=Bundle(name="probe", loop_policy=lp),
                        task=TaskSpec(env="gymnasium/Pendulum-v1"), condition=RunCondition(host="builtin", seed=3),
@@ -229,9 +236,13 @@ CASES = {
     ("recovery", "on_regression"): ("keep", {**ENERGY_ONLY, "planning__plateau_submits": 64}, PUMP),
     ("recovery", "max_retries"): (0, {"verification__static_checks": False, "recovery__on_error_verdict": "retry"},
                                   (BROKEN,)),
+    # the host refuses the first two submits (REFUSED): one refusal in a row is enough to stop at 1, not at 3
+    ("recovery", "max_rejects"): (1, {}, ()),
     ("stopping", "mode"): ("finish_early", {"stopping__patience_submits": 3}, ()),
     ("stopping", "patience_submits"): (2, {"stopping__mode": "finish_early"}, ()),
     ("stopping", "reserve_episodes"): (12, {"stopping__mode": "finish_early", "stopping__patience_submits": 64}, ()),
+    # finishing after two stale candidates: the last submit is not the best program
+    ("stopping", "best_last"): (False, {"stopping__mode": "finish_early", "stopping__patience_submits": 2}, ()),
     ("budget", "synthesis_fraction"): (0.0, {}, ()),
     ("budget", "confirmation_fraction"): (0.5, {}, ()),
     ("budget", "wall_time_s"): (1e-6, {}, ()),
@@ -256,5 +267,10 @@ def pair(tmp_path: Path, key: tuple[str, str]) -> tuple[tuple, tuple]:
         LessonStore(lessons).add(Lesson(sig, "affine", "gymnasium/Pendulum-v1", 0.0))
     changed = with_field(lp, component, field, alt)
     assert getattr(changed, component).model_dump() != getattr(lp, component).model_dump()
-    return (act(tmp_path, lp, extra=extra, lessons=lessons, tag="a"),
-            act(tmp_path, changed, extra=extra, lessons=lessons, tag="b"))
+    refuse = REFUSED if key == ("recovery", "max_rejects") else 0
+    return (act(tmp_path, lp, extra=extra, lessons=lessons, tag="a", refuse=refuse),
+            act(tmp_path, changed, extra=extra, lessons=lessons, tag="b", refuse=refuse))
+
+
+REFUSED = 2
+"""Submits the host refuses first in the `recovery.max_rejects` case."""

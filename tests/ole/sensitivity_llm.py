@@ -14,7 +14,7 @@ from ole.agents.llm import CALL_LOG, LLMAgent
 from ole.lessons import Lesson, LessonStore
 from ole.llm import read_store
 from ole.loop_policy import LoopPolicy
-from tests.ole.agent_host import serve
+from tests.ole.agent_host import refusing, serve
 from tests.ole.test_llm_agent import as_file, gain_diff, program
 
 NOT_READ = {("action", "population")}
@@ -72,9 +72,11 @@ VARIANTS = {
     ("recovery", "on_error_verdict"): "retry",
     ("recovery", "on_regression"): "keep",
     ("recovery", "max_retries"): 0,
+    ("recovery", "max_rejects"): 1,  # against a host that refuses the first REFUSED submits
     ("stopping", "mode"): "spend_all",
     ("stopping", "patience_submits"): 1,
     ("stopping", "reserve_episodes"): 4,
+    ("stopping", "best_last"): False,
     ("budget", "synthesis_fraction"): 0.0,
     ("budget", "confirmation_fraction"): 0.6,
     ("budget", "max_llm_calls"): 2,
@@ -108,7 +110,12 @@ OWN_SCENARIO = {("verification", "stderr_multiple"): (NOISY_SCRIPT, NOISY_BASE, 
 """Fields whose effect needs close, noisy rivals: (script, base policy, variant value) of their own scenario."""
 
 
-def signature(tmp_path, pol: LoopPolicy, name: str, script_answers=SCRIPT, budget: int = 12) -> tuple:
+REFUSED = 2
+"""Submits the host refuses first (HTTP 400, nothing charged) in the `recovery.max_rejects` case."""
+
+
+def signature(tmp_path, pol: LoopPolicy, name: str, script_answers=SCRIPT, budget: int = 12,
+              refuse: int = 0) -> tuple:
     script = tmp_path / "script.json"
     script.write_text(json.dumps([{"text": t, "usd": 0.01} if isinstance(t, str) else t for t in script_answers]))
     lessons = tmp_path / "lessons.jsonl"
@@ -117,8 +124,9 @@ def signature(tmp_path, pol: LoopPolicy, name: str, script_answers=SCRIPT, budge
                                         env="gym/acrobot", score=-80.0))
     served = serve(tmp_path / f"run-{name}", budget=budget)
     try:
-        ctx = served.context(pol, tmp_path / f"log-{name}", lessons=lessons)
-        result = LLMAgent(f"scripted:{script}").work(ctx)
+        with refusing(served, refuse) as front:
+            ctx = front.context(pol, tmp_path / f"log-{name}", lessons=lessons)
+            result = LLMAgent(f"scripted:{script}").work(ctx)
     finally:
         served.close(score=False)
     calls = read_store(tmp_path / f"log-{name}" / CALL_LOG) if (tmp_path / f"log-{name}" / CALL_LOG).exists() else []
@@ -128,6 +136,7 @@ def signature(tmp_path, pol: LoopPolicy, name: str, script_answers=SCRIPT, budge
 
 
 DEFAULT_TIER = {("observation", "worst_k_episodes"), ("action", "index_selection"), ("recovery", "on_regression"),
+                ("recovery", "max_rejects"),
                 ("budget", "max_llm_calls")}
 """A few fields run by default (about 4 s each); the full sweep (every field) runs with -m slow."""
 
@@ -147,4 +156,7 @@ def pair(tmp_path, field: tuple[str, str], baseline: tuple) -> tuple[tuple, tupl
         answers, base, value = OWN_SCENARIO[field]
         return (signature(tmp_path, make_policy(base=base), "own", answers, budget=12),
                 signature(tmp_path, make_policy(field, value, base), "ownv", answers, budget=12))
+    if field == ("recovery", "max_rejects"):
+        return (signature(tmp_path, make_policy(), "refused", refuse=REFUSED),
+                signature(tmp_path, make_policy(field, VARIANTS[field]), "refusedv", refuse=REFUSED))
     return baseline, signature(tmp_path, make_policy(field, VARIANTS[field]), "v")

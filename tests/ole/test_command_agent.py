@@ -88,6 +88,18 @@ def test_instructions_render_every_component():
     assert "once 12 submits" in render_instructions(rel, "u", Path("ws"), {**info, "episode_budget": 128})
 
 
+def test_the_brief_states_best_last_and_max_rejects():
+    """The two behaviours the agents once decided each for themselves are loop-policy rules in the brief too."""
+    info = {"episode_budget": 32, "max_episodes_per_submit": 8, "env_meta": {"n_env_instances": 1024}}
+    default = render_instructions(LoopPolicy(), "u", Path("ws"), info)
+    assert "After 3 submits in a row refused as malformed" in default
+    assert "re-submit your best program if it was not your last submit" in default
+    other = render_instructions(LoopPolicy.model_validate({"stopping": {"best_last": False},
+                                                           "recovery": {"max_rejects": 5}}), "u", Path("ws"), info)
+    assert "After 5 submits in a row refused" in other and "do not re-submit the best one" in other
+    assert "re-submit your best program if" not in other
+
+
 def test_iterations_need_only_workspace_files(tmp_path):
     sub = tmp_path / "feedback" / "submit_000"
     sub.mkdir(parents=True)

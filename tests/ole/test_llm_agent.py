@@ -127,10 +127,17 @@ def test_llm_cap_stops_cleanly_and_the_run_is_still_scored(tmp_path):
 
 
 def test_finish_early_calls_finish_and_keeps_the_reserve(tmp_path):
+    """A stale candidate ends the run; under `stopping.best_last` (the default) the best program is
+    submitted once more so the run ends on it, without it the run ends on the stale candidate."""
     script = [as_file(program(1.0), "flip"), gain_diff(1.0, 2.0), gain_diff(2.0, 3.0)]
     pol = policy(stopping={"mode": "finish_early", "patience_submits": 1, "reserve_episodes": 1})
     result, hist, doc, _ = run_agent(tmp_path, pol, write_script(tmp_path, script), budget=10)
-    assert result.finish_reason == "finished_early" and len(hist) == 2
+    assert result.finish_reason == "finished_early" and len(hist) == 3
+    assert hist[-1].note == "best program last" and hist[-1].base_submit == hist[0].submit_id
+    assert doc["outcome"]["status"] == "completed"
+    keep = policy(stopping={"mode": "finish_early", "patience_submits": 1, "reserve_episodes": 1, "best_last": False})
+    result, hist, doc, _ = run_agent(tmp_path, keep, write_script(tmp_path, script), budget=10, name="keep")
+    assert result.finish_reason == "finished_early" and len(hist) == 2 and hist[-1].role == "candidate"
     assert doc["outcome"]["status"] == "completed"
 
 

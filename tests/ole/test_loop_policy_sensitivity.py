@@ -1,6 +1,6 @@
 """Field by field: a Loop Policy differing in one field makes each host agent act differently.
 
-Both agents drive the one `ole.agents.session.Session`, so the test runs once over both:
+Both agents drive the one `ole.agents.session.AgentSession`, so the test runs once over both:
 the built-in agent against `SimHost`, an in-process protocol stand-in on Pendulum
 (`tests/ole/sensitivity_builtin.py`: every field, fast), and the LLM agent with a scripted
 model against a real host on Acrobot (`tests/ole/sensitivity_llm.py`: a few fields by

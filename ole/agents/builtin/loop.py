@@ -3,7 +3,7 @@
 It writes real policy programs into `workspace/system/policy.py`, submits them through
 the protocol, reads the feedback tree, and improves the program within the budget.
 The bookkeeping around each edit -- submit, judge, recover, confirm, finish, lessons --
-is the shared `ole.agents.session.Session` (the LLM agent's too), deciding through
+is the shared `ole.agents.session.AgentSession` (the LLM agent's too), deciding through
 `ole.agents.decisions`; this module makes the edits with the built-in means: mechanisms
 from the library for synthesis, CMA-ES rounds for tuning, the same program again as a
 retry. Every submit is recorded with its role, the submit it was derived from and its
@@ -14,7 +14,7 @@ from __future__ import annotations
 import numpy as np
 
 from ole.agents import decisions
-from ole.agents.base import AgentContext, AgentResult
+from ole.agents.base import AgentContext
 from ole.agents.builtin import layout, library, reach
 from ole.agents.builtin.checks import static_problems, topology_hash
 from ole.agents.builtin.feedback import Digest, Sample, read_submit
@@ -22,7 +22,7 @@ from ole.agents.builtin.mechanism import Mechanism, Program, render
 from ole.agents.builtin.search import Search
 from ole.agents.client import SubmitAnswer
 from ole.agents.decisions import Phase, ProgramResults
-from ole.agents.session import Host, Observed, Session, Stop, StopReason
+from ole.agents.session import HostApi, Observed, AgentSession, Stop, StopReason
 from ole.trace import EditKind, SubmitRole
 
 SATURATION_SHRINK = 0.7
@@ -60,10 +60,10 @@ class Round:
         worker.candidate(improved)
 
 
-class Worker(Session):
+class Worker(AgentSession):
     """One task worked by the built-in agent: the shared session plus the search state."""
 
-    def __init__(self, ctx: AgentContext, host: Host, extra: tuple[Mechanism, ...] = ()) -> None:
+    def __init__(self, ctx: AgentContext, host: HostApi, extra: tuple[Mechanism, ...] = ()) -> None:
         super().__init__(ctx, host)
         self.brief = host.task()
         found = library.candidates(self.obs_space, self.act_space, self.brief,
@@ -112,7 +112,7 @@ class Worker(Session):
     # -- acting ---------------------------------------------------------------------------
     def send(self, prog: Program, indices: list[int], phase: str, note: str, *, role: SubmitRole,
              base: int | None = None, search_round: int | None = None) -> tuple[float | None, Digest | None]:
-        """Submit one program (`Session.submit`); its score and the feedback as read."""
+        """Submit one program (`AgentSession.submit`); its score and the feedback as read."""
         self.digest = None
         done = self.submit(prog.source, prog.mechanism, indices, phase=phase, note=note, role=role, base=base,
                            search_round=search_round)
@@ -190,7 +190,8 @@ class Worker(Session):
         data-informed mechanisms (`ole.agents.builtin.reach`); they take the round's next
         places, within `max_mechanisms`.
         """
-        phase = "synthesis" if "synthesis" in self.lp.planning.phases else "tuning"
+        phase: Phase = "synthesis" if "synthesis" in self.lp.planning.phases else "tuning"
+        self.enter(phase)  # late mechanisms are raced within what tuning left, still spending this share
         progs = [render(mech, mech.defaults(), inline=self.inline) for mech in self.mechanisms]
         notes = [m.note for m in self.mechanisms]
         self.grow = (progs, notes) if "synthesis" in self.lp.planning.phases else None
@@ -221,6 +222,7 @@ class Worker(Session):
         """
         resume = self.search is not None and self.incumbent is not None and self.mech is not None \
             and self.incumbent.mechanism == self.mech.name
+        self.enter("tuning")
         if not resume:
             start = self.restart_point()
             if start is None:
@@ -390,26 +392,20 @@ class Worker(Session):
         return True
 
     # -- driver -------------------------------------------------------------------------
-    def run(self) -> AgentResult:
+    def body(self) -> StopReason:
         """Synthesis, then tuning and confirmation rounds while the tuning share lasts, then the best last."""
-        reason: StopReason = "budget_spent"
-        try:
-            phases = self.lp.planning.phases
-            if "synthesis" not in phases:
-                self.mechanisms = self.mechanisms[:1]  # start from the library's first guess
-            self.synthesis()
-            while "tuning" in phases:
-                before = self.spent["tuning"]
-                self.tuning()
-                if "confirmation" in phases:
-                    self.confirmation_round()
-                if not self.fits("tuning", self.size()) or self.spent["tuning"] == before:
-                    break
-            if "confirmation" in phases and not self.spent["confirmation"]:
+        phases = self.lp.planning.phases
+        if "synthesis" not in phases:
+            self.mechanisms = self.mechanisms[:1]  # start from the library's first guess
+        self.synthesis()
+        while "tuning" in phases:
+            before = self.spent["tuning"]
+            self.tuning()
+            if "confirmation" in phases:
                 self.confirmation_round()
-            self.final()
-        except Stop as stop:
-            reason = stop.reason
-        self.finish(reason)
-        self.write_lesson()
-        return AgentResult(finish_reason=reason)
+            if not self.fits("tuning", self.size()) or self.spent["tuning"] == before:
+                break
+        if "confirmation" in phases and not self.spent["confirmation"]:
+            self.confirmation_round()
+        self.final()
+        return "budget_spent"
