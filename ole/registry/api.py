@@ -298,7 +298,7 @@ class Registry:
 
         `decision` must state a verdict (`ole.verdicts`: its `verdict`, or in older words
         `accepted: true|false` or `decision: "accept"|"reject"`); it is stored as `verdict`. A
-        `release` makes the status `evaluated`, any other verdict `rejected`.
+        `release` makes the status `gated` (passed the gate), any other verdict `rejected`.
         """
         verdict = verdict_of(decision)
         if verdict is None:

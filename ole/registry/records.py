@@ -23,7 +23,7 @@ Key = tuple[str, int]
 """(bundle name, version): a registered version inside the registry."""
 Slot = tuple[str, str]
 """(channel, scope key): where a champion pointer lives."""
-Status = Literal["registered", "evaluated", "released", "canary", "active", "rejected", "rolled_back", "retired"]
+Status = Literal["registered", "evaluated", "gated", "released", "canary", "active", "rejected", "rolled_back", "retired"]
 EventKind = Literal["registration", "evaluation", "gate_decision", "release", "activation", "rollback", "stage"]
 EVENT_KINDS: tuple[str, ...] = get_args(EventKind)
 """Every event kind, in the order the CLI lists them."""

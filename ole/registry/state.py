@@ -171,7 +171,7 @@ def _apply(state: State, event: Event) -> None:
     elif event.kind == "evaluation" and base.get(key) == "registered":
         base[key] = "evaluated"
     elif event.kind == "gate_decision":
-        base[key] = "evaluated" if is_release(verdict_of(event.payload)) else "rejected"
+        base[key] = "gated" if is_release(verdict_of(event.payload)) else "rejected"
     elif event.kind == "release":
         base[key] = "released"
         state.pending[_slot(event)] = event

@@ -13,7 +13,7 @@ from evogym.report import svg_of
 from ole.report.records import EnvAnchors, RunCurve, Version
 
 STATUS_COLORS = {
-    "seed": "#9e9e9e", "registered": "#64b5f6", "evaluated": "#9575cd", "rejected": "#e53935",
+    "seed": "#9e9e9e", "registered": "#64b5f6", "evaluated": "#9575cd", "gated": "#5e35b1", "rejected": "#e53935",
     "released": "#fb8c00", "canary": "#fdd835", "active": "#43a047", "rolled_back": "#6d4c41", "retired": "#cfd8dc",
     "damaged": "#212121",
 }

@@ -12,7 +12,7 @@ from typing import ClassVar
 from ole.registry.records import Tenure
 from ole.verdicts import Verdict, is_release
 
-STATUSES = ("seed", "registered", "evaluated", "rejected", "released", "canary", "active", "rolled_back",
+STATUSES = ("seed", "registered", "evaluated", "gated", "rejected", "released", "canary", "active", "rolled_back",
             "retired", "damaged")
 """Display statuses, in legend order: the registry's statuses plus `seed` (a seed nothing has
 happened to yet) and `damaged` (its blob is missing or fails its hash check)."""

@@ -62,7 +62,7 @@ def test_a_hand_written_version_is_gated_recorded_and_released_within_its_eviden
     with Registry(here / "bundles") as reg:  # recorded as an engine's decision: one gate_decision event
         events = reg.events(kind="gate_decision")
         assert [e.ref for e in events] == ["coder@2"] and events[0].payload["verdict"] == "release"
-        assert reg.get("coder@2").status == "evaluated"
+        assert reg.get("coder@2").status == "gated"
     code, out, _ = ole(capsys, "release", "coder@2", "--reason", "gated by hand", "--json")
     assert code == 0 and json.loads(out)["scope"] == "hosts=builtin;envs=gym/acrobot,gym/pusher5;budget=32-32"
     # released, it serves those tasks: a gate against "what serves them" has nothing to judge

@@ -117,6 +117,7 @@ def test_status_lifecycle_release_activate_rollback(root):
         with pytest.raises(Conflict, match="rejected by the gate"):
             reg.release("coder@3", reason="try")
         reg.record_gate_decision("coder@2", {"accepted": True})
+        assert reg.get("coder@2").status == "gated"  # passed the gate; `evaluated` only says it has an evaluation
         reg.release("coder@2", reason="gate passed")
         assert reg.get("coder@2").status == "released" and reg.champion().ref == "coder@1"
         with pytest.raises(Conflict, match="already the release"):

@@ -67,7 +67,7 @@ def test_every_version_has_its_status_scope_and_page(built):
     page = (out / scoped.page).read_text()
     assert "families=curated;envs=gym/acrobot" in page and "env_families" in page
     assert data.version("coder@1").scope == "general"
-    for status in ("seed", "registered", "evaluated", "rejected", "released", "active", "rolled back", "retired"):
+    for status in ("seed", "registered", "evaluated", "gated", "rejected", "released", "active", "rolled back", "retired"):
         assert re.search(rf'data-legend="[a-z_]+"><span class="swatch"[^>]*></span>{status}<', index), status
 
 
