@@ -18,6 +18,7 @@ import json
 import signal
 import sys
 import traceback
+from types import FrameType
 
 from evogym.cliparser import Parser
 from ole.cli.common import add_global_options, emit
@@ -91,7 +92,7 @@ def build_parser(argv: list[str] | None = None) -> argparse.ArgumentParser:
     return parser
 
 
-def _terminate_as_interrupt(signum, frame) -> None:
+def _terminate_as_interrupt(signum: int, frame: FrameType | None) -> None:
     raise KeyboardInterrupt
 
 

@@ -41,6 +41,7 @@ import stat
 import sys
 import tempfile
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
 from ole.cli.common import (ListArg, Output, agent_command, check_model, check_proposer, leaf, noun, open_registry,
@@ -49,6 +50,12 @@ from ole.errors import OleError, ValidationError
 from ole.evolves import ONLINE_DEFAULTS
 from ole.trace import RunCondition, TaskSpec
 from ole.vocab import HOSTS
+
+if TYPE_CHECKING:
+    from ole.agents.base import AgentResult
+    from ole.evolve.config import EvolveConfig
+    from ole.evolve.online import OnlineConfig
+    from ole.trace import Iteration
 
 WORKSPACE_DIRS = ("system", "feedback")
 """Folders every run workspace has (evogym's `rundir.py` makes them before the agent starts); a
@@ -61,7 +68,7 @@ class AgentStopped(OleError):
     exit_code = 1
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole agent work`."""
     verbs = noun(subparsers, "agent", "run a host agent inside an external harness's workspace")
     p = leaf(verbs, "work", work, "work the task at $EVOPOLICYGYM_API with a host agent under a bundle",
@@ -219,7 +226,7 @@ def _containment(args: argparse.Namespace) -> dict:
         raise ValidationError(str(exc), hint="see `ole agent work --help`") from None
 
 
-def _stopped(result, log_dir: Path, lines: list[str]) -> AgentStopped:
+def _stopped(result: AgentResult, log_dir: Path, lines: list[str]) -> AgentStopped:
     """Why the agent stopped on an error, from what it left: its error file or extras, the command's
     exit, or its last progress line."""
     why = result.extras.get("error") if result.extras.get("error") != "agent_error.txt" else None
@@ -266,7 +273,7 @@ def work(args: argparse.Namespace) -> Output:
     (log_dir / "selection.json").write_text(selection.record().model_dump_json(indent=2) + "\n")
     iterations = log_dir / "iterations.jsonl"
 
-    def record(it) -> None:
+    def record(it: Iteration) -> None:
         with open(iterations, "a", encoding="utf-8") as f:
             f.write(it.model_dump_json() + "\n")
 
@@ -292,7 +299,7 @@ def _say(line: str) -> None:
     print(f"[ole online] {line}", file=sys.stderr, flush=True)
 
 
-def _stream_config(args: argparse.Namespace, condition: RunCondition):
+def _stream_config(args: argparse.Namespace, condition: RunCondition) -> tuple[EvolveConfig, OnlineConfig]:
     """EvolveConfig (gate suite, pools, seeds) and OnlineConfig from the flags; bad values exit 2."""
     import pydantic
 

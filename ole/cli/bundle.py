@@ -8,12 +8,17 @@ from __future__ import annotations
 import argparse
 import os
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from ole.cli.common import Output, inline, leaf, next_command, noun, open_registry, table
 from ole.errors import Conflict, OleError, ValidationError
 
+if TYPE_CHECKING:
+    from ole.bundle import Bundle
+    from ole.registry import Event, RegisteredBundle, Registry
 
-def register(subparsers) -> None:
+
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole bundle ...`."""
     from ole.bundle import EDGES
     verbs = noun(subparsers, "bundle", "validate, register and inspect bundles")
@@ -126,7 +131,7 @@ def first_champion(ref: str) -> str:
             "every task without any gate (register or import your seed first to gate this one against it)")
 
 
-def _needs_parent(registry, bundle, args: argparse.Namespace) -> None:
+def _needs_parent(registry: Registry, bundle: Bundle, args: argparse.Namespace) -> None:
     """A name with versions takes a new one only with its parent, or with --no-parent."""
     if args.parent or bundle.provenance.parents or args.no_parent or bundle.name not in registry.names():
         return
@@ -136,7 +141,7 @@ def _needs_parent(registry, bundle, args: argparse.Namespace) -> None:
                           "--no-parent to start a new root on purpose")
 
 
-def _same_provenance(existing, args: argparse.Namespace, bundle=None) -> None:
+def _same_provenance(existing: RegisteredBundle, args: argparse.Namespace, bundle: Bundle | None = None) -> None:
     """Identical content dedupes to the existing version, but never against flags, or parents the
     file itself names, that contradict it (a file claiming parents [99] was "already registered")."""
     prov = existing.bundle.provenance
@@ -181,7 +186,7 @@ def show(args: argparse.Namespace) -> Output:
     return Output(data, "\n".join(lines))
 
 
-def _scope_note(event) -> str:
+def _scope_note(event: Event) -> str:
     from ole.bundle import GENERAL_SCOPE
     scope = event.payload.get("scope") if event.kind != "registration" else None
     return f" scope {scope}" if scope and scope != GENERAL_SCOPE else ""
@@ -201,7 +206,7 @@ def diff(args: argparse.Namespace) -> Output:
     return Output(data, table(rows))
 
 
-def _side(registry, text: str):
+def _side(registry: Registry, text: str) -> tuple[str, Bundle]:
     """(label, bundle) of one side of a diff: an existing file is a draft bundle, anything else a version."""
     from ole.bundle import load_bundle_yaml
     path = Path(text)

@@ -12,14 +12,18 @@ and `champion show` says so); `ole rollback --scope S` on one scope only.
 from __future__ import annotations
 
 import argparse
+from typing import TYPE_CHECKING
 
 from ole.bundle import GENERAL_SCOPE, HOSTS, parse_scope
 from ole.cli.common import Output, inline, leaf, noun, open_registry, parse_time, table
 from ole.errors import NotFound, OleError, ValidationError
 from ole.registry import DEFAULT_CHANNEL
 
+if TYPE_CHECKING:
+    from ole.registry.records import Tenure
 
-def register(subparsers) -> None:
+
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole champion ...`, `ole release` and `ole rollback`."""
     verbs = noun(subparsers, "champion", "the active bundles of each channel and scope, and their history")
     p = leaf(verbs, "show", show, "a channel's champions and pending releases, or (--env) which bundle a task gets")
@@ -126,6 +130,7 @@ def _show_channel(args: argparse.Namespace) -> Output:
         text += f"\nstage: {general.stage}"
     if general.pending:
         event = state.target_event(args.channel)
+        assert event is not None, "a pending change has its release or rollback event"
         staged = event.kind == "release" and event.payload.get("exposure") is not None
         text += f"\npending {general.pending} ({event.kind} #{event.seq}: {inline(event.payload.get('reason', ''))}); " \
             + (f"staged: from the next task boundary it runs as a canary on {float(event.payload['exposure']):.0%} "
@@ -175,7 +180,7 @@ def history(args: argparse.Namespace) -> Output:
     return Output(data, f"{where}\n" + table(rows) + "\nevents:\n" + ("\n".join(log) or "  (none)") + more)
 
 
-def _why(tenure) -> str:
+def _why(tenure: Tenure) -> str:
     if tenure.cause in ("default", "inherited"):
         return "first registered seed (default champion)" if tenure.cause == "default" else "inherited from default"
     return f"{tenure.cause} #{tenure.cause_seq}: {inline(tenure.reason)}"

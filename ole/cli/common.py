@@ -11,15 +11,20 @@ import json
 import re
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from evogym import cliparser
 from ole.errors import ValidationError
 from ole.preflight import (check_could_write, check_llm_file, check_model, check_proposer,  # noqa: F401 - re-exported
                            check_task_names, check_writable)
+
+if TYPE_CHECKING:
+    from ole.gate import GateDecision
+    from ole.registry import Registry
 
 
 @dataclass(frozen=True)
@@ -55,7 +60,7 @@ def add_global_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
 
-def leaf(subparsers, name: str, handler: Callable[[argparse.Namespace], Output], help: str,
+def leaf(subparsers: argparse._SubParsersAction, name: str, handler: Callable[[argparse.Namespace], Output], help: str,
          description: str | None = None) -> argparse.ArgumentParser:
     """Add one verb: a parser with the common options whose handler is `handler`."""
     parser = subparsers.add_parser(name, help=help, description=description or handler.__doc__ or help,
@@ -65,7 +70,7 @@ def leaf(subparsers, name: str, handler: Callable[[argparse.Namespace], Output],
     return parser
 
 
-def noun(subparsers, name: str, help: str) -> argparse._SubParsersAction:
+def noun(subparsers: argparse._SubParsersAction, name: str, help: str) -> argparse._SubParsersAction:
     """Add a noun (`ole bundle ...`) and return the sub-parsers for its verbs; the noun alone
     (`ole bundle`) prints its help (`evogym.cliparser.noun`)."""
     return cliparser.noun(subparsers, name, help, dest="verb", handler=None)
@@ -88,22 +93,24 @@ class ListArg(argparse.Action):
     `(a, b)` (the three spellings older commands used stay accepted). `item` converts each value
     (`int` for pool seeds and budgets); a bad one is a one-line error naming the flag."""
 
-    def __init__(self, option_strings, dest, item=str, **kwargs) -> None:
+    def __init__(self, option_strings: Sequence[str], dest: str, item: Callable[[str], object] = str,
+                 **kwargs: Any) -> None:
         kwargs.setdefault("nargs", "+")
         super().__init__(option_strings, dest, **kwargs)
         self.item = item
 
-    def __call__(self, parser, namespace, values, option_string=None) -> None:
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace,
+                 values: str | Sequence[str] | None, option_string: str | None = None) -> None:
         seen = f"_{self.dest}_given"
         items = list(getattr(namespace, self.dest) or ()) if getattr(namespace, seen, False) else []
-        for value in values:
+        for value in [values] if isinstance(values, str) else values or ():
             for part in (p.strip() for p in value.split(",")):
                 if part:
                     items.append(self._convert(part, option_string))
         setattr(namespace, seen, True)
         setattr(namespace, self.dest, tuple(items))
 
-    def _convert(self, part: str, flag: str | None):
+    def _convert(self, part: str, flag: str | None) -> object:
         try:
             return self.item(part)
         except argparse.ArgumentTypeError as exc:
@@ -118,7 +125,7 @@ HARNESS_WORKSPACE = "EVOPOLICYGYM_WORKSPACE"
 """Set by a harness (`evogym run`, `evogym suite run`) for the agent it starts in a run's workspace."""
 
 
-def open_registry(args: argparse.Namespace, *, show_warnings: bool = True):
+def open_registry(args: argparse.Namespace, *, show_warnings: bool = True) -> Registry:
     """The registry at --root / $OLE_ROOT / the project's bundles/ / the per-user root (`ole.roots`;
     seeds are registered on first use).
 
@@ -234,7 +241,7 @@ def next_command(args: argparse.Namespace, *words: str) -> str:
     return shlex.join(["ole", *(["--root", str(root)] if root else []), *words])
 
 
-def decision_lines(d) -> list[str]:
+def decision_lines(d: GateDecision) -> list[str]:
     """A gate decision (`ole.gate.GateDecision`) for people: the verdict with its statistics, then
     each criterion (`ok` or what failed, measured vs required), what the pairs covered, the ablation."""
     from ole.gate import ci_text

@@ -18,8 +18,9 @@ from __future__ import annotations
 
 import argparse
 import sys
+from collections.abc import Iterable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, TextIO
 
 from ole.cli.common import ListArg, Output, agent_command, inline, leaf, seed_int, table
 from ole.errors import ValidationError
@@ -28,6 +29,7 @@ from ole.vocab import HOSTS
 if TYPE_CHECKING:
     from ole.api import EvolveResult
     from ole.cost import CostMeter
+    from ole.evolve.config import EvolveConfig
     from ole.evolves import EvolveSettings
 
 EXAMPLE = "ole evolve --mode offline --host command -- python my_agent.py"
@@ -35,7 +37,7 @@ LS_SEARCH = "runs"
 """Where `ole evolve ls` looks for workdirs by default (`ole evolve` writes `runs/evolve-MODE`)."""
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole evolve`."""
     from ole.evolve.config import DEFAULT_SUITE, DEFAULT_TRANSFER, EvolveConfig, Suite
     from ole.evolves import ONLINE_DEFAULTS
@@ -122,7 +124,7 @@ def register(subparsers) -> None:
                    help="the command agent's command line (with --host command), after `--`")
 
 
-def register_ls(subparsers) -> None:
+def register_ls(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole evolve ls` alone (what `ole evolve ls` loads: no engine import)."""
     from ole.cli.common import noun
     verbs = noun(subparsers, "evolve", "past evolves of this registry (`ole evolve --help` for evolving)")
@@ -131,7 +133,7 @@ def register_ls(subparsers) -> None:
                    help=f"a workdir, or a folder of workdirs, to look in (repeatable; default: {LS_SEARCH}/)")
 
 
-def _csv(values) -> str:
+def _csv(values: Iterable[object]) -> str:
     return ",".join(str(v) for v in values)
 
 
@@ -173,7 +175,7 @@ REPLACED_FLAGS = {"monitor": "--monitor", "rollback_tau": "--rollback-tau"}
 """Online flags of the fixed-threshold monitor, replaced by the gate config's `analysis` section."""
 
 
-def replaced_online_flags(group) -> None:
+def replaced_online_flags(group: argparse._ArgumentGroup) -> None:
     """Accept the old monitor flags only to refuse them with the next step (never silently ignored)."""
     for dest, flag in REPLACED_FLAGS.items():
         group.add_argument(flag, dest=dest, default=None, help=argparse.SUPPRESS)
@@ -189,7 +191,8 @@ def replaced_flags(args: argparse.Namespace) -> None:
                                    "and pass --gate-config FILE")
 
 
-def planned_envs(cfg, mode: str, tasks: int, every_k: int, monitor: int, max_pairs: int | None = None):
+def planned_envs(cfg: EvolveConfig, mode: str, tasks: int, every_k: int, monitor: int,
+                 max_pairs: int | None = None) -> list[tuple[str, int | None]]:
     """`ole.evolves.planned_runs`: one (env slug, budget) per planned run."""
     from ole.evolves import planned_runs
     return planned_runs(cfg, mode, tasks, every_k, monitor, max_pairs)
@@ -206,7 +209,7 @@ class _Progress:
     instead of stopping short). Without a terminal only the lines appear.
     """
 
-    def __init__(self, episodes: int | None = None, stream=None) -> None:
+    def __init__(self, episodes: int | None = None, stream: TextIO | None = None) -> None:
         from evogym.progress import Progress
         self.bar = Progress(episodes, "evolve", unit="episode", stream=stream) if episodes else None
         self.stream = stream

@@ -21,7 +21,7 @@ from ole.cli.common import ListArg, Output, agent_command, leaf, open_registry, 
 from ole.vocab import HOSTS
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole gate`."""
     p = leaf(subparsers, "gate", gate, "pair a registered version with a champion on unseen tasks and record the "
              "gate's decision", description=__doc__)

@@ -9,7 +9,7 @@ from ole.cli.common import Output, leaf, noun, open_registry
 from ole.errors import ValidationError
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole lineage ...`."""
     from ole.registry.lineage import FORMATS
     verbs = noun(subparsers, "lineage", "the version graph of bundles")

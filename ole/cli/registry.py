@@ -13,7 +13,7 @@ DEFAULT_TRACES = "traces"
 """The trace archive `ole run` and `ole evolve` write by default (relative to the current directory)."""
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole fsck` and `ole events`."""
     p = leaf(subparsers, "fsck", fsck, "check hashes, lineage and pointers; sweep orphans")
     p.add_argument("--no-repair", action="store_true", help="report only: sweep and quarantine nothing")

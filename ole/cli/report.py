@@ -24,7 +24,7 @@ GATE_WORKDIRS = "runs/gate"
 DEFAULT_OUT = "runs/report"
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole report`."""
     p = leaf(subparsers, "report", report, "write a static HTML report: lineage, gate decisions, runs",
              description=__doc__)

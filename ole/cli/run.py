@@ -31,7 +31,7 @@ PROFILES_HELP = "paper, bench, quick or strict"
 """The host profiles (`evogym.pools.PROFILES`, whose import is too slow for a parser: a test keeps them equal)."""
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole run`."""
     from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
     from ole.registry.records import DEFAULT_CHANNEL

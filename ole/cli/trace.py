@@ -6,7 +6,7 @@ import argparse
 from ole.cli.common import Output, leaf, noun, table
 
 
-def register(subparsers) -> None:
+def register(subparsers: argparse._SubParsersAction) -> None:
     """Add `ole trace ...`."""
     verbs = noun(subparsers, "trace", "verified run traces (task, bundle, history, outcome)")
     p = leaf(verbs, "ls", ls, "list archived traces")

@@ -8,7 +8,8 @@ from __future__ import annotations
 
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-
+from pathlib import Path
+from typing import TYPE_CHECKING
 
 from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole import evidence as evidence_mod
@@ -27,6 +28,11 @@ from ole.trace import Trace, TraceArchive
 from ole.transfer import TransferDecision
 
 from ole.evolve.config import EvolveConfig
+
+if TYPE_CHECKING:
+    from ole.executors import Executor
+    from ole.registry import Registry
+    from ole.registry.widening import WideningKind
 
 
 @dataclass
@@ -56,7 +62,7 @@ class Candidate:
 class Engine:
     """The shared chain; drivers call its steps in their own order."""
 
-    def __init__(self, registry, store: EvaluationStore, archive: TraceArchive, paired: PairedEvaluation,
+    def __init__(self, registry: Registry, store: EvaluationStore, archive: TraceArchive, paired: PairedEvaluation,
                  proposer: Proposer, gate: GateConfig, meter: CostMeter, *, channel: str = "default",
                  progress: Callable[[str], None] = print) -> None:
         self.registry, self.store, self.archive, self.paired = registry, store, archive, paired
@@ -256,7 +262,7 @@ class Engine:
                               lambda key: self.registry.release(ref, channel=self.channel, reason=reason, key=key,
                                                                 exposure=exposure, analysis=analysis))
 
-    def widen(self, ref: str, scope: str, reason: str, stage: str, *, kind: str = "transfer",
+    def widen(self, ref: str, scope: str, reason: str, stage: str, *, kind: WideningKind = "transfer",
               exposure: float | None = None, analysis: str | None = None) -> None:
         """Widen a released version into one more scope on its gate decision's evidence (once)."""
         from ole.coverage import decision_event
@@ -292,10 +298,10 @@ def on_result_counter(meter: CostMeter, progress: Callable[[str], None]) -> Call
     return on_result
 
 
-def run_fingerprint(*, registry, traces_root, cfg: EvolveConfig, evaluate: Callable, proposer: Proposer,
+def run_fingerprint(*, registry: Registry, traces_root: str | Path, cfg: EvolveConfig,
+                    evaluate: Callable[[EvalJob], Trace], proposer: Proposer,
                     gate: GateConfig, isolation: str, driver: dict | None = None) -> Fingerprint:
     """Everything that determines what a workspace's stored steps say (caps and workers do not)."""
-    from pathlib import Path
     return fingerprint({
         "evolve": cfg.model_dump(mode="json", exclude={"caps", "workers"}), "gate": gate.model_dump(mode="json"),
         "proposer": getattr(proposer, "name", type(proposer).__qualname__),
@@ -304,8 +310,9 @@ def run_fingerprint(*, registry, traces_root, cfg: EvolveConfig, evaluate: Calla
         "traces": str(Path(traces_root).resolve()), "packages": package_versions(), "source": source_digest()})
 
 
-def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: Callable[[EvalJob], Trace],
-                proposer: Proposer, gate: GateConfig, executor, isolation: str = DEFAULT_ISOLATION,
+def open_engine(*, registry: Registry, workdir: str | Path, traces_root: str | Path, cfg: EvolveConfig,
+                evaluate: Callable[[EvalJob], Trace], proposer: Proposer, gate: GateConfig, executor: Executor,
+                isolation: str = DEFAULT_ISOLATION,
                 progress: Callable[[str], None] = print, driver: dict | None = None,
                 execution: str = "fast") -> Engine:
     """Assemble the engine over a workspace folder (resume store and host runs live there).
@@ -314,8 +321,6 @@ def open_engine(*, registry, workdir, traces_root, cfg: EvolveConfig, evaluate: 
     own settings): a workspace made under another configuration is refused. `execution`
     (`ole.jobs.EXECUTIONS`) is not part of it: it changes how runs execute, never their results.
     """
-    from pathlib import Path
-
     from evogym.pools import profile
     workdir = Path(workdir)
     fp = run_fingerprint(registry=registry, traces_root=traces_root, cfg=cfg, evaluate=evaluate, proposer=proposer,

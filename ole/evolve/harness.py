@@ -21,14 +21,20 @@ from __future__ import annotations
 import json
 import time
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole.agents.client import HostClient, HostError
 from ole.errors import ValidationError
-from ole.evolve.online import EXTERNAL_PROFILE, OnlineEvolution
+from ole.evolve.online import EXTERNAL_PROFILE, OnlineConfig, OnlineEvolution
 from ole.runner import RunnerError, launch_agent, run_id_for, trace_from_run_json
 from ole.trace import Iteration, RunCondition, TaskSpec, Trace
+
+if TYPE_CHECKING:
+    from ole.evolve.config import EvolveConfig
+    from ole.gate import GateConfig
+    from ole.proposers import Proposer
+    from ole.registry import Registry
 
 RUN_JSON_WAIT_S = 60.0
 """After the host reports the run finalized, how long to wait for its run.json to appear."""
@@ -119,7 +125,8 @@ def work_task(evo: OnlineEvolution, *, url: str, workspace: Path, condition: Run
     return trace
 
 
-def open_stream(*, registry, workdir: Path, cfg, online, gate, proposer, isolation: str = DEFAULT_ISOLATION,
+def open_stream(*, registry: Registry, workdir: Path, cfg: EvolveConfig, online: OnlineConfig, gate: GateConfig,
+                proposer: Proposer, isolation: str = DEFAULT_ISOLATION,
                 progress: Callable[[str], None] = lambda line: None) -> OnlineEvolution:
     """The online engine over a stream workspace shared by every task of the harness.
 

@@ -32,6 +32,7 @@ from dataclasses import dataclass, field
 from ole.ablation import Ablation
 from ole.bundle import Bundle
 from ole.chosen import ChosenVersion
+from ole.evidence import EvidenceItem
 from ole.evolve.config import EvolveConfig
 from ole.evolve.engine import Candidate, Engine
 from ole.evolve import scoping
@@ -39,6 +40,7 @@ from ole.evolve.ablate import ablate
 from ole.evolve.store import step
 from ole.gate import GateConfig, GateDecision, holds_tail_and_cost
 from ole.paired import Instance, Objectives, env_family, eval_key, instance_key
+from ole.trace import Trace
 from ole.verdicts import is_release
 
 
@@ -165,26 +167,26 @@ class OfflineEvolution:
         self.search: list[Instance] = cfg.suite.instances(cfg.search_pools, cfg.agent_seeds)
         self.gate_looks: list[list[Instance]] = cfg.gate_looks()
         self.report = OfflineReport(champion=champion_ref)
-        self.traces_by_ref: dict[str, list] = {}
+        self.traces_by_ref: dict[str, list[Trace]] = {}
         self.finished: list[Candidate] = []
 
     @property
     def gate_set(self) -> list[Instance]:
         return [i for look in self.gate_looks for i in look]
 
-    def seen_keys(self, traces) -> set[str]:
+    def seen_keys(self, traces: Sequence[Trace]) -> set[str]:
         return {instance_key(p[0], p[1]) for p in self.search} | {instance_key(t.task, t.condition) for t in traces}
 
-    def _evidence_traces(self):
+    def _evidence_traces(self) -> list[Trace]:
         gate_keys = {instance_key(*i) for i in self.gate_set}
-        prefer = {}
+        prefer: dict[str, str] = {}
         for inst in self.search:
             hit = self.e.store.get(eval_key(self.champ.content_hash, *inst))
             if hit is not None:
                 prefer[instance_key(*inst)] = hit[0].trace_id
         return self.e.champion_traces(self.champ.bundle, gate_keys, prefer)
 
-    def bootstrap(self):
+    def bootstrap(self) -> list[Trace]:
         traces = self._evidence_traces()
         if traces:
             self.e.progress(f"archive: {len(traces)} verified traces of {self.champ.ref} (gate instances excluded)")
@@ -196,14 +198,14 @@ class OfflineEvolution:
         return self._evidence_traces()
 
     # ----- proposals -------------------------------------------------------------------------
-    def _parent_evidence(self, parent: ChosenVersion, champion_evidence):
+    def _parent_evidence(self, parent: ChosenVersion, champion_evidence: list[EvidenceItem]) -> list[EvidenceItem]:
         """Evidence for mutating a parent: from its own search traces when it has some."""
         if parent.ref == self.champ.ref:
             return champion_evidence
         traces = self.e.traces_of(parent.bundle, {instance_key(*i) for i in self.search})
         return self.e.evidence(traces, quiet=True) if traces else champion_evidence
 
-    def _next_generation(self, g: int, retained: list[Candidate], ev) -> list[Candidate]:
+    def _next_generation(self, g: int, retained: list[Candidate], ev: list[EvidenceItem]) -> list[Candidate]:
         rng = random.Random(f"{self.cfg.seed}|gen{g}")
         parents = [self.champ] + [c.chosen for c in retained]
         n_rec = min(self.cfg.recombinations, self.cfg.population) if len(parents) >= 3 and g > 1 else 0
@@ -252,7 +254,7 @@ class OfflineEvolution:
             alive = promoted
         return alive
 
-    def search_generations(self, ev) -> list[Candidate]:
+    def search_generations(self, ev: list[EvidenceItem]) -> list[Candidate]:
         retained: list[Candidate] = []
         for g in range(1, self.cfg.generations + 1):
             self.e.progress(f"generation {g}/{self.cfg.generations}: proposing {self.cfg.population} candidates")
@@ -281,7 +283,7 @@ class OfflineEvolution:
         return self.report
 
     # ----- scopes, ablation, gates -------------------------------------------------------------
-    def feasible(self, cand: Candidate, envs) -> bool:
+    def feasible(self, cand: Candidate, envs: Sequence[str]) -> bool:
         """Would the candidate's search pairs on these envs pass the gate's tail and cost criteria?"""
         return scoping.holds_tail_and_cost(self.e, cand, envs)
 
@@ -298,7 +300,7 @@ class OfflineEvolution:
         for plan in plans:
             self.gate_scope(plan, seen)
 
-    def incumbents(self, envs) -> dict[str, str]:
+    def incumbents(self, envs: Sequence[str]) -> dict[str, str]:
         """Per env, the bundle its gate tasks are routed to now when that is not this run's champion.
 
         A scope champion released by an earlier run already serves those tasks: a candidate
@@ -306,7 +308,7 @@ class OfflineEvolution:
         so such envs are left out of this run's scopes (evolve that scope's champion instead).
         """
         from ole.registry.scopes import context_for
-        out = {}
+        out: dict[str, str] = {}
         for env in envs:
             for budget in self.cfg.gate_budgets:
                 task, cond = self.cfg.suite.instances(self.cfg.gate_pools[:1], self.cfg.agent_seeds[:1], budget)[0]

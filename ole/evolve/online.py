@@ -38,6 +38,7 @@ import time
 import uuid
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -45,7 +46,7 @@ from ole.bundle import GENERAL_SCOPE, TaskContext
 from ole.chosen import ChosenVersion, chosen_by
 from ole.errors import ValidationError
 from ole.evolve.config import EvolveConfig
-from ole.evolve.engine import Engine
+from ole.evolve.engine import Candidate, Engine
 from ole.evolve import scoping
 from ole.evolve.ablate import ablate
 from ole.evolve.store import Step, step
@@ -65,6 +66,9 @@ from ole.evolves import ONLINE_DEFAULTS
 from ole.registry import DB_FILE
 from ole.trace import RunCondition, SelectionRecord, TaskSpec, Trace
 from ole.verdicts import is_release
+
+if TYPE_CHECKING:
+    from ole.registry import Event, RegisteredBundle
 
 EXTERNAL_PROFILE = "external"
 """TaskSpec profile of a harness task OLE cannot rerun (unknown profile or pools): never monitored."""
@@ -183,7 +187,9 @@ class OnlineEvolution:
     def finish(self) -> str:
         """Final task boundary: whatever is pending (a late rollback) takes effect; returns the general champion."""
         before = self._active
-        self._active = self.e.registry.activate_pending(self.e.channel).ref
+        active = self.e.registry.activate_pending(self.e.channel)
+        assert active is not None, "the stream's channel has a general champion (its tasks were routed from it)"
+        self._active = active.ref
         if before is not None and self._active != before:
             self.events.activations.append((self.index, self._active))
         return self._active
@@ -255,7 +261,7 @@ class OnlineEvolution:
         self.in_flight = Assignment(index, task, cond, routed, activation, scope)
         return self.in_flight
 
-    def _canary_for(self, ctx: TaskContext):
+    def _canary_for(self, ctx: TaskContext) -> Event | None:
         """The `stage` event of the most specific canary on the channel whose scope admits the task."""
         from ole.bundle import parse_scope
         from ole.registry.scopes import rank
@@ -352,7 +358,7 @@ class OnlineEvolution:
         if result.decision == "hold":
             self.e.progress(f"canary {ref} ({scope}): hold — {result.reason}")
             return
-        staged = "promoted" if result.decision == "promote" else "rolled_back"
+        staged: Literal["promoted", "rolled_back"] = "promoted" if result.decision == "promote" else "rolled_back"
         monitor = result.model_dump(mode="json")
         self.e.store.commit(step("stage", canary), {"stage": staged, **monitor},
                             lambda key: self.e.registry.stage(self.e.channel, scope, staged,
@@ -417,7 +423,7 @@ class OnlineEvolution:
             out.update(self._scoped_round(r, champion, cand, seen))
         return out
 
-    def tried_detectors(self, champ) -> set[str]:
+    def tried_detectors(self, champ: RegisteredBundle) -> set[str]:
         """Detectors whose evidence an earlier online challenger of this champion already acted on.
 
         A round has one challenger; re-drawing from evidence a gate already judged (the same
@@ -447,7 +453,7 @@ class OnlineEvolution:
         looks = [[i for i in self.cfg.gate_instances(c) if i[0].env in envs] for c in chunks if c]
         return [look for look in looks if look]
 
-    def _scoped_round(self, r: int, champion: ChosenVersion, cand, seen: set[str]) -> dict:
+    def _scoped_round(self, r: int, champion: ChosenVersion, cand: Candidate, seen: set[str]) -> dict:
         """The round's challenger did not pass as a whole: where its gate pairs gained (a scope
         plan over those pairs), ablate it on them, register it as a specialization for those env
         ids and gate that on the scope pools only (the pairs that chose the scope never judge it)."""

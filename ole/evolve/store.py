@@ -137,7 +137,7 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def _flatten(doc, prefix: str = "") -> dict[str, object]:
+def _flatten(doc: object, prefix: str = "") -> dict[str, object]:
     if isinstance(doc, dict):
         out: dict[str, object] = {}
         for k, v in doc.items():

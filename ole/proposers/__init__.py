@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Sequence
-from typing import Final, Literal
+from typing import Final, Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict
 
@@ -58,6 +58,14 @@ class Proposal(BaseModel):
         return self.bundle is not None
 
 
+class ProposalCost(TypedDict, total=False):
+    """What a proposal spent, as `Proposal` records it (an LLM proposer's call; none for the others)."""
+
+    llm_request: str | None
+    tokens: int
+    usd: float
+
+
 Parent = ChosenVersion
 """A registered bundle a proposer may derive from: a chosen version (its ref and bundle), the same
 value the driver evaluates and gates."""
@@ -81,14 +89,15 @@ def child_bundle(parents: Sequence[Parent], policy: dict, *, edge: Edge, evidenc
     return bundle_from_data(base, source=f"{proposer} proposal")
 
 
-def accepted(proposer: str, edge: Edge, parents: Sequence[Parent], bundle: Bundle, **kw) -> Proposal:
+def accepted(proposer: str, edge: Edge, parents: Sequence[Parent], bundle: Bundle,
+             **kw: Unpack[ProposalCost]) -> Proposal:
     return Proposal(proposer=proposer, edge=edge, parents=tuple(p.ref for p in parents),
                     evidence_ids=bundle.provenance.evidence_ids, bundle=bundle,
                     note=bundle.provenance.note, **kw)
 
 
 def rejected(proposer: str, edge: Edge, parents: Sequence[Parent], reason: str,
-             evidence_ids: Sequence[str] = (), **kw) -> Proposal:
+             evidence_ids: Sequence[str] = (), **kw: Unpack[ProposalCost]) -> Proposal:
     return Proposal(proposer=proposer, edge=edge, parents=tuple(p.ref for p in parents),
                     evidence_ids=tuple(evidence_ids), bundle=None, rejection=reason[:2000], **kw)
 

@@ -15,8 +15,9 @@ an already-scored policy is told that policy's value at once.
 from __future__ import annotations
 
 import random
-from typing import Any
 from collections.abc import Sequence
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 from ole.bundle import Bundle
 from ole.errors import OleError, ValidationError
@@ -24,6 +25,9 @@ from ole.evidence import EvidenceItem
 from ole.paired import Objectives
 from ole.proposers import Edge, Parent, Proposal, Proposer, accepted, child_bundle, rejected
 from ole.proposers import space
+
+if TYPE_CHECKING:
+    from optuna.distributions import BaseDistribution
 
 
 def _bundle(name: str, parent: Parent, policy: dict, edge: Edge, generation: int, note: str) -> Bundle:
@@ -54,7 +58,7 @@ class RandomProposer(Proposer):
         return self.mutate(a, evidence, edge="offline_mutation", generation=generation, seed=seed)
 
 
-def _require_optuna():
+def _require_optuna() -> ModuleType:
     try:
         import optuna
     except ImportError:
@@ -64,7 +68,7 @@ def _require_optuna():
     return optuna
 
 
-def _encode(d: space.Dim):
+def _encode(d: space.Dim) -> BaseDistribution:
     """The optuna distribution of one dimension (tuples as comma-joined strings)."""
     from optuna.distributions import CategoricalDistribution, FloatDistribution, IntDistribution
     if d.kind in ("categorical", "bool"):
@@ -80,10 +84,14 @@ def _encode(d: space.Dim):
     return FloatDistribution(low, high, log=d.log)
 
 
-def _decode(d: space.Dim, value):
+def _decode(d: space.Dim, value: bool | int | float | str) -> space.Value:
+    """An optuna parameter in the policy's terms: a tuple choice from its comma-joined string, a number
+    clipped to the schema bounds (the log offset taken off)."""
     if d.kind in ("categorical",) and d.choices and isinstance(d.choices[0], tuple):
+        assert isinstance(value, str), f"tuple dimension {d.path} is sampled as a comma-joined string"
         return tuple(value.split(","))
     if d.kind in ("int", "float"):
+        assert not isinstance(value, str), f"numeric dimension {d.path} is sampled as a number"
         return space._clip(d, value - space.log_offset(d))
     return value
 

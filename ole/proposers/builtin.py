@@ -52,7 +52,8 @@ def fields() -> tuple[str, ...]:
                  if f"{c}.{f}" not in NOT_SEARCHED)
 
 
-def _numeric(value, direction: str, component: str, field: str, factor: float | None = None):
+def _numeric(value: int | float, direction: str, component: str, field: str,
+             factor: float | None = None) -> int | float:
     """`up`/`down` by STEP_FACTOR, or times `factor`; bools flip; clipped to the schema bounds."""
     low, high, strict = space.bounds(space.field_info(component, field))
     if isinstance(value, bool):
@@ -74,7 +75,7 @@ def _numeric(value, direction: str, component: str, field: str, factor: float | 
     return new
 
 
-def _parse_value(text: str):
+def _parse_value(text: str) -> bool | int | float | str:
     lowered = text.lower()
     if lowered in ("true", "false"):
         return lowered == "true"
@@ -88,7 +89,7 @@ def _parse_value(text: str):
         return text
 
 
-def _coerce(value, current):
+def _coerce(value: bool | int | float | str, current: object) -> bool | int | float | str:
     """A hint's value in the field's type (`=0` on a float field is 0.0; ints stay ints)."""
     if isinstance(current, float) and isinstance(value, int) and not isinstance(value, bool):
         return float(value)
@@ -100,7 +101,8 @@ def apply_hint(policy: dict, hint: str) -> str:
 
     A list field takes a comma-separated value (`planning.phases=synthesis,tuning`).
 
-    Raises `ValidationError` for a hint outside that grammar or naming an unknown field.
+    Raises `ValidationError` for a hint outside that grammar, naming an unknown field, or moving a
+    field that holds no number by `up`/`down`/`xF`.
     """
     path, op, raw = (hint.partition("=") if "=" in hint else hint.rpartition(":"))
     factor = None
@@ -118,8 +120,11 @@ def apply_hint(policy: dict, hint: str) -> str:
     old = policy[component][field]
     if op == "=":
         new = [v for v in raw.split(",") if v] if isinstance(old, list) else _coerce(_parse_value(raw), old)
-    else:
+    elif isinstance(old, (int, float)):
         new = _numeric(old, raw, component, field, factor)
+    else:
+        raise ValidationError(f"bad hint {hint!r}: {path} holds {old!r}, not a number to move up, down or by a factor",
+                              hint=f"set it instead: {path}=VALUE")
     policy[component][field] = new
     return f"{path}: {old!r} -> {new!r}"
 

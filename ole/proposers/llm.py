@@ -11,13 +11,17 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from ole.bundle import dump_bundle_yaml
 from ole.errors import OleError, ValidationError
 from ole.evidence import EvidenceItem
 from ole.loop_policy import LoopPolicy
-from ole.proposers import Edge, Parent, Proposal, Proposer, accepted, child_bundle, rejected
+from ole.proposers import Edge, Parent, Proposal, ProposalCost, Proposer, accepted, child_bundle, rejected
 from ole.yamlio import load_yaml
+
+if TYPE_CHECKING:
+    from ole.llm import LLMClient
 
 MAX_EVIDENCE = 12
 """Evidence items shown to the model (largest |δ| first): keeps the prompt bounded."""
@@ -66,7 +70,7 @@ def parse_reply(text: str, known_ids: set[str]) -> tuple[dict, tuple[str, ...], 
 class LLMProposer(Proposer):
     """Candidate bundles written by a language model through `ole.llm.LLMClient`."""
 
-    def __init__(self, client) -> None:
+    def __init__(self, client: LLMClient) -> None:
         self.client = client
         self.name = f"llm:{client.model}"
 
@@ -77,7 +81,7 @@ class LLMProposer(Proposer):
             comp = self.client.complete(messages, temperature=0.7, seed=seed)
         except OleError as exc:
             return rejected(self.name, edge, [parent], f"LLM call failed: {exc}")
-        cost = {"llm_request": comp.request_hash, "tokens": comp.tokens, "usd": comp.usd}
+        cost: ProposalCost = {"llm_request": comp.request_hash, "tokens": comp.tokens, "usd": comp.usd}
         try:
             policy, ids, note = parse_reply(comp.text, {e.evidence_id for e in evidence})
             bundle = child_bundle([parent], policy, edge=edge, evidence_ids=ids, generation=generation,

@@ -17,7 +17,7 @@ import math
 import random
 import typing
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal, TypeAlias
 
 from pydantic.fields import FieldInfo
 
@@ -34,6 +34,10 @@ READ_BY = {"builtin": lambda path: path not in LLM_ONLY, "llm": lambda path: Tru
 
 Kind = Literal["categorical", "int", "float", "bool", "include"]
 
+Value: TypeAlias = bool | int | float | str | tuple[str, ...]
+"""One dimension's value: a choice (a `Literal` string, a bool, a tuple of `planning.phases`), a
+number, or an include switch (a bool)."""
+
 
 @dataclass(frozen=True)
 class Dim:
@@ -42,7 +46,7 @@ class Dim:
     path: str
     """`component.field`, or `observation.summary_fields:<name>` for one include switch."""
     kind: Kind
-    choices: tuple = ()
+    choices: tuple[Value, ...] = ()
     """Categorical values (tuples for `planning.phases`)."""
     low: float | None = None
     high: float | None = None
@@ -123,7 +127,7 @@ def _sample_numeric(d: Dim, rng: random.Random) -> float:
     return _clip(d, value)
 
 
-def _clip(d: Dim, value: float):
+def _clip(d: Dim, value: float) -> int | float:
     """Round ints, keep the value inside the schema bounds (strictly above a `gt` bound)."""
     if d.low is not None:
         value = max(value, d.low + (1e-3 if d.strict_low else 0.0))
@@ -132,7 +136,7 @@ def _clip(d: Dim, value: float):
     return int(round(value)) if d.kind == "int" else round(float(value), 4)
 
 
-def sample_value(d: Dim, rng: random.Random):
+def sample_value(d: Dim, rng: random.Random) -> Value:
     """A uniform draw from one dimension (log-uniform on log dimensions)."""
     if d.kind in ("categorical", "bool"):
         return rng.choice(d.choices)
@@ -141,7 +145,7 @@ def sample_value(d: Dim, rng: random.Random):
     return _sample_numeric(d, rng)
 
 
-def perturb_value(d: Dim, current, rng: random.Random, scale: float = 1.0):
+def perturb_value(d: Dim, current: Value, rng: random.Random, scale: float = 1.0) -> Value:
     """A local move: another choice, a flipped switch, or a multiplicative (log) / additive step.
 
     `scale` widens numeric steps: the log-step's spread is 0.7·scale (a factor of about 2 at
@@ -152,6 +156,7 @@ def perturb_value(d: Dim, current, rng: random.Random, scale: float = 1.0):
         return rng.choice(others) if others else current
     if d.kind == "include":
         return not current
+    assert isinstance(current, (int, float)), f"numeric dimension {d.path} holds {current!r}"
     if d.log or d.kind == "int":
         base = max(float(current), 1.0 if d.kind == "int" else 1e-3)
         factor = math.exp(rng.gauss(0.0, 0.7 * scale))
@@ -163,7 +168,7 @@ def perturb_value(d: Dim, current, rng: random.Random, scale: float = 1.0):
     return _clip(d, float(current) + rng.gauss(0.0, 0.25 * span * scale))
 
 
-def get(policy: dict, d: Dim):
+def get(policy: dict, d: Dim) -> Value:
     comp, name = d.field.split(".")
     value = policy[comp][name]
     if d.kind == "include":
@@ -171,7 +176,7 @@ def get(policy: dict, d: Dim):
     return tuple(value) if isinstance(value, list) else value
 
 
-def put(policy: dict, d: Dim, value: Any) -> None:
+def put(policy: dict, d: Dim, value: Value) -> None:
     """Set one dimension in a policy dict (JSON form), keeping include lists in schema order."""
     comp, name = d.field.split(".")
     if d.kind == "include":
