@@ -39,9 +39,7 @@ MAX_TRIES = 8
 NAME = "builtin"
 
 
-NOT_SEARCHED = ("budget.reference_episodes",)
-"""Fields no proposal moves: the budget the run-length counts are stated for is set by the engine
-to the search budget whenever a proposal moves one of them (`ole.proposers.space.anchor_run_lengths`)."""
+NOT_SEARCHED = space.NOT_SEARCHED
 
 
 @functools.cache
@@ -120,7 +118,7 @@ def apply_hint(policy: dict, hint: str) -> str:
     old = policy[component][field]
     if op == "=":
         new = [v for v in raw.split(",") if v] if isinstance(old, list) else _coerce(_parse_value(raw), old)
-    elif isinstance(old, (int, float)):
+    elif isinstance(old, (int, float)) and not isinstance(old, bool):  # a bool is an int to Python, not to a hint
         new = _numeric(old, raw, component, field, factor)
     else:
         raise ValidationError(f"bad hint {hint!r}: {path} holds {old!r}, not a number to move up, down or by a factor",

@@ -32,6 +32,14 @@ LLM_ONLY = ("budget.max_llm_calls", "budget.max_tokens", "budget.max_usd")
 READ_BY = {"builtin": lambda path: path not in LLM_ONLY, "llm": lambda path: True, "command": lambda path: True}
 """Which fields each host agent reads (every field moves the LLM and command agents)."""
 
+NOT_SEARCHED = ("budget.reference_episodes", "recovery.max_rejects", "stopping.best_last")
+"""Fields no proposer moves. `budget.reference_episodes`: the budget the run-length counts are stated
+for is set by the engine to the search budget whenever a proposal moves one of them
+(`anchor_run_lengths`). `recovery.max_rejects`: a guard against a host that refuses well-formed
+submits, not a way to score better. `stopping.best_last`: the agents' behaviour before it became a
+field (the built-in agent's always), kept out of the search so that adding it left every seeded
+proposal, and so `make evolve`'s decisions, unchanged; a search over it is a separate change."""
+
 Kind = Literal["categorical", "int", "float", "bool", "include"]
 
 Value: TypeAlias = bool | int | float | str | tuple[str, ...]
@@ -86,7 +94,7 @@ def dims(host: str = "builtin") -> tuple[Dim, ...]:
     for comp in COMPONENTS:
         for name, info in type(getattr(LoopPolicy(), comp)).model_fields.items():
             path = f"{comp}.{name}"
-            if not reads(path):
+            if not reads(path) or path in NOT_SEARCHED:
                 continue
             ann = info.annotation
             origin, args = typing.get_origin(ann), typing.get_args(ann)

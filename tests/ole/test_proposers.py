@@ -147,6 +147,7 @@ def test_llm_proposals_replay_from_the_recorded_log(tmp_path):
 import json  # noqa: E402
 
 from ole.proposers import space  # noqa: E402
+from ole.errors import ValidationError  # noqa: E402
 from ole.proposers.builtin import apply_hint  # noqa: E402
 
 
@@ -157,6 +158,10 @@ def test_hint_grammar_has_factors_and_typed_targets():
     assert p["budget"]["confirmation_fraction"] == 0.0 and isinstance(p["budget"]["confirmation_fraction"], float)
     for bad in ("action.population:x-1", "action.population:xfoo", "action.population:sideways"):
         with pytest.raises(Exception, match="bad hint"):
+            apply_hint(p, bad)
+    # moving a field that holds no number is a recorded rejection (ValidationError), never a crash
+    for bad in ("stopping.mode:up", "planning.phases:x2", "stopping.best_last:down"):
+        with pytest.raises(ValidationError, match="bad hint"):
             apply_hint(p, bad)
 
 
