@@ -43,7 +43,10 @@ MAX_JOBS = 8
 
 
 @dataclass(frozen=True)
-class Candidate:
+class Checkpoint:
+    """A submitted checkpoint that may be evaluated on the hidden pool: its submit index, code tree
+    hash and episode cost."""
+
     index: int
     tree_hash: str
     cost: int
@@ -125,7 +128,7 @@ def _failed(exc: BaseException) -> BatchResult:
                                   message=f"hidden evaluation failed: {type(exc).__name__}: {exc}"[:2000]), [])
 
 
-def candidates(run, charged: bool = False) -> list[Candidate]:
+def candidates(run, charged: bool = False) -> list[Checkpoint]:
     """The ok submits with their checkpoints, in order; `charged`: every submit that ran
     (counted episodes), failed ones too (those an agent may name at a v3 finish, as upstream)."""
     out = []
@@ -134,7 +137,7 @@ def candidates(run, charged: bool = False) -> list[Candidate]:
             name = run.submit_name(summary["submit_index"])
             try:
                 metrics = json.loads((run.checkpoints / name / "metrics.json").read_text())
-                out.append(Candidate(summary["submit_index"], str(metrics["tree_hash"]), int(summary["n_episodes"])))
+                out.append(Checkpoint(summary["submit_index"], str(metrics["tree_hash"]), int(summary["n_episodes"])))
             except (OSError, ValueError, KeyError, TypeError) as exc:
                 run.event("finalize.skipped", folder=name, reason=f"checkpoint metrics: {type(exc).__name__}: {exc}"[:500])
     return out
@@ -147,7 +150,7 @@ def select(scores: dict[int, tuple[float, int]], named: tuple[int, ...] | None =
     return max(scores, key=lambda i: (scores[i][0], -scores[i][1], rank[i]))
 
 
-def shortlist(cands: list[Candidate], named: tuple[int, ...] | None, limit: int | None) -> list[Candidate]:
+def shortlist(cands: list[Checkpoint], named: tuple[int, ...] | None, limit: int | None) -> list[Checkpoint]:
     """The candidates hidden validation compares: those the agent named (in its order), else the
     latest `limit` ok submits, else every ok submit."""
     if named:
@@ -171,7 +174,7 @@ def finalize(host, progress: Callable[[str], None] = lambda s: None) -> dict:
     flush_syncs()  # every feedback file is on disk before the run is scored
     named = host.named_candidates
     cands = shortlist(candidates(run, charged=bool(named)), named, config.max_candidates)
-    groups: dict[str, list[Candidate]] = {}
+    groups: dict[str, list[Checkpoint]] = {}
     for c in cands:
         groups.setdefault(c.tree_hash, []).append(c)
     workers = _jobs(config.finalize_jobs)

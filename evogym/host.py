@@ -15,7 +15,7 @@ from evogym import PROTOCOL_VERSION, briefs, envs, pools, sandbox
 from evogym.errors import ConfigError, SandboxUnavailable
 from evogym.evalcache import EvalCache
 from evogym.sandbox.isolation import DEFAULT_ISOLATION, ISOLATIONS
-from evogym.finalize import Candidate, candidates as candidates_of, error_doc, finalize
+from evogym.finalize import Checkpoint, candidates as candidates_of, error_doc, finalize
 from evogym.judge import DENIED_IMPORTS, Judge, public_env_meta
 from evogym.program import seed_workspace
 from evogym.recording import Formatter
@@ -232,7 +232,7 @@ class Host:
             self.judge.close_spare()
             self.done.set()
 
-    def hidden_job(self, cand: Candidate, seeds: list[int]) -> EpisodeJob:
+    def hidden_job(self, cand: Checkpoint, seeds: list[int]) -> EpisodeJob:
         ckpt = self.run.checkpoints / self.run.submit_name(cand.index)
         meta = self.judge.policy_env_meta(cand.index, cand.cost, 0)
         return EpisodeJob(self.config.env, str(ckpt), tuple(seeds), meta, self.config.limits,

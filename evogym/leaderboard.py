@@ -27,7 +27,7 @@ FAMILIES = {
 PAPER_ENTRANTS = (*AGENTS, RANDOM)
 
 
-def family_of(slug: str) -> str:
+def leaderboard_family(slug: str) -> str:
     return next((f for f, slugs in FAMILIES.items() if slug in slugs), "other")
 
 
@@ -46,7 +46,7 @@ def build(results: dict[str, float | None], name: str = "ours") -> dict:
     scores: dict[str, list[float]] = {e: [] for e in (name, *PAPER_ENTRANTS)}
     for slug, ours in results.items():
         paper = PAPER_ROWS.get(slug)
-        row: dict[str, Any] = {"env": slug, "family": family_of(slug), name: ours, "paper": paper}
+        row: dict[str, Any] = {"env": slug, "family": leaderboard_family(slug), name: ours, "paper": paper}
         if paper is not None and ours is not None:
             s = rank_scores({name: ours, **paper})
             row["rank_score"] = s
@@ -152,7 +152,7 @@ def _environment(slug: str, order: int, config_id: str) -> dict:
         title = envs.resolve(slug).title
     except Exception:  # noqa: BLE001 - an env not installed here still gets its row, under its id
         title = slug
-    return {"id": slug, "display": title, "category": CATEGORIES[family_of(slug)], "order": order,
+    return {"id": slug, "display": title, "category": CATEGORIES[leaderboard_family(slug)], "order": order,
             "primary_metric": PRIMARY_METRIC, "score_direction": "maximize",
             "configuration_ids": [config_id], "default_configuration_id": config_id,
             "summary": {"en": f"{title}, ranked by mean held-out return.",

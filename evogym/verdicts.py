@@ -42,10 +42,10 @@ EPISODE_CATEGORY: dict[str, str] = {
 }
 """Fatal call category during an episode -> the episode's category (the episode ends there)."""
 
-Verdict = Literal["ok", "budget_invalid", "invalid_env_instance", "missing_policy", "denied_import",
+SubmitVerdict = Literal["ok", "budget_invalid", "invalid_env_instance", "missing_policy", "denied_import",
                   "import_error", "init_timeout", "init_error", "oom", "rollout_timeout",
                   "host_interrupted"]
-VERDICTS: tuple[str, ...] = get_args(Verdict)
+VERDICTS: tuple[str, ...] = get_args(SubmitVerdict)
 
 REJECTED: frozenset[str] = frozenset({"budget_invalid", "invalid_env_instance"})
 """Phase-1 verdicts: free, no checkpoint (as the reference's `Verdict.rejected`)."""

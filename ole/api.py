@@ -27,7 +27,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ole.errors import ValidationError
 from ole.evolves import EvolveSettings
-from ole.vocab import Host
+from ole.vocab import HostKind
 
 if TYPE_CHECKING:
     from ole.cost import CostEstimate
@@ -67,7 +67,7 @@ def _opened(registry: Any) -> Iterator["Registry"]:
 
 # ----- one task ---------------------------------------------------------------------------------
 
-def run(task: "str | TaskSpec", *, bundle: str | None = None, agent: Host = "builtin",
+def run(task: "str | TaskSpec", *, bundle: str | None = None, agent: HostKind = "builtin",
         condition: "RunCondition | None" = None, seed: int = 0, model: str | None = None,
         command: Sequence[str] | None = None, profile: str = "quick", budget: int | None = None, pool_seed: int = 0,
         channel: str = "default", force: bool = False, root: str | Path | None = None,
@@ -387,7 +387,7 @@ def stream(settings: EvolveSettings | None = None, *, registry: Any = None, gate
 def judge(challenger: str, *, vs: str | None = None, envs: Sequence[str] | None = None,
          budgets: Sequence[int] | None = None, pools: Sequence[int] | None = None,
          extra_pools: Sequence[int] | None = None, agent_seeds: Sequence[int] = (0,),
-         host: Host = "builtin", model: str | None = None,
+         host: HostKind = "builtin", model: str | None = None,
          command: Sequence[str] | None = None, profile: str = "quick", gate_config: "GateConfig | str | Path | None" = None,
          channel: str = "default", registry: Any = None, workdir: str | Path | None = None,
          traces: str | Path = "traces", workers: int = 1, executor: str = "local", address: str | None = None,

@@ -18,7 +18,7 @@ from pydantic import Field, model_validator
 from ole.errors import ValidationError
 from ole.records import Record as _Record
 from ole.records import validate_data
-from ole.vocab import HOSTS, Host
+from ole.vocab import HOSTS, HostKind
 
 SPACE_KINDS: tuple[str, ...] = ("box", "image", "discrete", "multidiscrete", "multibinary", "tuple", "dict", "text",
                                 "other")
@@ -37,7 +37,7 @@ _SCOPE_VALUE = re.compile(r"[A-Za-z0-9_./:+-]+")
 class TaskContext(_Record):
     """The facts about one task that applicability is judged on, fixed at its task boundary."""
 
-    host: Host
+    host: HostKind
     """Host agent that will work the task: `builtin`, `llm` or `command`."""
     env: str = Field(min_length=1)
     """Env slug, e.g. `gym/acrobot` (`evogym.envs` grammar)."""
@@ -74,7 +74,7 @@ class TaskContext(_Record):
 class Applicability(_Record):
     """Where a bundle may be used (OLE's applicability conditions Z_v): its scope."""
 
-    hosts: tuple[Host, ...] = HOSTS
+    hosts: tuple[HostKind, ...] = HOSTS
     """Host agents that may run this policy: `builtin`, `llm`, `command`."""
     env_families: tuple[str, ...] = ()
     """Env families (`curated`, `generic`, `minigrid`, `highway`, `robotics`: `evogym.envs`) it

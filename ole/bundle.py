@@ -28,7 +28,7 @@ from typing import Any, Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
-from ole.applicability import (APPLICABILITY_NEUTRAL, GENERAL_SCOPE, HOSTS, Applicability, Host, TaskContext,
+from ole.applicability import (APPLICABILITY_NEUTRAL, GENERAL_SCOPE, HOSTS, Applicability, HostKind, TaskContext,
                                parse_scope)
 from ole.errors import ValidationError
 from ole.loop_policy import COMPONENTS, LoopPolicy
@@ -36,7 +36,7 @@ from ole.records import Record as _Record
 from ole.records import validate_data
 from ole.yamlio import dump_yaml, load_yaml, read_yaml_file
 
-__all__ = ["APPLICABILITY_NEUTRAL", "GENERAL_SCOPE", "HOSTS", "Applicability", "Host", "TaskContext", "parse_scope",
+__all__ = ["APPLICABILITY_NEUTRAL", "GENERAL_SCOPE", "HOSTS", "Applicability", "HostKind", "TaskContext", "parse_scope",
            "validate_data"]  # re-exported: the applicability names live in ole.applicability
 
 SCHEMA_VERSION: Final = "1"

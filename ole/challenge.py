@@ -34,7 +34,7 @@ from pydantic import BaseModel, ConfigDict
 
 from ole.errors import ValidationError
 from ole.proposers import Edge, Parent, Proposal, Proposer, rejected
-from ole.vocab import Host
+from ole.vocab import HostKind
 
 if TYPE_CHECKING:
     from ole.evidence import EvidenceItem
@@ -67,7 +67,7 @@ class Challenge(BaseModel):
     """Pool seeds of the adaptive looks; None: an evolve's (205-208) when `pools` is None, else none."""
     agent_seeds: tuple[int, ...] = (0,)
     """Agent seeds crossed with every pool."""
-    host: Host = "builtin"
+    host: HostKind = "builtin"
     """Host agent of every run."""
     model: str | None = None
     """Model string of the LLM agent."""

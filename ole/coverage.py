@@ -30,7 +30,7 @@ from typing import Any, cast
 
 from pydantic import BaseModel, ConfigDict
 
-from ole.bundle import Applicability, Host
+from ole.bundle import Applicability, HostKind
 from ole.errors import ValidationError
 from ole.verdicts import verdict_of
 
@@ -185,7 +185,7 @@ def evidence_bound(cov: Coverage) -> Applicability:
                               hint="a release needs pairs where the change made a difference")
     envs, low, high = _band(cov, envs)
     models = () if cov.model_free or not cov.models else tuple(sorted({_model_family(m) for m in cov.models}))
-    hosts = cast(tuple[Host, ...], cov.hosts)  # run conditions name one of the known hosts (validated here)
+    hosts = cast(tuple[HostKind, ...], cov.hosts)  # run conditions name one of the known hosts (validated here)
     return Applicability(hosts=hosts, env_ids=tuple(envs), min_budget=low, max_budget=high,
                          model_families=models)
 

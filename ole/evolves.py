@@ -22,7 +22,7 @@ from pydantic import BaseModel, ConfigDict
 
 from evogym.durable import atomic_write
 from ole.errors import ValidationError
-from ole.vocab import Host
+from ole.vocab import HostKind
 
 if TYPE_CHECKING:
     from ole.cost import CostEstimate
@@ -76,7 +76,7 @@ class EvolveSettings(BaseModel):
     """Pool seeds of the transfer sample (offline)."""
     agent_seeds: tuple[int, ...] | None = None
     """Agent seeds crossed with every pool."""
-    host: Host | None = None
+    host: HostKind | None = None
     """Host agent of every run."""
     model: str | None = None
     """Model string of the LLM agent."""

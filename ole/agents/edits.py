@@ -36,7 +36,7 @@ class EditRejected(ValueError):
 
 
 @dataclass(frozen=True)
-class Proposal:
+class ParsedAnswer:
     """A program extracted from a model answer."""
 
     source: str
@@ -44,7 +44,7 @@ class Proposal:
     mechanism: str | None
 
 
-def parse_answer(text: str, current: str | None, *, truncated: bool = False) -> Proposal:
+def parse_answer(text: str, current: str | None, *, truncated: bool = False) -> ParsedAnswer:
     """Extract the proposed policy.py from a model answer, applying a diff to `current`.
 
     Raises EditRejected for refusals, prose without code, truncated blocks and diffs
@@ -62,10 +62,10 @@ def parse_answer(text: str, current: str | None, *, truncated: bool = False) -> 
     if lang == "diff" or (lang in ("", "patch", "udiff") and _looks_like_diff(body)):
         if current is None:
             raise EditRejected("there is no program yet to apply a diff to; send the full file in a ```python block")
-        return Proposal(apply_diff(current, body), "diff", mechanism)
+        return ParsedAnswer(apply_diff(current, body), "diff", mechanism)
     if len(body) > MAX_PROGRAM_CHARS:
         raise EditRejected(f"the program has {len(body)} characters; the limit is {MAX_PROGRAM_CHARS}")
-    return Proposal(body.rstrip() + "\n", "file", mechanism)
+    return ParsedAnswer(body.rstrip() + "\n", "file", mechanism)
 
 
 def _pick_block(blocks: list[tuple[str, str, bool]]) -> tuple[str, str, bool]:

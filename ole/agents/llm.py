@@ -24,7 +24,7 @@ from ole.agents.base import AgentContext, AgentResult, AgentUsage, HostAgent
 from ole.agents.builtin import control
 from ole.agents.builtin.mechanism import render
 from ole.agents.client import HostClient, HostError, SubmitAnswer
-from ole.agents.edits import (EditRejected, Proposal, diff_lines, edit_kind, parse_answer, scope_problem,
+from ole.agents.edits import (EditRejected, ParsedAnswer, diff_lines, edit_kind, parse_answer, scope_problem,
                               static_problems)
 from ole.agents.prompts import Turn, lesson_lines, render_feedback, repair_prompt, system_prompt, user_prompt
 from ole.agents.session import HostApi, Observed, AgentSession, Stop, StopReason, Submitted
@@ -249,7 +249,7 @@ class LLMSession(AgentSession):
                     tried_mechanisms=tuple(self.mechanisms), best=best, edit_log=self.edit_log(),
                     lessons=self.lessons, bold=self.bold, extra=extra)
 
-    def _ask(self, turn: Turn) -> tuple[Proposal | None, str]:
+    def _ask(self, turn: Turn) -> tuple[ParsedAnswer | None, str]:
         """Model answer -> checked program; an unusable answer is a failed attempt, repaired up to
         `recovery.max_retries` times before the agent escalates (to the best known program)."""
         messages = [{"role": "system", "content": self.system}, {"role": "user", "content": user_prompt(turn)}]
@@ -267,7 +267,7 @@ class LLMSession(AgentSession):
                                    {"role": "user", "content": repair}]
         return None, why
 
-    def _check(self, text: str, turn: Turn, truncated: bool) -> Proposal:
+    def _check(self, text: str, turn: Turn, truncated: bool) -> ParsedAnswer:
         """The answer as a program, or EditRejected (static checks, unchanged, out of the edit unit)."""
         proposal = parse_answer(text, turn.program, truncated=truncated)
         if self.lp.verification.static_checks:

@@ -9,7 +9,7 @@ from pydantic import BaseModel, ConfigDict, Field, model_validator
 from ole.cost import CostCaps
 from ole.paired import Instance
 from ole.trace import RunCondition, TaskSpec
-from ole.vocab import Host
+from ole.vocab import HostKind
 
 DEFAULT_SUITE = ("gym/halfcheetah5", "gym/pusher5", "gym/continuouscar")
 """The `make evolve` workload: the envs of each family where the built-in agent has headroom and
@@ -42,7 +42,7 @@ class Suite(BaseModel):
     """Host run profile."""
     budget: int | None = Field(32, ge=1)
     """Episode budget per run (None = the profile's)."""
-    host: Host = "builtin"
+    host: HostKind = "builtin"
     """Host agent kind of every run."""
     model: str | None = None
     """Model string for LLM agents."""

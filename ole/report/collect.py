@@ -24,7 +24,7 @@ from ole.errors import OleError
 from ole.gate import criteria_of
 from ole.registry.lineage import Lineage
 from ole.registry.records import Event
-from ole.report.records import (Check, Criterion, EnvAnchors, Evaluation, Gate, GatePair, Interval, ParentDiff,
+from ole.report.records import (Check, CriterionView, EnvAnchors, Evaluation, Gate, GatePair, Interval, ParentDiff,
                                 ReportData, RunCurve, Version)
 from ole.verdicts import verdict_of
 
@@ -78,7 +78,7 @@ def gate_from_event(event) -> Gate:
     alpha = d.get("alpha_applied") if isinstance(d.get("alpha_applied"), (int, float)) else config.get("alpha")
     for crit in criteria_of(d):  # the gate's own checks (rebuilt by the gate for records older than them)
         checks = tuple(Check(what=k.what, measured=k.measured, required=k.required, passed=k.passed) for k in crit.checks)
-        criteria.append(Criterion(name=crit.name, passed=crit.passed, checks=checks, reasons=crit.reasons))
+        criteria.append(CriterionView(name=crit.name, passed=crit.passed, checks=checks, reasons=crit.reasons))
     pairs = tuple(_pair(p) for p in d.get("pairs") or [])
     interval = Interval(mean_r=float(stats.get("mean_r", 0.0)), low=stats.get("ci_low"), high=stats.get("ci_high"),
                         level=ci_level(stats, config), n=int(stats.get("n_pairs", len(pairs))), source="gate")

@@ -152,7 +152,7 @@ class Check:
 
 
 @dataclass(frozen=True)
-class Criterion:
+class CriterionView:
     """One gate criterion of a decision, with its checks."""
 
     name: str
@@ -226,7 +226,7 @@ class Gate(_Paged):
     """The benefit test's level that decided: the adaptive look's share, else the config's alpha."""
     pairs: tuple[GatePair, ...]
     """Every pair judged."""
-    criteria: tuple[Criterion, ...]
+    criteria: tuple[CriterionView, ...]
     """The four criteria."""
     config: dict
     """The gate config applied, as recorded."""
