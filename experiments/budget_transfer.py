@@ -39,6 +39,7 @@ sys.path.insert(0, str(ROOT))
 from intervals import ci90  # noqa: E402  (experiments/, the script's own folder)
 
 from ole.bundle import bundle_from_data, load_bundle_yaml  # noqa: E402
+from ole.chosen import ChosenVersion  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
@@ -120,7 +121,7 @@ def main() -> None:
     with LocalExecutor(args.workers) as ex:
         paired = PairedEvaluation(ex, EvaluationStore(work / "store.sqlite3"), run_job,
                                   traces_root=str(work / "traces"), runs_root=str(work / "runs"))
-        paired.run([(seed.ref, seed.bundle), *[(r.ref, r.bundle) for _, _, r in runs]], insts)
+        paired.run([ChosenVersion(seed.ref, seed.bundle), *[ChosenVersion(r.ref, r.bundle) for _, _, r in runs]], insts)
         for label, reading, reg_b in runs:
             for task, cond in insts:
                 champ, _ = paired.store.get(eval_key(seed.bundle.content_hash, task, cond))

@@ -40,6 +40,7 @@ sys.path.insert(0, str(ROOT))
 
 from intervals import ci90  # noqa: E402  (experiments/, the script's own folder)
 
+from ole.chosen import ChosenVersion  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
@@ -136,7 +137,7 @@ def compare(paired: PairedEvaluation, base, reg: Registry, channel: str, insts) 
         if sel.bundle.bundle.content_hash != base.bundle.content_hash:
             by_bundle[sel.ref].append((inst, sel.bundle.bundle))
     for ref, items in by_bundle.items():
-        paired.run([(base.ref, base.bundle), (ref, items[0][1])], [inst for inst, _ in items])
+        paired.run([ChosenVersion(base.ref, base.bundle), ChosenVersion(ref, items[0][1])], [inst for inst, _ in items])
     rows = []
     for (task, cond), sel in zip(insts, routes):
         fam = env_family(task.env)
@@ -201,7 +202,7 @@ def ablation(args, work: Path, paired: PairedEvaluation, seed_reg: Registry, ins
     minimal = reg.get(f"{reg.names()[0]}@1")
     seed = seed_reg.get("coder@1")
     rows = compare(paired, minimal, reg, summary["config"]["channel"], insts)
-    paired.run([(seed.ref, seed.bundle)], insts)
+    paired.run([ChosenVersion(seed.ref, seed.bundle)], insts)
     q = {"minimal": [], "evolved": [], "seed": []}
     from ole.paired import eval_key
     for (task, cond), row in zip(insts, rows):

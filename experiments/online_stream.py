@@ -44,6 +44,7 @@ sys.path.insert(0, str(ROOT))
 
 from intervals import ci90  # noqa: E402  (experiments/, the script's own folder)
 
+from ole.chosen import ChosenVersion  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
@@ -169,7 +170,7 @@ def fixed_stream(args, base: Path, rows: list[dict], seed_bundle) -> tuple[list[
     with LocalExecutor(args.workers) as ex:
         paired = PairedEvaluation(ex, store, run_job, traces_root=str(base / "fixed-traces"),
                                   runs_root=str(base / "fixed-runs"), isolation=args.isolation)
-        paired.run([("coder@1", seed_bundle)], need + checks)
+        paired.run([ChosenVersion("coder@1", seed_bundle)], need + checks)
     out = []
     for i, ((task, cond), r) in enumerate(zip(tasks, rows)):
         online = RunResult.model_validate(r["result"])

@@ -21,6 +21,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
+from ole.chosen import ChosenVersion  # noqa: E402
 from ole.executors import make_executor  # noqa: E402
 from ole.jobs import run_job  # noqa: E402
 from ole.paired import MemoryStore, PairedEvaluation  # noqa: E402
@@ -53,7 +54,7 @@ def one(kind: str, workers: int, work: Path, champ, chall, instances) -> tuple[f
         pe = PairedEvaluation(ex, MemoryStore(), run_job, traces_root=str(work / "traces"),
                               runs_root=str(work / "runs" / f"{kind}{workers}"))
         t0 = time.perf_counter()
-        pairs = pe.pairs((champ.ref, champ.bundle), [(chall.ref, chall.bundle)], instances)[chall.ref]
+        pairs = pe.pairs(ChosenVersion(champ.ref, champ.bundle), [ChosenVersion(chall.ref, chall.bundle)], instances)[chall.ref]
         return time.perf_counter() - t0, {(p.task.env, p.task.pool_seed): (p.champion.score, p.challenger.score)
                                           for p in pairs}
 

@@ -33,6 +33,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from ole.bundle import bundle_from_data  # noqa: E402
+from ole.chosen import ChosenVersion  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor  # noqa: E402
 from ole.loop_policy import COMPONENTS, LoopPolicy  # noqa: E402
@@ -247,14 +248,14 @@ def run(args) -> dict:
             noisy = [(t, RunCondition(host="builtin", seed=s)) for t in tasks for s in noise]
             print(f"budget {budget} ({profile}): {len(cands)} moves x {len(base)} instances + noise floor "
                   f"({len(noisy)} runs)", flush=True)
-            paired.run([(seed.ref, seed.bundle)], base + noisy)
+            paired.run([ChosenVersion(seed.ref, seed.bundle)], base + noisy)
             for t in tasks:
                 s0, fam = store.get(eval_key(seed.bundle.content_hash, t, RunCondition(host="builtin", seed=0)))
                 for s in noise:
                     cond = RunCondition(host="builtin", seed=s)
                     other, _ = store.get(eval_key(seed.bundle.content_hash, t, cond))
                     rows.append(_row("noise floor", "noise", budget, t, fam, make_pair(t, cond, fam, s0, other)))
-            pairs = paired.pairs((seed.ref, seed.bundle), [(reg_.ref, reg_.bundle) for _, reg_ in cands], base)
+            pairs = paired.pairs(ChosenVersion(seed.ref, seed.bundle), [ChosenVersion(reg_.ref, reg_.bundle) for _, reg_ in cands], base)
             for label, reg_ in cands:
                 for p in pairs[reg_.ref]:
                     rows.append(_row(label, label.split(":")[0] if label.startswith("combo") else label.split("=")[0],

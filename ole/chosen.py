@@ -56,15 +56,6 @@ class ChosenVersion:
         return self.bundle.content_hash
 
 
-def as_chosen(value: ChosenVersion | tuple[str, Bundle]) -> ChosenVersion:
-    """`value` as a ChosenVersion; a bare `(ref, bundle)` pair (a caller holding no selection)
-    is read as one chosen without a selection."""
-    if isinstance(value, ChosenVersion):
-        return value
-    ref, bundle = value
-    return ChosenVersion(ref=ref, bundle=bundle)
-
-
 def chosen_by(selection: Selection) -> ChosenVersion:
     """The version a task boundary's `Selection` chose (`Registry.select`, an explicit bundle), with
     the selection's record."""

@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, model_validator
+from pydantic import BaseModel, ConfigDict
 
 from evogym.sandbox.isolation import DEFAULT_ISOLATION
 from ole.bundle import Bundle
@@ -59,15 +59,6 @@ class EvalJob(BaseModel):
     """Sandbox isolation of the policy process (one of `evogym.sandbox.isolation.ISOLATIONS`)."""
     execution: Literal["fast", "baseline"] = "fast"
     """How the run is executed (`EXECUTIONS`); never changes its result."""
-
-    @model_validator(mode="before")
-    @classmethod
-    def _bare_ref_and_bundle(cls, data: object) -> object:
-        """A job written as `bundle_ref=..., bundle=...` (before jobs carried a `ChosenVersion`)."""
-        if isinstance(data, dict) and "chosen" not in data and {"bundle_ref", "bundle"} <= data.keys():
-            rest = {k: v for k, v in data.items() if k not in ("bundle_ref", "bundle")}
-            data = {**rest, "chosen": ChosenVersion(ref=data["bundle_ref"], bundle=data["bundle"])}
-        return data
 
     @property
     def bundle_ref(self) -> str:

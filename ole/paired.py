@@ -26,8 +26,7 @@ import numpy as np
 from pydantic import BaseModel, ConfigDict, Field
 
 from evogym.sandbox.isolation import DEFAULT_ISOLATION
-from ole.bundle import Bundle
-from ole.chosen import ChosenVersion, as_chosen
+from ole.chosen import ChosenVersion
 from ole.executors import Executor
 from ole.jobs import EvalJob
 from ole.trace import RunCondition, RunSpend, TaskSpec, Trace
@@ -344,9 +343,6 @@ def env_family(env: str) -> str:
 
 
 Instance = tuple[TaskSpec, RunCondition]
-Chosen = ChosenVersion | tuple[str, Bundle]
-"""A version to evaluate: a `ChosenVersion`, or a bare `(ref, bundle)` pair read as one."""
-
 
 def longest_first(jobs: Sequence[EvalJob]) -> list[int]:
     """Job indices by descending expected wall time (`ole.cost.run_wall` × budget), ties in given order.
@@ -406,12 +402,12 @@ class PairedEvaluation:
             except FileExistsError:  # another driver of the same stream archived this id meanwhile
                 pass
 
-    def run(self, versions: Sequence[Chosen], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:
+    def run(self, versions: Sequence[ChosenVersion], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:
         """Make sure every (version, instance) has a stored result; returns them by store key."""
         jobs: list[EvalJob] = []
         keys: list[str] = []
         out: dict[str, tuple[RunResult, str]] = {}
-        for chosen in map(as_chosen, versions):
+        for chosen in versions:
             for inst in instances:
                 key = eval_key(chosen.content_hash, *inst)
                 hit = self.store.get(key)
@@ -432,10 +428,10 @@ class PairedEvaluation:
                 self.on_result(jobs[i], res)
         return out
 
-    def pairs(self, champion: Chosen, challengers: Sequence[Chosen],
+    def pairs(self, champion: ChosenVersion, challengers: Sequence[ChosenVersion],
               instances: Sequence[Instance]) -> dict[str, list[Pair]]:
         """Per challenger ref, its pairs against the champion on every instance (one batch)."""
-        champ_version, versions = as_chosen(champion), [as_chosen(c) for c in challengers]
+        champ_version, versions = champion, list(challengers)
         results = self.run([champ_version, *versions], instances)
         out: dict[str, list[Pair]] = {}
         for chosen in versions:

@@ -4,9 +4,10 @@ from __future__ import annotations
 import json
 
 import pytest
+from pydantic import ValidationError as PydanticValidationError
 
 from ole.bundle import Bundle
-from ole.chosen import ChosenVersion, as_chosen
+from ole.chosen import ChosenVersion
 from ole.gate import GateConfig, compute_stats
 from ole.jobs import EvalJob
 from ole.loop_policy import LoopPolicy
@@ -18,14 +19,13 @@ BUNDLE = Bundle(name="coder", loop_policy=LoopPolicy())
 TASK, COND = TaskSpec(env="gym/acrobot", budget=8, pool_seed=1), RunCondition(host="builtin")
 
 
-def test_a_job_carries_the_chosen_version_and_reads_the_old_keywords():
+def test_a_job_carries_the_chosen_version():
     chosen = ChosenVersion("coder@2", BUNDLE, SelectionRecord(ref="coder@2", scope="general", reason="routed"))
     job = EvalJob(chosen=chosen, task=TASK, condition=COND, runs_root="r")
     assert job.chosen is chosen and job.bundle is BUNDLE and job.bundle_ref == "coder@2"
     assert job.bundle_hash == BUNDLE.content_hash and chosen.version == 2 and chosen.name == "coder"
-    old = EvalJob(bundle_ref="coder@2", bundle=BUNDLE, task=TASK, condition=COND, runs_root="r")
-    assert old.chosen == ChosenVersion("coder@2", BUNDLE) and old.chosen.selection is None
-    assert as_chosen(("coder@2", BUNDLE)) == old.chosen and as_chosen(chosen) is chosen
+    with pytest.raises(PydanticValidationError):  # the bare keywords of before the carrier are gone
+        EvalJob(bundle_ref="coder@2", bundle=BUNDLE, task=TASK, condition=COND, runs_root="r")
 
 
 def _pairs(rs: list[float]) -> list[Pair]:

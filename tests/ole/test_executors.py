@@ -7,6 +7,7 @@ import pytest
 
 from ole.errors import ValidationError
 from ole.executors import ExecutorUnavailable, LocalExecutor, make_executor
+from ole.chosen import ChosenVersion
 from ole.jobs import EvalJob
 from ole.trace import RunCondition, TaskSpec
 from synthetic import fake_evaluate
@@ -20,7 +21,7 @@ def _jobs():
     from ole.bundle import Bundle
     from ole.loop_policy import LoopPolicy
     b = Bundle(name="coder", loop_policy=LoopPolicy())
-    return [EvalJob(bundle_ref="coder@1", bundle=b, task=TaskSpec(env="gym/acrobot", pool_seed=p),
+    return [EvalJob(chosen=ChosenVersion("coder@1", b), task=TaskSpec(env="gym/acrobot", pool_seed=p),
                     condition=RunCondition(host="builtin", seed=s), runs_root="r") for p in (1, 2) for s in (0, 1)]
 
 

@@ -84,12 +84,13 @@ def test_a_hand_written_version_is_gated_recorded_and_released_within_its_eviden
 def test_a_version_its_author_ran_on_a_gate_instance_is_judged_indecisive(here, capsys):
     """A run of the challenger outside any paired evaluation (`ole run --bundle coder@2 --pool-seed 201`)
     means its author could have tuned on that instance: a gate on it cannot release."""
+    from ole.chosen import ChosenVersion
     from ole.jobs import EvalJob
     from ole.trace import RunCondition, TaskSpec, TraceArchive
     assert ole(capsys, "bundle", "register", str(draft(here)), "--parent", "1")[0] == 0
     with Registry(here / "bundles") as reg:
         mine = reg.get("coder@2")
-    job = EvalJob(bundle_ref=mine.ref, bundle=mine.bundle, task=TaskSpec(env="gym/acrobot", budget=32, pool_seed=201),
+    job = EvalJob(chosen=ChosenVersion(mine.ref, mine.bundle), task=TaskSpec(env="gym/acrobot", budget=32, pool_seed=201),
                   condition=RunCondition(host="builtin", seed=0), runs_root=str(here / "runs"))
     TraceArchive(here / "traces").append(fake_evaluate(job))
     code, out, err = ole(capsys, "gate", "coder@2", "--envs", ENVS, "--budgets", "32", "--pools", "201,202,203",

@@ -36,6 +36,7 @@ TASK = """
     from ole.evolve import EvolveConfig, Suite
     from ole.evolve.online import OnlineConfig
     from ole.gate import GateConfig
+    from ole.chosen import ChosenVersion
     from ole.jobs import EvalJob
     from ole.proposers.builtin import BuiltinProposer
     from ole.registry import Registry
@@ -60,7 +61,7 @@ TASK = """
         a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
         bundle = reg.get(a.bundle_ref).bundle
         time.sleep(0.3)  # a task in flight: others may release and activate meanwhile
-        trace = synthetic.fake_evaluate(EvalJob(bundle_ref=a.bundle_ref, bundle=bundle, runs_root=str(tmp / "r"),
+        trace = synthetic.fake_evaluate(EvalJob(chosen=ChosenVersion(a.bundle_ref, bundle), runs_root=str(tmp / "r"),
                                                 task=TaskSpec(env=env, budget=8, pool_seed=500 + i), condition=cond))
         trace = trace.model_copy(update={"trace_id": f"task-{i}"})
         engine.archive.append(trace)

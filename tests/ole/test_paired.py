@@ -4,6 +4,7 @@ from __future__ import annotations
 import pytest
 
 from ole.bundle import Bundle
+from ole.chosen import ChosenVersion
 from ole.evolve.store import EvaluationStore
 from ole.executors import LocalExecutor
 from ole.loop_policy import LoopPolicy
@@ -42,21 +43,21 @@ def _evaluator(store, evaluate, workers=1):
 def test_pairs_share_instances_and_champion_runs_are_cached():
     counting = Counting()
     pe = _evaluator(MemoryStore(), counting)
-    out = pe.pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    out = pe.pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     assert counting.calls == 2 * len(INSTANCES)
     pairs = out["coder@2"]
     assert [(p.task, p.condition) for p in pairs] == INSTANCES
     assert all(abs(p.r - 0.15) < 0.01 and p.failure == "none" for p in pairs)
     assert {p.family for p in pairs} == {"curated", "minigrid"}
     worse = _variant(retest_episodes=8, margin=0.5)
-    pe.pairs(("coder@1", CHAMP), [("coder@3", worse)], INSTANCES)
+    pe.pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@3", worse)], INSTANCES)
     assert counting.calls == 3 * len(INSTANCES)  # champion runs reused
 
 
 def test_failed_challenger_gets_the_bounded_change():
     crash = CHAMP.model_copy(update={"loop_policy": LoopPolicy().model_copy(
         update={"recovery": LoopPolicy().recovery.model_copy(update={"max_retries": 10})})})
-    pairs = _evaluator(MemoryStore(), fake_evaluate).pairs(("coder@1", CHAMP), [("coder@2", crash)], INSTANCES)
+    pairs = _evaluator(MemoryStore(), fake_evaluate).pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", crash)], INSTANCES)
     assert all(p.r == -1.0 and p.failure == "challenger" and p.challenger.status == "error"
                for p in pairs["coder@2"])
 
@@ -64,19 +65,19 @@ def test_failed_challenger_gets_the_bounded_change():
 def test_sqlite_store_resumes_without_re_spending(tmp_path):
     store = EvaluationStore(tmp_path / "evals.sqlite3")
     first = Counting()
-    a = _evaluator(store, first).pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    a = _evaluator(store, first).pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     store.close()
     again = Counting()
     b = _evaluator(EvaluationStore(tmp_path / "evals.sqlite3"), again).pairs(
-        ("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+        ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     assert again.calls == 0 and a == b
 
 
 def test_process_pool_gives_the_same_pairs_as_serial():
-    serial = _evaluator(MemoryStore(), fake_evaluate).pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    serial = _evaluator(MemoryStore(), fake_evaluate).pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     pooled = _evaluator(MemoryStore(), fake_evaluate, workers=2)
     try:
-        parallel = pooled.pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+        parallel = pooled.pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     finally:
         pooled.executor.close()
     assert parallel == serial
@@ -129,11 +130,11 @@ def test_batch_starts_the_longest_runs_first_and_pairs_do_not_depend_on_it():
     rec = Recording()
     pe = PairedEvaluation(rec, MemoryStore(), fake_evaluate, traces_root=__import__("tempfile").mkdtemp(),
                           runs_root="r")
-    out = pe.pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    out = pe.pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     walls = [run_wall(env) for _, env in rec.order]
     assert walls == sorted(walls, reverse=True) and walls[0] > walls[-1]
     assert rec.order[:3] == [("coder@1", "gym/acrobot"), ("coder@1", "gym/acrobot"), ("coder@2", "gym/acrobot")]
-    serial = _evaluator(MemoryStore(), fake_evaluate).pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+    serial = _evaluator(MemoryStore(), fake_evaluate).pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     assert [(p.task, p.r, p.champion.score) for p in out["coder@2"]] == \
         [(p.task, p.r, p.champion.score) for p in serial["coder@2"]]
 

@@ -22,6 +22,7 @@ import pytest
 ray = pytest.importorskip("ray", reason="the `ray` extra is not installed (pip install '.[ray]')")
 
 from ole.bundle import Bundle  # noqa: E402
+from ole.chosen import ChosenVersion  # noqa: E402
 from ole.evolve.store import EvaluationStore  # noqa: E402
 from ole.executors import LocalExecutor, RayExecutor  # noqa: E402
 from ole.loop_policy import LoopPolicy  # noqa: E402
@@ -75,9 +76,9 @@ def _paired(executor, evaluate, tmp: Path, store=None, on_result=lambda job, res
 def test_ray_gives_the_same_pairs_as_local_processes(cluster, tmp_path):
     with LocalExecutor(2) as local:
         expected = _paired(local, fake_evaluate, tmp_path / "local").pairs(
-            ("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+            ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     got = _paired(RayExecutor(2), fake_evaluate, tmp_path / "ray").pairs(
-        ("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)
+        ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)
     assert got == expected and len(got["coder@2"]) == len(INSTANCES)
 
 
@@ -88,7 +89,7 @@ def test_a_worker_killed_mid_job_is_retried_without_double_counting(cluster, tmp
     pe = _paired(RayExecutor(2), die_once_evaluate, tmp_path, store,
                  on_result=lambda job, res: seen.append((job.bundle_hash, f"{job.task.env}|{job.task.pool_seed}",
                                                          res.episodes)))
-    pairs = pe.pairs(("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)["coder@2"]
+    pairs = pe.pairs(ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)["coder@2"]
     died = list((tmp_path / "runs").glob("*.died"))
     assert len(died) == 8  # 2 bundles x 2 envs x odd pool seeds 1 and 3: each such job killed its worker once
     n_jobs = 2 * len(INSTANCES)
@@ -97,7 +98,7 @@ def test_a_worker_killed_mid_job_is_retried_without_double_counting(cluster, tmp
     assert store.count() == n_jobs and len(TraceArchive(tmp_path / "traces").ids()) == n_jobs
     with LocalExecutor(1) as local:
         assert pairs == _paired(local, fake_evaluate, tmp_path / "ref").pairs(
-            ("coder@1", CHAMP), [("coder@2", BETTER)], INSTANCES)["coder@2"]
+            ChosenVersion("coder@1", CHAMP), [ChosenVersion("coder@2", BETTER)], INSTANCES)["coder@2"]
 
 
 DRIVER = """

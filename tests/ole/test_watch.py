@@ -153,6 +153,7 @@ def test_an_unstaged_hand_release_that_fails_every_run_is_rolled_back_within_thr
 
 
 def test_external_harness_tasks_are_watched_unpaired(tmp_path):
+    from ole.chosen import ChosenVersion
     from ole.jobs import EvalJob
     from ole.registry.scopes import task_context
     from ole.trace import RunCondition, TaskSpec
@@ -163,7 +164,7 @@ def test_external_harness_tasks_are_watched_unpaired(tmp_path):
     def external_task(i: int):
         env = CFG.suite.envs[i % 2]
         a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
-        trace = fake_evaluate(EvalJob(bundle_ref=a.bundle_ref, bundle=reg.get(a.bundle_ref).bundle, runs_root="r",
+        trace = fake_evaluate(EvalJob(chosen=ChosenVersion(a.bundle_ref, reg.get(a.bundle_ref).bundle), runs_root="r",
                                       task=TaskSpec(env=env, profile=EXTERNAL_PROFILE, budget=8, pool_seed=700 + i),
                                       condition=cond))
         evo.tell(trace.model_copy(update={"trace_id": f"ext-{i}"}))
@@ -202,6 +203,7 @@ def test_a_harmless_unstaged_release_is_promoted_by_its_pairs_and_stays(tmp_path
 def _released_with_transfer(reg, region: str, *, excluded=()):
     """coder@2 (retests 8: +15 % on every task in the fake) released for gym/acrobot on a gate decision
     whose pairs are acrobot pairs and whose transfer part names `region` as a candidate."""
+    from ole.chosen import ChosenVersion
     from ole.jobs import EvalJob
     from ole.paired import make_pair, run_result
     from ole.trace import RunCondition, TaskSpec
@@ -215,7 +217,7 @@ def _released_with_transfer(reg, region: str, *, excluded=()):
     pairs = []
     for pool in (201, 202, 203):
         task, cond = TaskSpec(env="gym/acrobot", budget=8, pool_seed=pool), RunCondition(host="builtin", seed=0)
-        runs = [run_result(fake_evaluate(EvalJob(bundle_ref=b.ref, bundle=b.bundle, runs_root="r", task=task,
+        runs = [run_result(fake_evaluate(EvalJob(chosen=ChosenVersion(b.ref, b.bundle), runs_root="r", task=task,
                                                  condition=cond))) for b in (champ, new)]
         pairs.append(make_pair(task, cond, "generic", *runs).model_dump(mode="json"))
     candidate = {"scope": region, "envs": ["gymnasium/MiniGrid-FourRooms-v0"], "gains": ["gymnasium/MiniGrid-FourRooms-v0"],
