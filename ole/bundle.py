@@ -24,12 +24,13 @@ import json
 import re
 from datetime import datetime
 from pathlib import Path
-from typing import Any, Final, Literal
+from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator, model_validator
 
 from ole.applicability import (APPLICABILITY_NEUTRAL, GENERAL_SCOPE, HOSTS, Applicability, HostKind, TaskContext,
                                parse_scope)
+from ole.dotted import flatten
 from ole.errors import ValidationError
 from ole.loop_policy import COMPONENTS, LoopPolicy
 from ole.records import Record as _Record
@@ -201,14 +202,6 @@ def format_ref(name: str, version: int) -> str:
     return f"{name}@{version}"
 
 
-def _flatten(prefix: str, value: object, out: dict[str, object]) -> None:
-    if isinstance(value, dict):
-        for key, item in value.items():
-            _flatten(f"{prefix}.{key}" if prefix else key, item, out)
-    else:
-        out[prefix] = value
-
-
 class Change(BaseModel):
     """One field that differs between two bundles."""
 
@@ -229,10 +222,7 @@ def diff_bundles(a: Bundle, b: Bundle) -> list[Change]:
     parts = [(c, getattr(a.loop_policy, c), getattr(b.loop_policy, c)) for c in COMPONENTS]
     parts.append(("applicability", a.applicability, b.applicability))
     for component, left, right in parts:
-        old: dict[str, Any] = {}
-        new: dict[str, Any] = {}
-        _flatten("", left.model_dump(mode="json"), old)
-        _flatten("", right.model_dump(mode="json"), new)
+        old, new = flatten(left.model_dump(mode="json")), flatten(right.model_dump(mode="json"))
         for field in sorted(set(old) | set(new)):
             if old.get(field) != new.get(field):
                 changes.append(Change(component=component, field=field, old=old.get(field), new=new.get(field)))

@@ -32,6 +32,8 @@ from contextlib import contextmanager
 from datetime import datetime, timezone
 from pathlib import Path
 
+from ole import dotted
+
 TRACKERS = ("mlflow",)
 DEFAULT_STORE = "mlruns"
 """Local file store used when no URI is given (relative to the current directory)."""
@@ -48,13 +50,11 @@ def tracking_uri(given: str | None) -> str:
 
 def flatten(doc: object, prefix: str = "") -> dict[str, str]:
     """Dotted names -> text values, for params (`suite.envs` -> `gym/acrobot,gym/pusher5`)."""
-    if isinstance(doc, dict):
-        out: dict[str, str] = {}
-        for key, value in doc.items():
-            out.update(flatten(value, f"{prefix}.{key}" if prefix else str(key)))
-        return out
-    text = ",".join(map(str, doc)) if isinstance(doc, (list, tuple)) else str(doc)
-    return {prefix: text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 12] + "…(truncated)"}
+    out: dict[str, str] = {}
+    for name, value in dotted.flatten(doc, prefix).items():
+        text = ",".join(map(str, value)) if isinstance(value, (list, tuple)) else str(value)
+        out[name] = text if len(text) <= MAX_PARAM_CHARS else text[: MAX_PARAM_CHARS - 12] + "…(truncated)"
+    return out
 
 
 def generation_metrics(versions) -> list[tuple[str, float, int]]:

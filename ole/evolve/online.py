@@ -55,10 +55,8 @@ from ole.gate import GateDecision
 from ole.paired import (
     Instance,
     Pair,
-    RunResult,
     env_family,
     instance_key,
-    make_pair,
     run_result,
     value_score,
 )
@@ -324,15 +322,8 @@ class OnlineEvolution:
             lease.release()
 
     def _make_pair(self, n: int, row: dict, done: Step, canary: int) -> None:
-        task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
-        control = row["control"]
-        rerun = ChosenVersion(ref=control, bundle=self.e.registry.get(control).bundle)
-        (res, family), = self.e.paired.run([rerun], [(task, cond)]).values()
-        pair = make_pair(task, cond, family, res, RunResult.model_validate(row["result"]))
-        self.events.monitor_pairs.append(pair)
-        self.e.record_monitor(row["bundle_ref"], done, {
-            "parent": control, "control": control, "canary": canary, "task_index": n, "r": pair.r,
-            "trace_id": row["trace_id"], "control_trace_id": res.trace_id})
+        from ole.evolve.watching import control_pair
+        control_pair(self, row, row["control"], done, {"canary": canary, "task_index": n})
 
     def _look(self, n: int, canary: int, ref: str, scope: str) -> None:
         """The monitor's look after the pairs so far: hold (an evaluation), promote or roll back (a stage)."""

@@ -35,6 +35,7 @@ from typing import Literal
 from pydantic import BaseModel, ConfigDict
 
 from ole import sqlite_open
+from ole.dotted import flatten
 from ole.errors import Conflict, StorageError
 from ole.paired import RunResult
 from ole.trace import utc_now
@@ -137,21 +138,12 @@ def source_digest() -> str:
     return h.hexdigest()
 
 
-def _flatten(doc: object, prefix: str = "") -> dict[str, object]:
-    if isinstance(doc, dict):
-        out: dict[str, object] = {}
-        for k, v in doc.items():
-            out.update(_flatten(v, f"{prefix}.{k}" if prefix else str(k)))
-        return out
-    return {prefix: doc}
-
-
 def differences(stored: dict, now: dict) -> list[str]:
     """`name: stored X, now Y` for every setting that differs (flattened dotted names).
 
     Settings changed in place come first, then those only one side has (a newer OLE's field).
     """
-    a, b = _flatten(stored), _flatten(now)
+    a, b = flatten(stored), flatten(now)
     keys = sorted(set(a) | set(b), key=lambda k: (not (k in a and k in b), k))
     return [f"{k}: stored {a.get(k, '(absent)')!r}, now {b.get(k, '(absent)')!r}"
             for k in keys if a.get(k, "(absent)") != b.get(k, "(absent)")]

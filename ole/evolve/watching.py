@@ -22,7 +22,7 @@ from ole.bundle import TaskContext, format_ref
 from ole.chosen import ChosenVersion
 from ole.paired import RunResult, make_pair
 from ole.trace import RunCondition, TaskSpec
-from ole.evolve.store import step
+from ole.evolve.store import Step, step
 from ole.watch import Baseline, WatchedRun, judge
 
 if TYPE_CHECKING:
@@ -136,12 +136,19 @@ def _paired_r(evo: StreamDriver, watch: int, n: int, row: dict[str, Any], contro
     stored = evo.e.store.step(done)
     if stored is not None:
         return float(stored["r"])
+    return control_pair(evo, row, control, done, {"watch": watch, "task_index": n})
+
+
+def control_pair(evo: StreamDriver, row: dict[str, Any], control: str, done: Step, fields: dict[str, Any]) -> float:
+    """The stream task `row` paired with `control`'s rerun of the identical task: recorded as a monitor
+    pair under step `done` (with `fields`, e.g. the canary or the watch it belongs to); its r.
+    One route for a canary's pairs (`OnlineEvolution`) and a watched release's."""
     task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
     rerun = ChosenVersion(ref=control, bundle=evo.e.registry.get(control).bundle)
     (res, family), = evo.e.paired.run([rerun], [(task, cond)]).values()
     pair = make_pair(task, cond, family, res, RunResult.model_validate(row["result"]))
     evo.events.monitor_pairs.append(pair)
     evo.e.record_monitor(row["bundle_ref"], done, {
-        "parent": control, "control": control, "watch": watch, "task_index": n, "r": pair.r,
+        "parent": control, "control": control, **fields, "r": pair.r,
         "trace_id": row["trace_id"], "control_trace_id": res.trace_id})
     return pair.r
