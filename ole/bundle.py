@@ -219,7 +219,8 @@ class Change(BaseModel):
 def diff_bundles(a: Bundle, b: Bundle) -> list[Change]:
     """Per-component field differences from `a` to `b` (policy and applicability only)."""
     changes = []
-    parts = [(c, getattr(a.loop_policy, c), getattr(b.loop_policy, c)) for c in COMPONENTS]
+    parts: list[tuple[str, BaseModel, BaseModel]] = [(c, getattr(a.loop_policy, c), getattr(b.loop_policy, c))
+                                                     for c in COMPONENTS]
     parts.append(("applicability", a.applicability, b.applicability))
     for component, left, right in parts:
         old, new = flatten(left.model_dump(mode="json")), flatten(right.model_dump(mode="json"))

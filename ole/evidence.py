@@ -24,6 +24,7 @@ from typing import Final, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
+from ole.loop_policy import Component
 from ole.trace import Iteration, Trace
 
 SCHEMA_VERSION: Final = "1"
@@ -79,8 +80,7 @@ class EvidenceItem(BaseModel):
     """What δ measures."""
     delta: float
     """The metric change (signed: negative is bad for the run)."""
-    component: Literal["observation", "planning", "memory", "action", "verification", "recovery",
-                       "stopping", "budget"]
+    component: Component
     """The loop-policy component the evidence targets."""
     trace_ids: tuple[str, ...]
     """Supporting traces."""

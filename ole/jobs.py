@@ -14,7 +14,7 @@ from typing import Literal
 
 from pydantic import BaseModel, ConfigDict
 
-from evogym.sandbox.isolation import DEFAULT_ISOLATION
+from evogym.sandbox.isolation import DEFAULT_ISOLATION, Isolation
 from ole.bundle import Bundle
 from ole.chosen import ChosenVersion
 from ole.trace import RunCondition, TaskSpec, Trace
@@ -55,8 +55,8 @@ class EvalJob(BaseModel):
     """The run condition (agent kind, seed, model, command line)."""
     runs_root: str
     """Folder under which the host run directory is created (on the worker's machine)."""
-    isolation: str = DEFAULT_ISOLATION
-    """Sandbox isolation of the policy process (one of `evogym.sandbox.isolation.ISOLATIONS`)."""
+    isolation: Isolation = DEFAULT_ISOLATION
+    """Sandbox isolation of the policy process."""
     execution: Literal["fast", "baseline"] = "fast"
     """How the run is executed (`EXECUTIONS`); never changes its result."""
 

@@ -226,4 +226,6 @@ measured at budgets 32 and 128, 1-episode submits win at both (+0.60 and +0.29 o
 (`experiments/results/sensitivity.md`, `experiments/results/budget_transfer.md`). Confirmation and
 synthesis are already shares (`budget.*_fraction`)."""
 
-COMPONENTS = ("observation", "planning", "memory", "action", "verification", "recovery", "stopping", "budget")
+Component = Literal["observation", "planning", "memory", "action", "verification", "recovery", "stopping", "budget"]
+"""The eight loop-policy components (OLE §III-C), in schema order."""
+COMPONENTS: tuple[Component, ...] = typing.get_args(Component)

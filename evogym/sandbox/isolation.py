@@ -18,13 +18,16 @@ import sysconfig
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Literal, get_args
 
 from evogym.sandbox.cgroup import cgroup_support
 
-ISOLATIONS = ("bwrap", "none")
+Isolation = Literal["bwrap", "none"]
+"""A sandbox mode: bubblewrap, or a plain subprocess (a host's policies, and a command agent)."""
+ISOLATIONS: tuple[Isolation, ...] = get_args(Isolation)
 """The sandbox modes a host can run policies under: bubblewrap, or a plain subprocess."""
 
-DEFAULT_ISOLATION = "bwrap"
+DEFAULT_ISOLATION: Isolation = "bwrap"
 """The mode every entry point uses unless told otherwise."""
 
 POLICY_PACKAGES = ("numpy", "numpy.libs", "scipy", "scipy.libs")

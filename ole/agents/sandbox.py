@@ -39,14 +39,15 @@ import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Literal
 from urllib.parse import urlsplit
 
+from evogym.sandbox.isolation import ISOLATIONS, Isolation
 from ole.agents.agent_init import pump
 
-AgentIsolation = Literal["bwrap", "none"]
-AGENT_ISOLATIONS: tuple[AgentIsolation, ...] = ("bwrap", "none")
-"""How a command agent runs: in bubblewrap (the default), or as a plain process (explicit only)."""
+AgentIsolation = Isolation
+AGENT_ISOLATIONS: tuple[AgentIsolation, ...] = ISOLATIONS
+"""How a command agent runs: in bubblewrap (the default), or as a plain process (explicit only);
+the same words as a host's policy sandbox (`evogym.sandbox.isolation.Isolation`)."""
 AGENT_UID = 1000
 """The agent's uid and gid inside its user namespace (mapped to the user running OLE)."""
 AGENT_USER = "agent"

@@ -85,7 +85,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--log-dir", help="agent log folder (default: a temporary folder, removed when the agent ends "
                    "well and kept when it fails)")
     c = p.add_argument_group("the command agent's containment (docs/sandbox.md, \"The command agent\")")
-    c.add_argument("--agent-isolation", choices=("bwrap", "none"), default="bwrap",
+    c.add_argument("--agent-isolation", choices=ISOLATIONS, default="bwrap",
                    help="bwrap (default): a sandbox that sees only this run; none: no sandbox (only the "
                         "environment allowlist), for machines without bubblewrap")
     c.add_argument("--agent-network", action="store_true",

@@ -10,7 +10,7 @@ from __future__ import annotations
 import abc
 import random
 from collections.abc import Sequence
-from typing import Final, Literal, TypedDict, Unpack
+from typing import Any, Final, Literal, TypedDict, Unpack
 
 from pydantic import BaseModel, ConfigDict
 
@@ -112,7 +112,7 @@ def section_recombination(proposer: str, a: Parent, b: Parent, evidence: Sequenc
         return rejected(proposer, "recombination", [a, b],
                         f"parents differ in {len(differing)} component(s); recombination needs 2 or more")
     take_b = set(rng.sample(differing, rng.randint(1, len(differing) - 1)))
-    policy = {**pa, **{c: pb[c] for c in take_b}}
+    policy: dict[str, Any] = {**pa, **{c: pb[c] for c in take_b}}
     note = "components from " + b.ref + ": " + ", ".join(sorted(take_b)) + f"; the rest from {a.ref}"
     cited = sorted({i for p in (a, b) for i in p.bundle.provenance.evidence_ids})
     try:
