@@ -34,6 +34,7 @@ import tempfile
 from pathlib import Path
 from typing import Any, Callable
 
+from evogym.durable import SUMMARY_MAX_BYTES, read_regular
 from evogym.feedback import atomic_write_bytes
 
 SCHEMA = "evopolicygym/feedback/v2"
@@ -75,8 +76,8 @@ class Publications:
         for folder in feedback.glob("submit_*"):
             match = SUBMIT.fullmatch(folder.name)
             try:
-                summary = json.loads((folder / "summary.json").read_text())
-            except (OSError, ValueError):
+                summary = json.loads(read_regular(folder / "summary.json", SUMMARY_MAX_BYTES))
+            except (OSError, ValueError, RecursionError):
                 continue  # the agent's folder, or a submit the host died in (recorded on restart)
             if match and isinstance(summary, dict) and summary.get("n_episodes"):
                 found.append(int(match.group(1)))

@@ -29,6 +29,7 @@ from typing import Any, Callable
 import numpy as np
 
 from evogym import PROTOCOL_VERSION, anchors, evalcache
+from evogym.durable import SUMMARY_MAX_BYTES, read_regular
 from evogym.feedback import atomic_write_json, flush_syncs
 from evogym.mpcontext import forkserver
 from evogym.code_metrics import edit_kind
@@ -365,10 +366,10 @@ def _submit_rows(run) -> list[dict]:
         if not SUBMIT_FOLDER.fullmatch(fb.name):
             continue  # not a submit's folder: the host names them submit_NNN
         try:
-            summary = json.loads((fb / "summary.json").read_text())
+            summary = json.loads(read_regular(fb / "summary.json", SUMMARY_MAX_BYTES))
             if not isinstance(summary, dict) or run.submit_name(summary.get("submit_index")) != fb.name:
                 raise ValueError("not the summary of this submit")
-        except (OSError, ValueError, TypeError) as exc:
+        except (OSError, ValueError, TypeError, RecursionError) as exc:  # a FIFO, a link, 4 GiB: skipped unread
             run.event("finalize.skipped", folder=fb.name, reason=f"{type(exc).__name__}: {exc}"[:500])
             continue
         rows.append(summary)

@@ -14,6 +14,7 @@ from typing import Any
 import numpy as np
 
 from evogym.anchors import AGENTS, PAPER_ROWS, RANDOM
+from evogym.durable import SUMMARY_MAX_BYTES, read_regular
 
 FAMILIES = {
     "classic": ("gym/acrobot", "gym/continuouscar"),
@@ -186,9 +187,9 @@ def validation_curve(run_dir: Path) -> tuple[list[int], list[float]]:
     xs, ys, used, best = [], [], 0, None
     for fb in sorted((run_dir / "workspace" / "feedback").glob("submit_*")):
         try:  # the agent's workspace: a folder of its own or a summary it broke is passed over
-            s = json.loads((fb / "summary.json").read_text())
+            s = json.loads(read_regular(fb / "summary.json", SUMMARY_MAX_BYTES))
             n, index = int(s["n_episodes"]), int(s["submit_index"])
-        except (OSError, ValueError, KeyError, TypeError):
+        except (OSError, ValueError, KeyError, TypeError, RecursionError):
             continue
         if fb.name != f"submit_{index:03d}":
             continue

@@ -12,11 +12,10 @@ from __future__ import annotations
 import io
 import json
 import math
-import os
 import re
-import stat
 from pathlib import Path
 
+from evogym.durable import SUMMARY_MAX_BYTES, read_regular
 from evogym.errors import ConfigError
 
 METRIC_COLUMNS = ("source_lines", "functions", "branches", "loops", "cyclomatic_total", "max_ast_depth")
@@ -102,8 +101,6 @@ def submit_rows(run_dir: Path, doc: dict) -> list[dict]:
     return rows
 
 
-SUMMARY_MAX_BYTES = 4 << 20
-"""Largest feedback summary read (the workspace is the agent's: a FIFO or a huge file there is skipped)."""
 SUMMARY_TYPES: dict[str, type | tuple[type, ...]] = {"submit_index": int, "n_episodes": int, "status": str,
                                                      "mean_return": (int, float)}
 """The summary fields a report row shows, with the types it draws them as."""
@@ -114,18 +111,9 @@ def _summary(path: Path) -> dict | None:
     its workspace, so a field of the wrong type (`n_episodes: "four"` crashed `--html`) reads as
     missing, and only a bounded regular file (never a FIFO, never a link) is opened."""
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
-    except OSError:
+        data = json.loads(read_regular(path, SUMMARY_MAX_BYTES))
+    except (OSError, ValueError, RecursionError):  # unreadable, no regular file, too large, no JSON
         return None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            return None
-        raw = os.read(fd, SUMMARY_MAX_BYTES + 1)
-        data = json.loads(raw) if len(raw) <= SUMMARY_MAX_BYTES else None
-    except (OSError, ValueError, RecursionError):
-        return None
-    finally:
-        os.close(fd)
     if not isinstance(data, dict):
         return None
     return {key: value if isinstance(value, kind) and not isinstance(value, bool)

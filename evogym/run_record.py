@@ -27,6 +27,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from evogym.durable import SUMMARY_MAX_BYTES, read_regular
 from evogym.feedback import atomic_write_json
 from evogym.feedback_v2 import Publications
 
@@ -156,8 +157,10 @@ def _tree_digest(folder: Path) -> str:
 
 
 def _read(path: Path) -> dict:
+    """A JSON object the run's files hold, or {}: feedback/ is the agent's, so only a bounded regular
+    file is read (`evogym.durable.read_regular`)."""
     try:
-        value = json.loads(path.read_text())
-    except (OSError, ValueError):
+        value = json.loads(read_regular(path, SUMMARY_MAX_BYTES))
+    except (OSError, ValueError, RecursionError):
         return {}
     return value if isinstance(value, dict) else {}

@@ -26,6 +26,7 @@ from importlib import resources
 from pathlib import Path
 
 from evogym import PROTOCOL_VERSION
+from evogym.durable import SUMMARY_MAX_BYTES, read_regular
 from evogym.errors import ConfigError
 from evogym.feedback import atomic_write_json, sweep_temporaries
 from evogym.rollout import utc_stamp
@@ -165,7 +166,9 @@ class BudgetState:
         for d in run.feedback.glob("submit_*"):
             if d.name[7:].isdigit():
                 indexes.append(int(d.name[7:]))
-                summary = json.loads((d / "summary.json").read_text())
+                # bounded and non-blocking: a FIFO or a huge file the agent left there fails the
+                # recovery loudly instead of hanging it
+                summary = json.loads(read_regular(d / "summary.json", SUMMARY_MAX_BYTES))
                 state.used += int(summary.get("n_episodes") or 0)
                 state.charged += bool(summary.get("n_episodes"))
         for d in run.checkpoints.glob("submit_*"):

@@ -17,7 +17,7 @@ would carry a credential is refused, and no request follows a redirect.
 Nothing handed to the client is trusted (issue 31): every request has a whole-request
 deadline (`CALL_TIMEOUT_S`, `SUBMIT_TIMEOUT_S`: a host that accepts and never answers, or
 trickles a byte at a time, is given up on), every answer and every file read is capped
-(`RESPONSE_MAX_BYTES`, `TOKEN_MAX_BYTES`, `TASK_TEXT_MAX_BYTES`, `SUMMARY_MAX_BYTES`) and
+(`RESPONSE_MAX_BYTES`, `TOKEN_MAX_BYTES`, `TASK_TEXT_MAX_BYTES`, `evogym.durable.SUMMARY_MAX_BYTES`) and
 only regular files are read (a FIFO or `/dev/zero` is refused, never waited on), and the
 task text is parsed in linear time.
 

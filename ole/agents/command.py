@@ -31,7 +31,8 @@ from ole.agents import decisions
 from ole.agents.base import AgentContext, AgentResult, HostAgent
 from ole.agents.client import SESSION_SCHEME, Credential, HostClient, HostError, credential_for
 from ole.agents.edits import diff_lines, edit_kind
-from ole.agents.hostio import SUMMARY_MAX_BYTES, read_json
+from evogym.durable import SUMMARY_MAX_BYTES
+from ole.agents.hostio import read_json
 from ole.agents.sandbox import AgentSandbox, Contained, Grants, agent_environment
 from ole.loop_policy import LoopPolicy
 from ole.trace import Iteration

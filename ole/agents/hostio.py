@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import json
 import math
-import os
-import stat
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from evogym.durable import NotRegularFile, TooLarge, read_regular
 from ole.errors import OleError
 
 CALL_TIMEOUT_S = 30.0
@@ -32,8 +31,6 @@ TOKEN_MAX_BYTES = 4096
 """Largest token file read (evogym's tokens are 43 characters; a 4 GiB file ended in MemoryError)."""
 TASK_TEXT_MAX_BYTES = 1 << 20
 """Largest task text read (evogym's TASK.md is a few KB; `/dev/zero` ended in MemoryError)."""
-SUMMARY_MAX_BYTES = 4 << 20
-"""Largest feedback summary read (one per submit; returns of at most a few hundred episodes)."""
 
 
 class HostError(OleError):
@@ -55,31 +52,18 @@ class SubmitAnswer:
 
 
 def read_bounded(path: str | Path, limit: int, what: str, *, follow: bool = True) -> bytes:
-    """The bytes of the regular file `path`; `HostError` (naming `what`) when it is missing, not a
-    regular file, longer than `limit`, or (`follow=False`) a symbolic link."""
-    flags = os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC | (0 if follow else os.O_NOFOLLOW)
+    """The bytes of the regular file `path` (`evogym.durable.read_regular`); `HostError` (naming
+    `what`) when it is missing, not a regular file, longer than `limit`, or (`follow=False`) a
+    symbolic link."""
     try:
-        fd = os.open(path, flags)
+        return read_regular(path, limit, follow=follow)
+    except NotRegularFile:
+        raise HostError(f"{what} {path} is not a regular file",
+                        hint="name a plain file (not a FIFO, a device or a folder)") from None
+    except TooLarge:
+        raise HostError(f"{what} {path} is larger than {limit} bytes", hint="is it the file the harness named?") from None
     except OSError as err:
         raise HostError(f"cannot read {what} {path}: {err.strerror or err}", hint="check the path") from None
-    try:
-        if not stat.S_ISREG(os.fstat(fd).st_mode):
-            raise HostError(f"{what} {path} is not a regular file",
-                            hint="name a plain file (not a FIFO, a device or a folder)")
-        chunks, got = [], 0
-        while got <= limit:
-            chunk = os.read(fd, min(1 << 16, limit + 1 - got))
-            if not chunk:
-                break
-            chunks.append(chunk)
-            got += len(chunk)
-    except OSError as err:
-        raise HostError(f"cannot read {what} {path}: {err.strerror or err}", hint="check the path") from None
-    finally:
-        os.close(fd)
-    if got > limit:
-        raise HostError(f"{what} {path} is larger than {limit} bytes", hint="is it the file the harness named?")
-    return b"".join(chunks)
 
 
 def read_json(path: str | Path, limit: int) -> object:

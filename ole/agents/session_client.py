@@ -12,7 +12,8 @@ import time
 from pathlib import Path
 from typing import Any, cast
 
-from ole.agents.hostio import (CALL_TIMEOUT_S, ENV_META_FIELDS, SUBMIT_TIMEOUT_S, SUMMARY_MAX_BYTES, TASK_TEXT_MAX_BYTES,
+from evogym.durable import SUMMARY_MAX_BYTES
+from ole.agents.hostio import (CALL_TIMEOUT_S, ENV_META_FIELDS, SUBMIT_TIMEOUT_S, TASK_TEXT_MAX_BYTES,
                                HostError, SubmitAnswer, clean_summary, env_meta_ok, is_int, is_number, read_bounded,
                                read_json)
 

@@ -1,5 +1,6 @@
 """Finalization: validation selection, tie-break, shared evaluation of identical trees, determinism."""
 import json
+import os
 import pytest
 
 from conftest import ZERO_POLICY
@@ -224,3 +225,23 @@ def test_what_the_agent_leaves_in_feedback_never_unscores_the_run(live_host):
     from evogym.leaderboard import validation_curve  # the suite's curve reads the same folders
     xs, ys = validation_curve(live.run_dir)
     assert xs == [1] and len(ys) == 1  # submit_001 alone (submit_000's summary is unreadable): no crash
+
+
+def test_a_fifo_or_an_endless_file_in_feedback_never_stalls_finalization(live_host):
+    """A summary the agent swapped for a FIFO (whose reader would wait for a writer forever) or a link
+    to /dev/zero (endless) is skipped unread by the finalization and the suite's curve."""
+    live = live_host(budget=6)
+    live.write_policy(SWING)
+    for i in range(3):
+        live.submit([i])
+    feedback = live.workspace / "feedback"
+    (feedback / "submit_000" / "summary.json").unlink()
+    os.mkfifo(feedback / "submit_000" / "summary.json")
+    (feedback / "submit_002" / "summary.json").unlink()
+    (feedback / "submit_002" / "summary.json").symlink_to("/dev/zero")
+    out = live.finish_and_wait()["outcome"]
+    assert out["status"] == "completed" and out["best_submit_index"] == 1, out
+    assert {e["folder"] for e in _events(live, "finalize.skipped")} == {"submit_000", "submit_002"}
+    from evogym.leaderboard import validation_curve
+    xs, _ = validation_curve(live.run_dir)
+    assert xs == [1]
