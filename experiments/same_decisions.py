@@ -1,0 +1,218 @@
+"""Same decisions before and after a refactor: one small offline evolve from a fresh registry, run
+by two source trees (two git commits, each checked out into its own worktree, so the checkout can
+change while it runs), its registry events compared field by field.
+
+Events are matched as a multiset, not by position: evaluations run on parallel workers finish
+in either order, and a version number is the order of registration. So every `name@version`
+is replaced by the content hash of the bundle registered under it, and `seq` and `version` are
+left out; two runs agree when the same events, with the same content, are in both.
+
+What must be identical: every event's kind, ref, channel, scope and verdict, and every statistic
+the gate decided on (pairs, mean r, CI, p value, per-env cells, criteria pass/fail, the bound, the
+transfer regions). What may differ and is listed apart: measured wall time (the cost criterion's
+`wall_s` ratio and anything computed from it), timestamps, trace ids, content-free ids.
+
+    python experiments/same_decisions.py --before 2ff37b6 [--after HEAD] [--out experiments/results/same_decisions.md]
+"""
+from __future__ import annotations
+
+import argparse
+import collections
+import json
+import os
+import re
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parents[1]
+ARGS = ["evolve", "--mode", "offline", "--envs", "gym/halfcheetah5", "gym/pusher5", "--budget", "32",
+        "--gate-budgets", "32", "--population", "4", "--generations", "1", "--search-pools", "1", "2",
+        "--gate-pools", "201", "202", "203", "--transfer-envs", "gym/reacher5", "gymnasium/Pendulum-v1",
+        "gymnasium/InvertedDoublePendulum-v5", "--transfer-pools", "221", "--workers", "2", "--json"]
+VOLATILE = ("timestamp", "created_at", "ts", "trace_id", "trace_ids", "control_trace_id", "wall_s", "wall",
+            "started", "ended", "key", "idempotency_key", "run_id", "digest", "fingerprint", "source")
+"""Fields that name a moment, a measured duration or a run's own id: never part of a decision's content."""
+
+
+def run(tree: Path, work: Path) -> tuple[list[dict], float]:
+    """The evolve by the source `tree` in `work` (fresh registry holding the seed bundle); its events."""
+    if work.exists():
+        shutil.rmtree(work)
+    root = work / "root"
+    root.mkdir(parents=True)
+    shutil.copy(REPO / "bundles" / "coder.yaml", root / "coder.yaml")
+    env = {**os.environ, "PYTHONPATH": str(tree), "OLE_ROOT": str(root)}
+    started = time.monotonic()
+    done = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *ARGS, "--workdir", str(work / "wd"),
+                           "--traces", str(work / "traces")], cwd=work, env=env, capture_output=True, text=True)
+    took = time.monotonic() - started
+    if done.returncode != 0:
+        raise SystemExit(f"evolve by {tree} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    events = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), "--json", "events"], cwd=work,
+                            env=env, capture_output=True, text=True, check=True)
+    return json.loads(events.stdout), took
+
+
+EVIDENCE_ID = re.compile(r"^(ev-[a-z_]+)-[0-9a-f]+$")
+"""An evidence id is its detector and a hash over the traces it read (whose ids hold their start time)."""
+
+
+def strip(value, path: str = ""):
+    """`value` without the volatile fields; wall-dependent gate numbers are kept aside by `walls`.
+    Evidence ids keep their detector (their hash covers trace ids); a registration's `blob_hash` (its
+    stored YAML names those evidence ids) is left out: its `content_hash` (the bundle) is compared."""
+    if isinstance(value, dict):
+        return {k: strip(v, f"{path}.{k}") for k, v in sorted(value.items()) if k not in VOLATILE
+                and k != "blob_hash" and not k.startswith("wall")}
+    if isinstance(value, list):
+        return [strip(v, path) for v in value]
+    if isinstance(value, str) and (m := EVIDENCE_ID.match(value)):
+        return m.group(1)
+    return value
+
+
+REF = re.compile(r"^([A-Za-z0-9_.-]+)@(\d+)$")
+
+
+def canonical(events: list[dict]) -> list[str]:
+    """Each event as text: `strip`ped, without `seq`/`version`, refs named by their bundle's content hash."""
+    hashes = {(e["name"], e["version"]): (e.get("payload") or {}).get("content_hash", "?")[:16]
+              for e in events if e.get("kind") == "registration"}
+
+    def by_content(value):
+        if isinstance(value, dict):
+            return {k: by_content(v) for k, v in value.items()}
+        if isinstance(value, list):
+            return [by_content(v) for v in value]
+        if isinstance(value, str) and (m := REF.match(value)):
+            return f"{m.group(1)}#{hashes.get((m.group(1), int(m.group(2))), m.group(2))}"
+        return value
+
+    out = []
+    for e in events:
+        body = {k: v for k, v in strip(e).items() if k not in ("seq", "version")}
+        body["bundle"] = hashes.get((e.get("name"), e.get("version")), str(e.get("version")))
+        out.append(json.dumps(by_content(body), sort_keys=True))
+    return out
+
+
+def walls(value, path: str = "") -> dict[str, object]:
+    """Every wall-time field under `value`, by its path (measured, so allowed to differ)."""
+    out: dict[str, object] = {}
+    if isinstance(value, dict):
+        for k, v in value.items():
+            if k.startswith("wall"):
+                out[f"{path}.{k}"] = v
+            else:
+                out.update(walls(v, f"{path}.{k}"))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            out.update(walls(v, f"{path}[{i}]"))
+    return out
+
+
+def wall_facts(events: list[dict]) -> list[str]:
+    """What measured wall time decided in a run: each search evaluation's wall ratio (the search holds
+    it against the gate's bound) and each gate decision's wall check."""
+    out = []
+    for e in events:
+        p = e.get("payload") or {}
+        ref = f"{e.get('name')}@{e.get('version')}"
+        if e.get("kind") == "evaluation" and "wall_s" in (p.get("cost_ratio") or {}):
+            out.append(f"{ref} {p.get('stage')}: wall ratio {p['cost_ratio']['wall_s']:.3f}")
+        for crit in p.get("criteria") or []:
+            for check in crit.get("checks") or [] if isinstance(crit, dict) else []:
+                if "wall" in str(check.get("what")):
+                    out.append(f"{ref} gate: {check.get('what')} {check.get('measured')} (bound {check.get('required')}, "
+                               f"{'passed' if check.get('passed') else 'FAILED'}) -> verdict {p.get('verdict')}")
+    return out
+
+
+def cost_reasons(event: dict) -> list[str]:
+    crit = (event.get("payload") or {}).get("criteria") or []
+    return [r for c in crit if isinstance(c, dict) and c.get("name") == "cost" for r in c.get("reasons") or []]
+
+
+def main() -> int:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--before", required=True, help="the commit to compare against (checked out into a worktree)")
+    p.add_argument("--after", default="HEAD", help="the commit compared (checked out into a worktree too)")
+    p.add_argument("--workdir", default="experiments/out/same_decisions")
+    p.add_argument("--out", default="experiments/results/same_decisions.md")
+    args = p.parse_args()
+    work = (REPO / args.workdir).resolve()
+    trees = {side: work / f"{side}-tree" for side in ("before", "after")}
+    work.mkdir(parents=True, exist_ok=True)
+    commits = {}
+    for side, tree in trees.items():
+        if tree.exists():
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
+        rev = getattr(args, side)
+        subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO, check=True, capture_output=True)
+        commits[side] = subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True,
+                                       check=True).stdout.strip()
+    try:
+        before, t_before = run(trees["before"], work / "before")
+        after, t_after = run(trees["after"], work / "after")
+    finally:
+        for tree in trees.values():
+            subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
+    cb, ca = canonical(before), canonical(after)
+    only_before = collections.Counter(cb) - collections.Counter(ca)
+    only_after = collections.Counter(ca) - collections.Counter(cb)
+    rows, same, differing = [], 0, []
+    for i, (event, text) in enumerate(zip(after, ca)):
+        equal = text not in only_after
+        same += equal
+        verdict = (event.get("payload") or {}).get("verdict", "")
+        rows.append(f"| {i + 1} | {event.get('kind')} | {event.get('name')}@{event.get('version')} | {verdict} | "
+                    f"{'in both' if equal else 'DIFFERS'} |")
+    for text in only_before:
+        differing.append(("only before", json.loads(text)))
+    for text in only_after:
+        differing.append(("only after", json.loads(text)))
+    wall_notes = []
+    for b, a in zip(before, after):
+        if b.get("kind") == "gate_decision" and cost_reasons(b) != cost_reasons(a):
+            wall_notes.append(f"- event {b.get('seq')}: cost reasons before {cost_reasons(b)} / after {cost_reasons(a)}")
+    text = [
+        "# Same decisions before and after",
+        "",
+        f"`python experiments/same_decisions.py --before {args.before} --after {args.after}` (before = "
+        f"{commits['before']}, after = {commits['after']}); one offline",
+        "evolve from a fresh registry holding the seed bundle, run by each source tree:",
+        "",
+        "    ole " + " ".join(ARGS),
+        "",
+        f"Events: {len(before)} before, {len(after)} after; **{same} of {len(after)} after-events also in the "
+        f"before run**, {sum(only_before.values())} before-events not in the after run, matched as a multiset "
+        "(refs by bundle content) once",
+        "timestamps, trace ids, idempotency keys, evidence-id hashes (over trace ids) and measured wall time are left "
+        "out (fields: "
+        + ", ".join(f"`{v}`" for v in VOLATILE) + ", and every `wall*` field).",
+        f"Wall time of the two evolves: before {t_before / 60:.1f} min, after {t_after / 60:.1f} min (same machine,",
+        "one after the other).",
+        "",
+        "| # | kind | ref | verdict | content |",
+        "|---|---|---|---|---|",
+        *rows,
+        "",
+    ]
+    if wall_notes:
+        text += ["Cost-criterion reasons (read measured wall time) that differ:", "", *wall_notes, ""]
+    for side, events in (("before", before), ("after", after)):
+        text += [f"What measured wall time decided in the {side} run:", "",
+                 *[f"- {line}" for line in wall_facts(events)], ""]
+    for side, body in differing[:6]:
+        text += [f"## An event {side}", "", "```json", json.dumps(body, indent=1, sort_keys=True)[:4000], "```", ""]
+    out = REPO / args.out
+    out.write_text("\n".join(text))
+    print("\n".join(text[:12 + len(rows)]))
+    return 0 if not differing else 1
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
