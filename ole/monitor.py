@@ -186,3 +186,37 @@ def tasks_to_decision(r: Sequence[float], cfg: AnalysisConfig) -> tuple[Decision
             return res.decision, n
     return "hold", len(r)
 
+
+
+EXPOSURE_FLOOR: Final = 0.1
+EXPOSURE_CEILING: Final = 0.9
+"""A canary's adapted share stays inside [floor, ceiling]: some tasks always go to each side."""
+
+
+def exposure_after(r: Sequence[float], cfg: AnalysisConfig, base: float) -> float:
+    """A canary's share of its scope's tasks after the monitored pairs `r`: `base` moved by evidence.
+
+    Two test supermartingales on the clipped r, the harm test's (as `look`, null "no harm") and a
+    benefit test's (null "clipped mean r ≤ 0", bets as `look`'s), each read as the share of the way
+    its wealth has gone to its threshold on a log scale. Evidence of benefit moves the share from
+    `base` towards `EXPOSURE_CEILING`, evidence of harm towards `EXPOSURE_FLOOR` (a base beyond them
+    stays the bound on that side); pairs that tie move
+    nothing (a tie is no evidence either way, and every canary task costs a control rerun). A pure
+    function of the pairs: every process of the stream computes the same share. The monitor's own
+    decisions do not depend on it, so its guarantees hold at any share.
+    """
+    import math
+    if not r:
+        return base
+    x = [max(-cfg.clip, min(cfg.clip, float(v))) for v in r]
+    harm = _wealth([-cfg.harm_tolerance - v for v in x], 1.0 / (cfg.clip + cfg.harm_tolerance),
+                   cfg.prior_harm - cfg.harm_tolerance, cfg.prior_sd)[-1]
+    gain = _wealth(x, 1.0 / cfg.clip, cfg.prior_harm, cfg.prior_sd)[-1]
+    to_gain = max(0.0, math.log(gain)) / math.log(1.0 / cfg.alpha_promote) if gain > 0 else 0.0
+    to_harm = max(0.0, math.log(harm)) / math.log(1.0 / cfg.alpha_rollback) if harm > 0 else 0.0
+    up, down = max(EXPOSURE_CEILING, base), min(EXPOSURE_FLOOR, base)
+    if to_gain > to_harm:
+        return base + (up - base) * min(1.0, to_gain - to_harm)
+    if to_harm > to_gain:
+        return base - (base - down) * min(1.0, to_harm - to_gain)
+    return base

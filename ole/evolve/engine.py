@@ -166,6 +166,11 @@ class Engine:
         self._record_evaluation(champion.ref, candidate.ref, pairs, pair_stats(pairs, self.gate.cvar_alpha), stage)
         return pairs
 
+    def record_pairs(self, champion: str, candidate: Candidate, stage: str) -> None:
+        """Record the candidate's kept pairs as one evaluation event (pairs made outside `evaluate`,
+        e.g. a stream trial's: `ole.evolve.trial`), once per stage."""
+        self._record_evaluation(champion, candidate.ref, candidate.pairs, candidate.stats, stage)
+
     def _record_evaluation(self, champion: str, ref: str, pairs: Sequence[Pair], stats: PairStats,
                            stage: str) -> None:
         done = step("evaluation", stage, ref, champion)

@@ -50,6 +50,7 @@ from ole.evolve.engine import Candidate, Engine
 from ole.evolve import scoping
 from ole.evolve.ablate import ablate
 from ole.evolve.store import Step, step
+from ole.evolve.trial import open_trial, stream_gate_ok
 from ole.registry.lease import Lease
 from ole.gate import GateDecision
 from ole.paired import (
@@ -93,6 +94,17 @@ class OnlineConfig(BaseModel):
     gate pairs gain on some envs (`ole.evolve.scoping.plan`), its change (ablated on those pairs)
     is gated again as a specialization for those env ids, on these pools only — never on the
     pairs that chose the scope. Disjoint from the gate pools and the stream. Empty: no scoped gates."""
+    gate_on: Literal["stream", "pools"] = "stream"
+    """Where a round's challenger is gated. `stream`: on trial on the stream's next tasks that its
+    champion works and the host can rerun, the stream's own run as the champion side, one rerun per
+    pair (`ole.evolve.trial`); a round whose window is mostly tasks the host cannot rerun (an external
+    harness) falls back to the pools. `pools`: on the gate pools, both sides run."""
+    trial_tasks: int = Field(96, ge=1)
+    """A trial still without a final verdict after this many stream tasks ends unjudged."""
+    adapt_exposure: bool = True
+    """A canary's share of its scope's tasks moves with the monitor's evidence (`ole.monitor.exposure_after`):
+    up towards 0.9 as the no-harm test's wealth grows, down towards 0.1 as the harm test's does; off: the
+    release's exposure throughout."""
 
 
 @dataclass(frozen=True)
@@ -237,7 +249,7 @@ class OnlineEvolution:
         canary = self._canary_for(ctx)
         if canary is not None:
             draw = self.e.store.draw(f"canary|{canary.seq}")
-            share = float(canary.payload["exposure"])
+            share = self.exposure(canary)
             if math.ceil((draw + 1) * share) > math.ceil(draw * share):
                 scope_key = canary.payload.get("scope", GENERAL_SCOPE)
                 why = (f"canary {canary.ref} (scope {scope_key}) takes this task (in-scope boundary {draw}, "
@@ -258,6 +270,17 @@ class OnlineEvolution:
             return self.in_flight
         self.in_flight = Assignment(index, task, cond, routed, activation, scope)
         return self.in_flight
+
+    def exposure(self, canary: Event) -> float:
+        """The canary's share of its scope's task boundaries now: its release's exposure, moved by the
+        monitor's evidence so far when `adapt_exposure` (a function of stored pairs: every process
+        agrees)."""
+        base = float(canary.payload["exposure"])
+        if not self.online.adapt_exposure:
+            return base
+        from ole.monitor import exposure_after
+        made = [self.e.store.step(step("monitor", canary.seq, p["trace_id"])) for _, p in self._canary_rows(canary.seq)]
+        return exposure_after([p["r"] for p in made if p is not None], self.e.gate.analysis, base)
 
     def _canary_for(self, ctx: TaskContext) -> Event | None:
         """The `stage` event of the most specific canary on the channel whose scope admits the task."""
@@ -289,6 +312,9 @@ class OnlineEvolution:
         if a.watch is not None and a.control is not None:
             from ole.evolve.watching import after_task
             after_task(self, n, a.watch, a.control, a.chosen.ref, a.scope)
+        if self.online.gate_on == "stream":
+            from ole.evolve import trial
+            trial.after_task(self, n)
         if n % self.online.every_k == 0:
             self._round(n // self.online.every_k)
 
@@ -375,10 +401,13 @@ class OnlineEvolution:
             if self.e.store.step(done) is not None:
                 return
             started = time.time()
+            from ole.evolve.trial import open_trials
             running = self.e.registry.canaries(self.e.channel)
-            if self._pending() or running:
+            trials = open_trials(self) if self.online.gate_on == "stream" else []
+            if self._pending() or running or trials:
                 why = ("a release is pending" if self._pending()
-                       else f"a canary runs ({', '.join(e.ref for e in running.values())})")
+                       else f"a canary runs ({', '.join(e.ref for e in running.values())})" if running
+                       else f"challenger {trials[0][1]['candidate']} is on trial")
                 self.e.progress(f"round {r}: skipped, {why}")
                 out = {"skipped": why}
             else:
@@ -403,13 +432,15 @@ class OnlineEvolution:
         if cand is None:
             return {"champion": champ.ref, "candidate": None}
         seen = {p["instance"] for _, p in self.e.store.tasks()}
+        if self.online.gate_on == "stream" and stream_gate_ok(rows):
+            return open_trial(self, r, champion, cand, seen)
         self.e.progress(f"round {r}: challenger {cand.ref} vs {champ.ref} on {len(self.gate_looks[0])} gate instances")
         decision = self.e.decide_gate(champion, cand, self.gate_looks, seen, stage=f"online-r{r}")
         self.events.decisions.append(decision)
         self.e.progress(f"round {r}: gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
         out = {"champion": champ.ref, "candidate": cand.ref, "verdict": decision.verdict}
         if is_release(decision.verdict):
-            self._release(cand.ref, f"online gate round {r}: mean r {decision.stats.mean_r:+.3f}", r)
+            self.release_staged(cand.ref, f"online gate round {r}: mean r {decision.stats.mean_r:+.3f}", r)
         else:
             out.update(self._scoped_round(r, champion, cand, seen))
         return out
@@ -429,7 +460,8 @@ class OnlineEvolution:
                 out.update(e.split("-")[1] for e in prov.evidence_ids if e.count("-") >= 2)
         return out
 
-    def _release(self, ref: str, reason: str, r: int) -> None:
+    def release_staged(self, ref: str, reason: str, r: int) -> None:
+        """Release a round's gated version staged (a canary at the analysis' exposure), once."""
         analysis = self.e.gate.analysis
         self.e.release(ref, reason, stage=f"online-r{r}", exposure=analysis.exposure, analysis=analysis.digest)
         self.events.releases.append(ref)
@@ -471,7 +503,7 @@ class OnlineEvolution:
         self.events.decisions.append(decision)
         self.e.progress(f"round {r}: scoped gate says {decision.verdict}: {'; '.join(decision.reasons)[:200]}")
         if is_release(decision.verdict):
-            self._release(gated.ref, f"online scoped gate round {r} ({', '.join(scope.envs)}): "
+            self.release_staged(gated.ref, f"online scoped gate round {r} ({', '.join(scope.envs)}): "
                                      f"mean r {decision.stats.mean_r:+.3f}", r)
         return {"scoped": gated.ref, "scope_envs": list(scope.envs), "scoped_verdict": decision.verdict}
 

@@ -61,7 +61,7 @@ CREATE TABLE IF NOT EXISTS draws (
 
 
 StepKind = Literal["evaluation", "gate", "release", "widen", "round", "stage", "look", "monitor",
-                   "watch-base", "watch-look", "watch-pair", "watch-end"]
+                   "watch-base", "watch-look", "watch-pair", "watch-end", "trial", "trial-pair", "trial-end"]
 """Every kind of driver step: one spelling each (the first part of a stored step's key)."""
 
 

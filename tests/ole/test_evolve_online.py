@@ -22,7 +22,7 @@ CFG = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRoom
 GATE = GateConfig(min_pairs=6, min_families=2, max_pairs=None)
 
 
-def _online(tmp_path, online=OnlineConfig(tasks=6, every_k=3), *, evaluate=archive_fake,  # noqa: B008 - frozen
+def _online(tmp_path, online=OnlineConfig(tasks=6, every_k=3, gate_on="pools"), *, evaluate=archive_fake,  # noqa: B008 - frozen
             proposer=None):
     root = tmp_path / "bundles"
     root.mkdir()
@@ -100,7 +100,7 @@ def test_injected_harmful_release_is_a_canary_rolled_back_by_the_monitor(tmp_pat
 
 
 def test_a_good_canary_is_promoted_and_then_serves_every_task(tmp_path):
-    reg, evo = _online(tmp_path, OnlineConfig(tasks=40, every_k=100))
+    reg, evo = _online(tmp_path, OnlineConfig(tasks=40, every_k=100, adapt_exposure=False))
     work = engine_worker(evo.e)
     good = _staged(reg, ("verification", "retest_episodes", 8), exposure=0.5)  # +15 % (the fake)
     got = []
@@ -185,7 +185,7 @@ class _Retest8(BuiltinProposer):
 
 def test_a_one_env_gain_is_gated_again_as_a_specialization_on_its_own_pools(tmp_path):
     from synthetic import one_env_gain_evaluate
-    online = OnlineConfig(tasks=3, every_k=3)
+    online = OnlineConfig(tasks=3, every_k=3, gate_on="pools")
     reg, evo = _online(tmp_path, online, evaluate=one_env_gain_evaluate, proposer=_Retest8())
     events = run_stream(evo, engine_worker(evo.e))
     general, scoped = events.decisions
@@ -223,3 +223,88 @@ def test_a_round_reads_first_the_evidence_no_earlier_challenger_of_the_champion_
         if prov.edge == "online" and prov.parents == (champ.version,) and rb.version > 2:
             assert not {e.split("-")[1] for e in prov.evidence_ids} & {"tuning_rounds", "verification_miss"}
     assert events.decisions
+
+
+class _Retest8Only(BuiltinProposer):
+    """A scripted challenger: retest 8 (+15 % on every task in the fake)."""
+
+    def mutate(self, parent, evidence, *, edge, generation, seed, host=None):
+        from ole.proposers import accepted, child_bundle
+        lp = parent.bundle.loop_policy.model_dump(mode="json")
+        lp["verification"]["retest_episodes"] = 8
+        bundle = child_bundle([parent], lp, edge=edge, evidence_ids=(), generation=generation, proposer=self.name,
+                              note="scripted")
+        return accepted(self.name, edge, [parent], bundle)
+
+
+def test_a_round_gates_on_the_streams_own_runs_one_rerun_per_pair(tmp_path):
+    """gate_on=stream: the round's challenger reruns the next stream tasks its champion works; the
+    stream's own runs are the champion side, never rerun; no gate-pool instance is run at all."""
+    reg, evo = _online(tmp_path, OnlineConfig(tasks=9, every_k=3), proposer=_Retest8Only())
+    events = run_stream(evo, engine_worker(evo.e))
+    (decision,) = events.decisions
+    assert decision.stats.n_pairs == GATE.min_pairs and decision.verdict == "release"
+    rows = [p for _, p in evo.e.store.tasks()]
+    stream_ids = {p["trace_id"] for p in rows}
+    assert {p.champion.trace_id for p in decision.pairs} <= stream_ids  # the stream's own runs
+    assert {p.challenger.trace_id for p in decision.pairs}.isdisjoint(stream_ids)
+    assert [p.task.pool_seed for p in decision.pairs] == [TaskSpecOf(p).pool_seed for p in rows[3:9]]
+    champ_hash, cand_hash = reg.get("coder@1").bundle.content_hash, reg.get(decision.challenger).bundle.content_hash
+    assert len(evo.e.store.results_of(champ_hash)) == 9  # the stream's nine tasks, no champion rerun
+    assert len(evo.e.store.results_of(cand_hash)) == 6  # one rerun per pair
+    assert not any(p.task.pool_seed in CFG.gate_pools for p in decision.pairs)
+    assert not decision.stats.leaked_keys and events.releases == [decision.challenger]
+    assert [e.payload.get("stage") for e in reg.events(kind="evaluation")][-1] == "online-r1-stream"
+    # the released challenger is staged: a canary watched from the next task on
+    assert reg.canaries(evo.e.channel)
+
+
+def TaskSpecOf(row):
+    from ole.trace import TaskSpec
+    return TaskSpec.model_validate(row["task"])
+
+
+def test_a_trial_whose_champion_stops_serving_ends_unjudged(tmp_path):
+    reg, evo = _online(tmp_path, OnlineConfig(tasks=12, every_k=3), proposer=_Retest8Only())
+    work = engine_worker(evo.e)
+    for _ in range(4):  # round 1 after task 3 opens the trial; task 4 is its first pair
+        evo.tell(work(evo.ask()))
+    from ole.evolve.trial import open_trials
+    assert len(open_trials(evo)) == 1
+    other = _harmful(reg)
+    reg.release(other.ref, reason="by hand")
+    evo.tell(work(evo.ask()))  # task 5, worked by the hand release: the trial's pairs cannot grow
+    from ole.evolve.store import step
+    assert not open_trials(evo) and not evo.events.decisions
+    ended = evo.e.store.step(step("trial-end", 1))
+    assert ended and "no longer serves" in ended["ended"]
+
+
+def test_a_stream_of_external_tasks_is_gated_on_the_pools():
+    from ole.evolve.trial import stream_gate_ok
+    assert stream_gate_ok([{"reproducible": True}, {"reproducible": False}])
+    assert not stream_gate_ok([{"reproducible": False}] * 2 + [{"reproducible": True}])
+    assert not stream_gate_ok([])
+
+
+def test_exposure_follows_the_monitors_evidence(tmp_path):
+    """A clearly better canary takes more than its starting share of the tasks, a harmful one fewer;
+    with adapt_exposure off the share is the release's."""
+    from ole.monitor import AnalysisConfig, exposure_after
+    cfg = AnalysisConfig()
+    assert exposure_after([], cfg, 0.5) == 0.5 and exposure_after([0.0] * 6, cfg, 0.5) == 0.5
+    up = [exposure_after([0.15] * k, cfg, 0.5) for k in range(1, 5)]
+    down = [exposure_after([-0.4] * k, cfg, 0.5) for k in range(1, 3)]
+    assert 0.5 < up[0] < up[1] < up[2] < up[3] <= 0.9 and 0.5 > down[0] > down[1] >= 0.1
+    assert exposure_after([0.15] * 4, cfg, 1.0) == 1.0 and exposure_after([-0.4], cfg, 1.0) < 1.0
+    reg, evo = _online(tmp_path, OnlineConfig(tasks=40, every_k=100))
+    work = engine_worker(evo.e)
+    good = _staged(reg, ("verification", "retest_episodes", 8), exposure=0.5)  # +15 % (the fake)
+    got = []
+    while not evo.events.promotions and len(got) < 30:
+        a = evo.ask()
+        got.append(a.bundle_ref)
+        evo.tell(work(a))
+    assert evo.events.promotions
+    canary_share = got.count(good) / len(got)
+    assert canary_share > 0.5 and got[:2] == [good, good]  # after one +15 % pair the share is above 0.5
