@@ -36,9 +36,9 @@ OUTCOME_FILE = "outcome.json"
 OFFLINE_ONLY = ("population", "generations", "eta", "screen", "max_scopes", "ablate", "transfer_envs",
                 "transfer_pools")
 """Search settings online mode never reads (its challengers are proposed one at a time, one scope each)."""
-ONLINE_ONLY = ("tasks", "every_k")
+ONLINE_ONLY = ("tasks", "every_k", "gate_on")
 """Stream settings offline mode never reads."""
-ONLINE_DEFAULTS = {"tasks": 6, "every_k": 3, "recent": 6}
+ONLINE_DEFAULTS = {"tasks": 6, "every_k": 3, "recent": 6, "gate_on": "stream"}
 """The online stream's length, proposal period and proposer window when not given: the one place
 (`OnlineConfig`, `ole evolve --mode online` and `ole agent work --online` read them here)."""
 BUILTIN_PROPOSERS = ("builtin", "random", "tpe")
@@ -106,6 +106,9 @@ class EvolveSettings(BaseModel):
     """Stream length (online)."""
     every_k: int | None = None
     """A challenger every k tasks (online)."""
+    gate_on: Literal["stream", "pools"] | None = None
+    """Where an online round's challenger is gated (`ole.evolve.online.OnlineConfig.gate_on`): on the
+    stream's next tasks, the stream's run the champion side (`stream`), or on the gate pools."""
     executor: Literal["local", "ray"] | None = None
     """Where runs execute."""
     address: str | None = None

@@ -99,6 +99,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     o.add_argument("--online", action="store_true", help="archive this task's verified trace and evolve the channel")
     o.add_argument("--every-k", type=int, default=ONLINE_DEFAULTS["every_k"],
                    help=f"a proposal round after every k finished tasks (default {ONLINE_DEFAULTS['every_k']})")
+    o.add_argument("--gate-on", choices=("stream", "pools"), default=ONLINE_DEFAULTS["gate_on"],
+                   help="gate a round's challenger on the stream's next tasks that the host can rerun, the "
+                        "stream's own runs the champion side (one rerun per pair; a window of external tasks "
+                        "falls back to the pools), or on the gate pools (default %(default)s)")
     from ole.cli.evolve import replaced_online_flags
     replaced_online_flags(o)
     o.add_argument("--recent", type=int, default=ONLINE_DEFAULTS["recent"],
@@ -318,7 +322,7 @@ def _stream_config(args: argparse.Namespace, condition: RunCondition) -> tuple[E
                            seed=args.evolve_seed, channel=args.channel, workers=args.workers,
                            gate_budgets=tuple(args.gate_budgets or (gate_budget,)))
         online = OnlineConfig(**given(scope_pools=None if args.scope_pools is None else tuple(args.scope_pools)),
-                              every_k=args.every_k, recent=args.recent)
+                              every_k=args.every_k, recent=args.recent, gate_on=args.gate_on)
     except pydantic.ValidationError as exc:
         first = exc.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "config"

@@ -98,6 +98,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     o.add_argument("--tasks", type=int, default=None, help=f"stream length (default: {ONLINE_DEFAULTS['tasks']})")
     o.add_argument("--every-k", type=int, default=None,
                    help=f"a challenger every k tasks (default: {ONLINE_DEFAULTS['every_k']})")
+    o.add_argument("--gate-on", choices=("stream", "pools"), default=None,
+                   help="gate a round's challenger on the stream's next tasks, the stream's own runs the champion "
+                        "side (one rerun per pair), or on the gate pools, both sides run (default: "
+                        f"{ONLINE_DEFAULTS['gate_on']})")
     replaced_online_flags(o)
     r = p.add_argument_group("resources")
     r.add_argument("--executor", choices=("local", "ray"), default=None, help="where runs execute (default: local)")
@@ -142,7 +146,7 @@ def _csv(values: Iterable[object]) -> str:
 FLAG_SETTINGS = ("mode", "envs", "profile", "budget", "search_pools", "gate_pools", "gate_budgets", "transfer_envs",
                  "transfer_pools", "agent_seeds",
                  "host", "model", "population", "generations", "seed", "eta", "screen", "max_scopes", "proposer",
-                 "gate_config", "channel", "tasks", "every_k", "executor", "address", "workers", "execution",
+                 "gate_config", "channel", "tasks", "every_k", "gate_on", "executor", "address", "workers", "execution",
                  "workdir", "traces", "max_episodes", "max_wall_s", "max_tokens", "max_usd", "track", "track_uri")
 """Settings read from the flag of the same name (`ablate`, `command` and `root` are read apart)."""
 

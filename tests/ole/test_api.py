@@ -113,8 +113,8 @@ def test_stream_asks_and_tells_from_the_callers_loop(project, monkeypatch):
     monkeypatch.setattr(jobs, "run_job", fake_evaluate)
     monkeypatch.chdir(project)
     lines: list[str] = []
-    with ole.stream(envs=["gym/acrobot", "gym/pusher5"], tasks=3, every_k=3, workers=1, registry="bundles",
-                    progress=lines.append) as evo:
+    with ole.stream(envs=["gym/acrobot", "gym/pusher5"], tasks=3, every_k=3, gate_on="pools", workers=1,
+                    registry="bundles", progress=lines.append) as evo:
         work = engine_worker(evo.e)
         for _ in range(3):
             a = evo.ask()
