@@ -20,6 +20,7 @@ EXTRAS: dict[str, str] = {
     "ray": "ray",              # ole.executors: --executor ray
     "baselines": "optuna",     # ole.proposers.baselines: the TPE proposer
     "mlflow": "mlflow",        # ole.tracking: ole evolve --track mlflow
+    "postgres": "psycopg",     # ole.storage.postgres: --storage postgresql://… (registry, stores, leases)
 }
 """Extra name -> the top-level module it installs."""
 

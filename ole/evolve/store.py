@@ -18,6 +18,11 @@ and `mark` cannot duplicate the event on resume.
 
 Rows are only inserted, each in its own transaction; a crash loses at most the run in
 flight.
+
+With PostgreSQL storage (`storage=`, else `$OLE_STORAGE`; `ole.storage`) the same tables live in
+the database, in a schema named after the workspace folder and the file's stem
+(`ole.storage.postgres.store_schema`): processes on several machines share a stream's store by
+naming the same workspace folder, and nothing else of their folders.
 """
 from __future__ import annotations
 
@@ -30,7 +35,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
@@ -38,6 +43,7 @@ from ole import sqlite_open
 from ole.dotted import flatten
 from ole.errors import Conflict, StorageError
 from ole.paired import RunResult
+from ole.storage import storage_url
 from ole.trace import utc_now
 
 UNBOUND = "unbound"
@@ -156,22 +162,43 @@ class EvaluationStore:
     docstring); without, it reads and writes evaluations and steps unchecked.
     """
 
-    def __init__(self, path: Path | str, fingerprint: Fingerprint | None = None) -> None:
+    def __init__(self, path: Path | str, fingerprint: Fingerprint | None = None, *,
+                 storage: str | None = None) -> None:
         self.path = Path(path)
         self.fingerprint = fingerprint
+        url = storage_url(storage)
+        self._db: Any = self._open_sqlite() if url is None else self._open_postgres(url)
+        if url is None:
+            self._refuse_unfingerprinted()
+        if fingerprint is not None:
+            self._bind(fingerprint)
+
+    def _open_sqlite(self) -> sqlite3.Connection:
         try:
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            self._db = sqlite_open.connect(self.path, _SCHEMA)
+            return sqlite_open.connect(self.path, _SCHEMA)
         except (OSError, sqlite3.Error) as exc:
             raise StorageError(f"cannot open evaluation store {self.path}: {exc}",
                                hint="check the --workdir path, its permissions and free space") from None
+
+    def _open_postgres(self, url: str) -> Any:
+        from ole.storage import postgres
+        schema = postgres.store_schema(f"{self.path.parent.name}_{self.path.stem}")
+        conn = postgres.connect(url, search_path=schema)
+        try:
+            postgres.create(conn, postgres.STORE_DDL, schema=schema)
+        except Exception as exc:  # noqa: BLE001 - psycopg's errors, imported lazily; reported as a storage fault
+            conn.close()
+            raise StorageError(f"cannot open evaluation store {schema}: {exc}",
+                               hint="check that the user may create schemas in that database") from None
+        return postgres.PgCursorAdapter(conn)
+
+    def _refuse_unfingerprinted(self) -> None:
         columns = {r[1] for r in self._db.execute("PRAGMA table_info(steps)")}
         if "fingerprint" not in columns:
             raise ResumeMismatch(f"the store {self.path} was written by an older OLE that kept no config "
                                  "fingerprint: its results cannot be checked against this configuration",
                                  hint="use a new --workdir")
-        if fingerprint is not None:
-            self._bind(fingerprint)
 
     @property
     def digest(self) -> str:
@@ -214,7 +241,7 @@ class EvaluationStore:
 
     def put(self, key: str, instance: str, family: str, result: RunResult) -> None:
         """Store one evaluation; a key stored before keeps its first result."""
-        self._db.execute("INSERT OR IGNORE INTO evaluations VALUES (?, ?, ?, ?, ?, ?)",
+        self._db.execute("INSERT INTO evaluations VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                          (key, result.bundle_hash, instance, family, result.model_dump_json(), utc_now()))
 
     def count(self) -> int:
@@ -242,7 +269,7 @@ class EvaluationStore:
 
     def mark(self, step: Step, payload: dict) -> None:
         """Record a completed driver step (first record wins)."""
-        self._db.execute("INSERT OR IGNORE INTO steps VALUES (?, ?, ?, ?)",
+        self._db.execute("INSERT INTO steps VALUES (?, ?, ?, ?) ON CONFLICT DO NOTHING",
                          (str(step), json.dumps(payload, sort_keys=True), utc_now(), self.digest))
 
     def key(self, step: Step) -> str:
@@ -262,7 +289,7 @@ class EvaluationStore:
     # ----- the task stream (online mode) ------------------------------------------------------
     def add_task(self, trace_id: str, payload: dict) -> int:
         """Record a finished stream task once; returns its 1-based finish number n."""
-        self._db.execute("INSERT OR IGNORE INTO stream (trace_id, payload, created_at) VALUES (?, ?, ?)",
+        self._db.execute("INSERT INTO stream (trace_id, payload, created_at) VALUES (?, ?, ?) ON CONFLICT DO NOTHING",
                          (trace_id, json.dumps(payload, sort_keys=True), utc_now()))
         return int(self._db.execute("SELECT COUNT(*) FROM stream WHERE n <= (SELECT n FROM stream "
                                     "WHERE trace_id = ?)", (trace_id,)).fetchone()[0])

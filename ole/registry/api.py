@@ -26,11 +26,13 @@ from ole.bundle import (EDGE_MODE, EDGE_MODES, GENERAL_SCOPE, NAME_PATTERN, Bund
                         bundle_from_data, check_hash, dump_bundle_yaml, format_ref, load_bundle_yaml, parse_ref,
                         parse_scope, validate_data)
 from ole.coverage import bound_for_release, decision_event
-from ole.errors import Conflict, IntegrityError, NotFound, ValidationError
+from ole.errors import Conflict, IntegrityError, NotFound, StorageError, ValidationError
 from ole.registry import fsck as fsck_check
 from ole.registry import rollback
 from ole.registry import scopes
-from ole.registry.journal import Journal, now, sha256
+from ole.registry.backend import JournalBackend
+from ole.registry.journal import DB_FILE, Journal, now, sha256
+from ole.registry.lease import Lease
 from ole.registry.legacy import LegacyRelease, bounding_events, legacy_releases
 from ole.registry.boundary import boundary_events
 from ole.registry.records import (DEFAULT_CHANNEL, Event, FsckReport, IndexRow, Key, RegisteredBundle,
@@ -39,6 +41,7 @@ from ole.registry.seeds import edited_seed, seed_files
 from ole.registry.state import State, derive_state
 from ole.registry.widening import WideningKind, check_widening, widening_evidence
 from ole.roots import REGISTRY_DIR, resolve
+from ole.storage import storage_url
 from ole.verdicts import verdict_of
 
 Step = Literal["look", "promoted", "rolled_back"]
@@ -50,6 +53,14 @@ def default_root(explicit: str | Path | None = None) -> Path:
     return resolve(explicit)
 
 
+def open_journal(home: Path, storage: str | None) -> JournalBackend:
+    """The journal of the registry folder `home`: SQLite files there, or the PostgreSQL database `storage`."""
+    if storage is None:
+        return Journal(home)
+    from ole.storage.pgjournal import PgJournal  # here: the SQLite default never imports psycopg
+    return PgJournal(storage, home)
+
+
 class Registry:
     """Versioned bundles, their events, and champion pointers per channel and scope.
 
@@ -57,9 +68,11 @@ class Registry:
     opening it in each, not between threads.
     """
 
-    def __init__(self, root: str | Path | None = None, *, seed: bool = True) -> None:
+    def __init__(self, root: str | Path | None = None, *, seed: bool = True, storage: str | None = None) -> None:
         self.root = default_root(root)
-        self.journal = Journal(self.root / REGISTRY_DIR)
+        self.storage = storage_url(storage)
+        """The PostgreSQL URL the journal lives in (`--storage`, else `$OLE_STORAGE`); None: SQLite files."""
+        self.journal: JournalBackend = open_journal(self.root / REGISTRY_DIR, self.storage)
         self.home, self.blobs = self.journal.home, self.journal.blobs
         self.read_only = self.journal.read_only
         """True when the file system refused writes and the registry was opened for reading only."""
@@ -96,10 +109,17 @@ class Registry:
     @property
     def _db(self) -> sqlite3.Connection:
         """The journal's connection, for inspection (the registry's tests run `PRAGMA integrity_check`)."""
-        return self.journal.connection
+        return self.journal.connection  # type: ignore[no-any-return]
+
+    def lease(self, name: str, holder: str, **kwargs: Any) -> Lease:
+        """The lease `name` in this registry's storage (`ole.registry.lease`), for `holder`."""
+        return Lease(self.storage or self.home / DB_FILE, name, holder, **kwargs)
 
     def blob_path(self, blob_hash: str) -> Path:
-        """Where the blob with this sha256 lives."""
+        """Where the blob with this sha256 lives (SQLite files; PostgreSQL keeps blobs as rows)."""
+        if not isinstance(self.journal, Journal):
+            raise StorageError(f"blobs of the registry in {self.journal.where} are rows of the database, not files",
+                               hint="read a version with `ole bundle show REF`")
         return self.journal.blob_path(blob_hash)
 
     # ----- registration -----------------------------------------------------------------

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ole.bundle import GENERAL_SCOPE, Bundle, format_ref, load_bundle_yaml, parse_scope
 from ole.errors import OleError, ValidationError
-from ole.registry.journal import Journal
+from ole.registry.backend import JournalBackend
 from ole.registry.records import DEFAULT_CHANNEL, EVENT_KINDS, POINTER_KINDS, Event, FsckReport, IndexRow, Key
 from ole.registry.scopes import check_specialization, features_of
 from ole.registry.state import State, derive_state
@@ -29,7 +29,7 @@ RECOVERY = ("only this version is affected; restore its blob from a backup with 
             "or release/roll back to another version (docs/registry.md, A damaged blob)")
 
 
-def check(journal: Journal, *, repair: bool, traces: Sequence[str | Path] = (),
+def check(journal: JournalBackend, *, repair: bool, traces: Sequence[str | Path] = (),
           seed_problems: Sequence[str] = ()) -> FsckReport:
     """Check `journal` (called with its write lock held, or read-only without `repair`); with
     `traces`, the trace ids events name. `seed_problems` (the root's skipped or edited seed files,
@@ -38,7 +38,7 @@ def check(journal: Journal, *, repair: bool, traces: Sequence[str | Path] = (),
     quarantined: list[str] = []
     verdict = journal.integrity_check()
     if verdict != "ok":
-        problems.append(f"sqlite integrity_check: {verdict}")
+        problems.append(f"database integrity check: {verdict}")
     rows = journal.rows()
     for row in rows:
         problems.extend(_check_blob(journal, row, quarantined, repair))
@@ -59,13 +59,13 @@ def check(journal: Journal, *, repair: bool, traces: Sequence[str | Path] = (),
     problems.extend(seed_problems)
     if traces:
         problems.extend(_check_trace_ids(events, traces))
-    swept = _sweep(journal, {r.blob_hash for r in rows}, repair)
+    swept = journal.sweep({r.blob_hash for r in rows}, repair)
     return FsckReport(ok=not problems, problems=tuple(problems), swept=tuple(swept),
                       quarantined=tuple(quarantined), bundles=len(rows), events=len(events), channels=channels,
                       scopes=scoped)
 
 
-def _check_scopes(journal: Journal, events: list[Event], state: State,
+def _check_scopes(journal: JournalBackend, events: list[Event], state: State,
                   known: set[Key]) -> tuple[dict[str, dict[str, str]], list[str]]:
     """Scope keys of events are canonical; every specialisation is strictly narrower than its parent;
     every scope pointer and pending target names a registered version whose applicability admits
@@ -172,17 +172,15 @@ def _check_trace_ids(events: list[Event], roots: Sequence[str | Path]) -> list[s
     return problems
 
 
-def _check_blob(journal: Journal, row: IndexRow, quarantined: list[str], repair: bool) -> list[str]:
+def _check_blob(journal: JournalBackend, row: IndexRow, quarantined: list[str], repair: bool) -> list[str]:
     name, version, content_hash, blob_hash, _ = row
     ref = format_ref(name, version)
-    path = journal.blob_path(blob_hash)
-    if not path.is_file():
+    data = journal.blob_bytes(blob_hash)
+    if data is None:
         return [f"{ref}: blob {blob_hash[:12]}… is missing; {RECOVERY}"]
-    data = path.read_bytes()
     if hashlib.sha256(data).hexdigest() != blob_hash:
         if repair:
-            moved = journal.quarantine(path)
-            quarantined.append(str(moved.relative_to(journal.home)))
+            quarantined.append(journal.quarantine_blob(blob_hash))
         return [f"{ref}: blob {blob_hash[:12]}… fails its hash check" + (" (quarantined)" if repair else "")
                 + f"; {RECOVERY}"]
     try:
@@ -209,6 +207,8 @@ def _check_events(events: list[Event], rows: list[IndexRow]) -> list[str]:
     for event in events:
         if event.seq <= last:
             problems.append(f"event {event.seq}: seq not increasing")
+        elif event.seq != last + 1:  # a writer holds the one write lock to its commit: no seq is skipped
+            problems.append(f"event {event.seq}: seq not dense (after {last})")
         last = event.seq
         if event.kind not in EVENT_KINDS:
             problems.append(f"event {event.seq}: unknown kind {event.kind!r}")
@@ -238,19 +238,6 @@ def _check_lineage(events: list[Event]) -> list[str]:
     if not nx.is_directed_acyclic_graph(graph):
         problems.append("lineage has a cycle")
     return problems
-
-
-def _sweep(journal: Journal, referenced: set[str], repair: bool) -> list[str]:
-    swept = []
-    for path in sorted(journal.blobs.rglob("*")):
-        if path.is_dir():
-            continue
-        orphan = path.name.startswith(".tmp-") or (path.suffix == ".yaml" and path.stem not in referenced)
-        if orphan:
-            swept.append(str(path.relative_to(journal.home)))
-            if repair:
-                path.unlink()
-    return swept
 
 
 def check_traces(archive: TraceArchive, *, repair: bool) -> tuple[list[str], list[str], int]:

@@ -36,6 +36,7 @@ from evogym.durable import fsync_dir
 from ole import sqlite_open
 from ole.bundle import format_ref
 from ole.errors import IntegrityError, StorageError, ValidationError
+from ole.registry.backend import JournalDump
 from ole.registry.records import Event, IndexRow, Key
 
 DB_FILE = "registry.sqlite3"
@@ -194,6 +195,11 @@ class Journal:
         return None
 
     @property
+    def where(self) -> str:
+        """The registry's folder, for messages."""
+        return str(self.home)
+
+    @property
     def connection(self) -> sqlite3.Connection:
         """The open connection, for inspection only (e.g. `PRAGMA integrity_check`); writes go
         through `write` and the append/index methods."""
@@ -322,6 +328,29 @@ class Journal:
             return f"blob cannot be read ({exc.strerror or exc})"
         return "blob fails its hash check" if sha256(data) != blob_hash else None
 
+    def blob_bytes(self, blob_hash: str) -> bytes | None:
+        """The stored bytes of blob `blob_hash` unchecked, or None when it is not a regular file."""
+        path = self.blob_path(blob_hash)
+        return path.read_bytes() if path.is_file() else None
+
+    def quarantine_blob(self, blob_hash: str) -> str:
+        """Move the blob file into the quarantine folder; returns its path relative to the home."""
+        return str(self.quarantine(self.blob_path(blob_hash)).relative_to(self.home))
+
+    def sweep(self, referenced: set[str], repair: bool) -> list[str]:
+        """Temp files and blobs no index row names (relative paths); deleted on `repair`. Called
+        under the write lock, so each is the residue of a writer that died before its commit."""
+        swept = []
+        for path in sorted(self.blobs.rglob("*")):
+            if path.is_dir():
+                continue
+            orphan = path.name.startswith(".tmp-") or (path.suffix == ".yaml" and path.stem not in referenced)
+            if orphan:
+                swept.append(str(path.relative_to(self.home)))
+                if repair:
+                    path.unlink()
+        return swept
+
     def quarantine(self, path: Path) -> Path:
         """Move a damaged file into the quarantine folder (never deleted); returns where it went."""
         self.quarantine_dir.mkdir(exist_ok=True)
@@ -396,3 +425,26 @@ class Journal:
     def integrity_check(self) -> str:
         """SQLite's own verdict on the file (`ok` when sound)."""
         return str(self._db.execute("PRAGMA integrity_check").fetchone()[0])
+
+    # ----- raw copy (`ole storage migrate`) -------------------------------------------------
+
+    def dump(self) -> JournalDump:
+        """Every row as stored and every indexed blob's bytes (a missing blob is left out)."""
+        events = [tuple(r) for r in self._db.execute(f"SELECT {_EVENT_COLUMNS}, payload FROM events ORDER BY seq")]
+        keys = [(str(k), int(s)) for k, s in self._db.execute("SELECT key, seq FROM event_keys ORDER BY key")]
+        rows = self.rows()
+        blobs = {r.blob_hash: data for r in rows if (data := self.blob_bytes(r.blob_hash)) is not None}
+        return JournalDump(events=events, keys=keys, bundles=rows, blobs=blobs)  # type: ignore[arg-type]
+
+    def load(self, dump: JournalDump) -> None:
+        """Write `dump` into this journal, which must hold no event (one transaction; seqs kept)."""
+        with self.write("load"):
+            if self._db.execute("SELECT COUNT(*) FROM events").fetchone()[0]:
+                raise StorageError(f"the registry at {self.home} already holds events: a copy goes into an empty one",
+                                   hint="pass a new --root folder as the destination")
+            self._db.executemany(f"INSERT INTO events ({_EVENT_COLUMNS}, payload) VALUES (?, ?, ?, ?, ?, ?, ?)",
+                                 dump.events)
+            self._db.executemany("INSERT INTO event_keys VALUES (?, ?)", dump.keys)
+            self._db.executemany("INSERT INTO bundles VALUES (?, ?, ?, ?, ?)", [tuple(r) for r in dump.bundles])
+            for blob_hash, data in dump.blobs.items():
+                self.write_blob(data, blob_hash)

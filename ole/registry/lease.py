@@ -9,6 +9,12 @@ when the holder was a process of this host that no longer exists), so the next p
 over; the work it finished is in the evaluation store and is not repeated. The `leases` table
 (part of the journal's schema, `ole.registry.journal`) holds only this mutable state — the
 registry's events stay append-only.
+
+With PostgreSQL storage (`ole.storage`) the same row lives in the shared database: acquisition
+locks it (`SELECT … FOR UPDATE` in one transaction, so two machines never both take it), and
+expiry is read on the *server's* clock, so hosts with skewed clocks agree on when a lease ran out.
+A lease is in PostgreSQL when it is given that URL, or when `$OLE_STORAGE` names one (a caller
+that names the registry by its SQLite file then follows the storage the registry itself opened).
 """
 from __future__ import annotations
 
@@ -19,8 +25,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from typing import Any
+
 from ole.errors import Conflict
 from ole.registry.journal import connect_leases
+from ole.storage import is_postgres, storage_url
 
 LEASE_TTL_S = 120.0
 """A lease not renewed for this long is free (the holder died); renewals come every TTL/4."""
@@ -55,6 +64,8 @@ class Lease:
 
     def __init__(self, db_path: Path | str, name: str, holder: str, *, ttl_s: float = LEASE_TTL_S,
                  wait_s: float = LEASE_WAIT_S, on_wait: Callable[[str], object] = lambda holder: None) -> None:
+        self.url = str(db_path) if is_postgres(str(db_path)) else storage_url()
+        """The PostgreSQL database holding the lease row, or None: the SQLite file `db_path`."""
         self.db_path, self.name, self.holder = Path(db_path), name, holder
         self.ttl_s, self.wait_s, self.on_wait = ttl_s, wait_s, on_wait
         self._stop = threading.Event()
@@ -62,6 +73,8 @@ class Lease:
 
     def try_acquire(self) -> str | None:
         """Take the lease if it is free, expired or ours; returns None on success, else the holder."""
+        if self.url is not None:
+            return self._try_acquire_pg()
         db = connect_leases(self.db_path)
         try:
             db.execute("BEGIN IMMEDIATE")
@@ -72,6 +85,28 @@ class Lease:
                 return row[0]
             db.execute("INSERT OR REPLACE INTO leases VALUES (?, ?, ?)", (self.name, self.holder, now + self.ttl_s))
             db.execute("COMMIT")
+            return None
+        finally:
+            db.close()
+
+    def _pg(self) -> Any:
+        from ole.storage import postgres
+        db = postgres.connect(self.url or "")
+        postgres.create(db, postgres.REGISTRY_DDL)
+        return db
+
+    def _try_acquire_pg(self) -> str | None:
+        db = self._pg()
+        try:
+            with db.transaction():
+                db.execute("INSERT INTO leases VALUES (%s, '', 0) ON CONFLICT DO NOTHING", (self.name,))
+                holder, expires, now = db.execute(
+                    "SELECT holder, expires_at, extract(epoch FROM clock_timestamp())::float8 FROM leases "
+                    "WHERE name = %s FOR UPDATE", (self.name,)).fetchone()
+                if holder not in ("", self.holder) and expires > now and not _dead_here(holder):
+                    return str(holder)
+                db.execute("UPDATE leases SET holder = %s, expires_at = %s WHERE name = %s",
+                           (self.holder, now + self.ttl_s, self.name))
             return None
         finally:
             db.close()
@@ -103,11 +138,15 @@ class Lease:
         self._beat.start()
 
     def _renew(self) -> None:
-        db = connect_leases(self.db_path)
+        db = self._pg() if self.url is not None else connect_leases(self.db_path)
         try:
             while not self._stop.wait(self.ttl_s / 4):
-                db.execute("UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ?",
-                           (time.time() + self.ttl_s, self.name, self.holder))
+                if self.url is not None:
+                    db.execute("UPDATE leases SET expires_at = extract(epoch FROM clock_timestamp()) + %s "
+                               "WHERE name = %s AND holder = %s", (self.ttl_s, self.name, self.holder))
+                else:
+                    db.execute("UPDATE leases SET expires_at = ? WHERE name = ? AND holder = ?",
+                               (time.time() + self.ttl_s, self.name, self.holder))
         finally:
             db.close()
 
@@ -117,9 +156,10 @@ class Lease:
         if self._beat is not None:
             self._beat.join(timeout=10)
             self._beat = None
-        db = connect_leases(self.db_path)
+        db = self._pg() if self.url is not None else connect_leases(self.db_path)
         try:
-            db.execute("DELETE FROM leases WHERE name = ? AND holder = ?", (self.name, self.holder))
+            marker = "%s" if self.url is not None else "?"
+            db.execute(f"DELETE FROM leases WHERE name = {marker} AND holder = {marker}", (self.name, self.holder))
         finally:
             db.close()
 
