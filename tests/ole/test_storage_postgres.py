@@ -1,0 +1,143 @@
+"""PostgreSQL storage on a real server: append-only enforced by the database, fsck finds and repairs
+damage there, leases and stream counters across processes, what `Registry` refuses."""
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from ole.bundle import bundle_from_data
+from ole.errors import IntegrityError, StorageError
+from ole.evolve.store import EvaluationStore
+from ole.registry import Registry
+from ole.registry.lease import Lease
+from ole.storage import postgres
+from tests.ole.pg_fixtures import pg_env, pg_server, pg_url  # noqa: F401 - fixtures
+from tests.ole.test_registry import root  # noqa: F401 - the registry suite's fixture
+
+PROJECT = Path(__file__).resolve().parents[2]
+
+
+def child(step: float):
+    return bundle_from_data({"name": "coder", "loop_policy": {"action": {"step_size": step}}})
+
+
+def _bypass(url: str):
+    """A superuser connection with triggers off (`session_replication_role = replica`): how damage is
+    made by hand, the way a raw file edit damages the SQLite registry."""
+    db = postgres.connect(url)
+    db.execute("SET session_replication_role = replica")
+    return db
+
+
+@pytest.mark.parametrize("sql", ["UPDATE events SET kind = 'x'", "DELETE FROM events", "TRUNCATE events",
+                                 "UPDATE bundles SET content_hash = 'x'", "DELETE FROM event_keys",
+                                 "UPDATE blobs SET data = 'x'", "DELETE FROM blobs"])
+def test_the_database_refuses_to_change_what_was_recorded(root, pg_url, sql):  # noqa: F811
+    with Registry(root, storage=pg_url) as reg:
+        reg.record_evaluation("coder@1", {"r": 1}, key="k")
+        before = reg.journal.dump()
+        with pytest.raises(Exception, match="append-only|immutable"):
+            reg.journal.connection.execute(sql)
+        assert reg.journal.dump() == before
+
+
+def test_fsck_quarantines_a_damaged_blob_row_and_restore_brings_it_back(root, pg_url, tmp_path):  # noqa: F811
+    with Registry(root, storage=pg_url) as reg:
+        entry = reg.register(child(0.5), parents=[1])
+        good = reg.journal.read_blob(reg.journal.row(("coder", 2)))
+        db = _bypass(pg_url)
+        db.execute("UPDATE blobs SET data = %s WHERE hash = %s", (good.replace(b"0.5", b"0.9"), entry.blob_hash))
+        db.execute("INSERT INTO blobs VALUES (%s, 'orphan')", ("f" * 64,))
+        db.close()
+        with pytest.raises(IntegrityError, match="fails its hash check"):
+            reg.get("coder@2")
+        assert reg.damaged() == {"coder@2": "blob fails its hash check"}
+        report = reg.fsck()
+        assert not report.ok and report.problems[0].startswith("coder@2: blob") and "quarantined" in report.problems[0]
+        assert len(report.quarantined) == 1 and report.swept == ("blobs/" + "f" * 64,)
+        with pytest.raises(IntegrityError, match="missing"):
+            reg.get("coder@2")
+        assert reg.get("coder@1").ref == "coder@1"  # only the damaged version is degraded
+        backup = tmp_path / "backup.yaml"
+        backup.write_bytes(good)
+        assert reg.restore_blob(backup) == "coder@2"
+        assert reg.get("coder@2").bundle.content_hash == entry.content_hash
+        assert reg.fsck().ok
+
+
+def test_fsck_reports_a_seq_gap_and_a_dropped_trigger(root, pg_url):  # noqa: F811
+    with Registry(root, storage=pg_url) as reg:
+        assert reg.fsck().ok
+        db = _bypass(pg_url)
+        db.execute("INSERT INTO events VALUES (9, '2026-01-01T00:00:00+00:00', 'evaluation', 'coder', 1, NULL, '{}')")
+        db.execute("DROP TRIGGER ole_events_append_only ON events")
+        db.close()
+        problems = reg.fsck().problems
+        assert any("seq not dense (after 2)" in p for p in problems), problems
+        assert any("ole_events_append_only" in p for p in problems), problems
+
+
+def test_another_schema_version_is_refused(root, pg_url):  # noqa: F811
+    Registry(root, storage=pg_url).close()
+    db = _bypass(pg_url)
+    db.execute("UPDATE ole_meta SET value = '99' WHERE key = 'registry_schema'")
+    db.close()
+    with pytest.raises(StorageError, match="schema version 99"):
+        Registry(root, storage=pg_url)
+
+
+def test_an_unreachable_server_is_a_storage_error_with_the_next_step(root, tmp_path):  # noqa: F811
+    with pytest.raises(StorageError, match="cannot reach the PostgreSQL storage") as info:
+        Registry(root, storage=f"postgresql://ole:secret@/none?host={tmp_path}")
+    assert "secret" not in str(info.value) and "--storage" in info.value.hint
+
+
+def test_a_lease_has_one_holder_expires_and_is_renewed(pg_url):
+    first = Lease(pg_url, "round:default", "host-a:1:x", ttl_s=0.8)
+    second = Lease(pg_url, "round:default", "host-b:2:y", ttl_s=0.8, wait_s=0)
+    assert first.hold()
+    time.sleep(1.2)  # longer than the TTL: only the heartbeat (every TTL/4) keeps it
+    assert second.try_acquire() == "host-a:1:x"
+    first._stop.set()  # the holder dies: no more renewals
+    first._beat.join()
+    time.sleep(1.0)
+    assert second.try_acquire() is None
+    first.release()  # no longer ours: frees nothing
+    assert Lease(pg_url, "round:default", "host-c:3:z").try_acquire() == "host-b:2:y"
+    second.release()
+    assert Lease(pg_url, "round:default", "host-c:3:z").try_acquire() is None
+
+
+DRAWER = """
+    import sys
+    from ole.evolve.store import EvaluationStore
+    store = EvaluationStore(sys.argv[1])
+    for i in range(25):
+        print(store.draw("boundary"), flush=True)
+        store.add_task(f"{sys.argv[2]}-{i}", {"i": i})
+"""
+
+
+def test_stream_counters_are_unique_across_processes(pg_env, tmp_path):  # noqa: F811
+    path = tmp_path / "work" / "evaluations.sqlite3"
+    procs = [subprocess.Popen([sys.executable, "-c", textwrap.dedent(DRAWER), str(path), f"w{w}"], cwd=PROJECT,
+                              env={**os.environ, "PYTHONPATH": str(PROJECT)}, stdout=subprocess.PIPE,
+                              stderr=subprocess.PIPE, text=True) for w in range(4)]
+    drawn = []
+    for proc in procs:
+        out, err = proc.communicate(timeout=120)
+        assert proc.returncode == 0, err
+        drawn += [int(x) for x in out.split()]
+    assert sorted(drawn) == list(range(100))
+    store = EvaluationStore(path)
+    tasks = store.tasks()
+    assert [n for n, _ in tasks] == list(range(1, 101)) and len({p["i"] for _, p in tasks}) == 25
+    again = store.add_task("w0-3", {"i": 3})  # recorded once: its finish number again, no new row
+    assert 1 <= again <= 100 and store.add_task("w0-3", {"i": 3}) == again and len(store.tasks()) == 100
+    assert not path.exists()  # the store is in the database, not a file
