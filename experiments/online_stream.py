@@ -68,6 +68,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--gate-envs", default="gym/halfcheetah5,gym/pusher5,gym/continuouscar", help="gate envs")
     p.add_argument("--gate-pools", default="201,202", help="gate pool seeds (never a stream pool)")
     p.add_argument("--gate-budgets", default="32,128", help="budgets of every gate instance")
+    p.add_argument("--gate-on", default="stream", choices=("stream", "pools"),
+                   help="where a round's challenger is gated: the stream's next tasks (its own runs the champion "
+                        "side) or the gate pools (`ole agent work --gate-on`)")
     p.add_argument("--gate-config", default=None, help="gate YAML (default ole/gate.yaml, incl. its analysis)")
     p.add_argument("--harm", action="store_true", help="also run the injected-harm stream")
     p.add_argument("--inject-after", type=int, default=1, help="batches before the harmful release")
@@ -102,7 +105,7 @@ def agent(args, root: Path, work: Path) -> str:
     return " ".join([sys.executable, "-m", "ole.cli", "--root", str(root), "agent", "work", "--online",
                      "--every-k", str(args.every_k), "--workdir", str(work), "--gate-envs", args.gate_envs,
                      "--gate-pools", args.gate_pools, "--gate-budgets", args.gate_budgets,
-                     "--isolation", args.isolation, *gate])
+                     "--gate-on", args.gate_on, "--isolation", args.isolation, *gate])
 
 
 def batch(args, b: int) -> tuple[int, int]:

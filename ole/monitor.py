@@ -138,17 +138,27 @@ def _wealth(payoffs: Sequence[float], cap: float, prior: float, prior_sd: float)
     return out
 
 
-def look(r: Sequence[float], cfg: AnalysisConfig) -> MonitorResult:
+def look(r: Sequence[float], cfg: AnalysisConfig, *, min_gain: float | None = None) -> MonitorResult:
     """The decision after the pairs `r` (in order). Pure; the same pairs give the same answer.
 
     Decides at the first look where a test crossed (a crossed test stays decided), so looking
     after every pair or only now gives the same result.
+
+    With `min_gain` (a canary that would *widen* a scope to an env: never on ties) promotion needs
+    a gain, not only no harm: its test's null is "clipped mean r ≤ min_gain" (wealth
+    Π (1 + μ_t (x_t − min_gain))), so a change that ties or gains less on the env is promoted with
+    probability ≤ alpha_promote; such a canary is held until the deadline and then rolled back.
     """
     x = [max(-cfg.clip, min(cfg.clip, float(v))) for v in r]
     harm = _wealth([-cfg.harm_tolerance - v for v in x], 1.0 / (cfg.clip + cfg.harm_tolerance),
                    cfg.prior_harm - cfg.harm_tolerance, cfg.prior_sd)
-    safe = _wealth([v + cfg.promote_tolerance for v in x], 1.0 / (cfg.clip - cfg.promote_tolerance),
-                   cfg.promote_tolerance, cfg.prior_sd)
+    if min_gain is None:
+        safe = _wealth([v + cfg.promote_tolerance for v in x], 1.0 / (cfg.clip - cfg.promote_tolerance),
+                       cfg.promote_tolerance, cfg.prior_sd)
+    else:
+        if not 0.0 <= min_gain < cfg.clip:
+            raise ValueError(f"min_gain {min_gain} must lie in [0, clip {cfg.clip})")
+        safe = _wealth([v - min_gain for v in x], 1.0 / (cfg.clip + min_gain), cfg.prior_harm, cfg.prior_sd)
     need_r, need_p = 1.0 / cfg.alpha_rollback, 1.0 / cfg.alpha_promote
     decision: Decision = "hold"
     at = len(x)
@@ -164,13 +174,16 @@ def look(r: Sequence[float], cfg: AnalysisConfig) -> MonitorResult:
     if decision == "rollback":
         reason = (f"harm shown after {at} monitored pairs: wealth {wr:.1f} >= 1/alpha {need_r:g} "
                   f"(clipped mean r {sum(x[:at]) / at:+.3f} < -{cfg.harm_tolerance:g})")
+    elif decision == "promote" and min_gain is not None:
+        reason = (f"a gain above {min_gain:g} shown after {at} monitored pairs: wealth {wp:.1f} >= "
+                  f"1/alpha {need_p:g} (clipped mean r {sum(x[:at]) / at:+.3f})")
     elif decision == "promote":
         reason = (f"no harm beyond {cfg.promote_tolerance:g} shown after {at} monitored pairs: wealth {wp:.1f} >= "
                   f"1/alpha {need_p:g} (clipped mean r {sum(x[:at]) / at:+.3f})")
     elif len(x) >= cfg.deadline:
         decision, reason = "rollback", (f"inconclusive after the deadline of {cfg.deadline} monitored pairs "
-                                        f"(harm wealth {wr:.1f}, no-harm wealth {wp:.1f}): an open analysis is "
-                                        "not a pass")
+                                        f"(harm wealth {wr:.1f}, {'gain' if min_gain is not None else 'no-harm'} "
+                                        f"wealth {wp:.1f}): an open analysis is not a pass")
     else:
         reason = (f"inconclusive after {len(x)} of at most {cfg.deadline} pairs (harm wealth {wr:.2f} < {need_r:g}, "
                   f"no-harm wealth {wp:.2f} < {need_p:g})")

@@ -361,8 +361,9 @@ class OnlineEvolution:
         if not pairs:
             return
         analysis = self.e.gate.analysis
+        min_gain = self._widening_gain(canary)
         for k in range(1, len(pairs) + 1):  # a look after every pair, also those a crashed process missed
-            result = look([p["r"] for p in pairs[:k]], analysis)
+            result = look([p["r"] for p in pairs[:k]], analysis, min_gain=min_gain)
             looked = step("look", canary, k)
             if self.e.store.step(looked) is None:
                 event = {"stage": "monitor-look", "canary": canary, "scope": scope, **result.model_dump(mode="json"),
@@ -385,6 +386,15 @@ class OnlineEvolution:
         (self.events.promotions if staged == "promoted" else self.events.rollbacks).append(record)
         self.e.progress(f"canary {ref} ({scope}): {staged.upper().replace('_', ' ')} — {result.reason}; "
                         "effective at the next task boundary")
+
+    def _widening_gain(self, canary: int) -> float | None:
+        """For a canary that would widen a scope to an env (`ole.evolve.widening`): the gain its monitor
+        must show before promotion (the transfer rule's `min_gain`: never widen on ties); else None."""
+        stage = next(e for e in self.e.registry.events(kind="stage", channel=self.e.channel) if e.seq == canary)
+        cause = stage.payload.get("release_seq")
+        release = [e for e in self.e.registry.events(kind="release") if e.seq == cause]
+        widening = bool(release) and release[0].payload.get("widening") == "canary"
+        return self.e.gate.transfer.min_gain if widening else None
 
     def _pending(self) -> bool:
         state = self.e.registry.state()

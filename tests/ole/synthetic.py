@@ -137,6 +137,22 @@ class RetestProposer:
         pass
 
 
+def no_minigrid_effect_evaluate(job) -> Trace:
+    """fake_evaluate where more retests do nothing on MiniGrid envs (both sides score alike: ties)."""
+    from types import SimpleNamespace
+    policy = job.bundle.loop_policy
+    if not job.task.env.startswith("gymnasium/MiniGrid") or policy.verification.retest_episodes <= 4:
+        return fake_evaluate(job)
+    trace = fake_evaluate(job)
+    plain = job.bundle.model_copy(update={"loop_policy": policy.model_copy(
+        update={"verification": policy.verification.model_copy(update={"retest_episodes": 4})})})
+    q = fake_quality(SimpleNamespace(bundle=plain, task=job.task, condition=job.condition))
+    ref = fake_evaluate(SimpleNamespace(bundle=plain, bundle_hash=job.bundle_hash, bundle_ref=job.bundle_ref,
+                                        task=job.task, condition=job.condition))
+    assert ref.outcome.normalized_score == q
+    return trace.model_copy(update={"outcome": ref.outcome})
+
+
 def one_env_gain_evaluate(job) -> Trace:
     """fake_evaluate where more retests help on MiniGrid envs only (+15 %) and cost 10 % elsewhere."""
     from evogym.anchors import anchors

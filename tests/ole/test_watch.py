@@ -108,13 +108,13 @@ def test_a_watch_closes_at_the_deadline_without_a_verdict():
 
 # ----- the online driver watches unstaged and hand releases --------------------------------------
 
-def _online(tmp_path: Path, *, external: bool = False):
+def _online(tmp_path: Path, *, external: bool = False, evaluate=archive_fake):
     root = tmp_path / "bundles"
     root.mkdir()
     shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
     reg = Registry(root)
     engine = open_engine(registry=reg, workdir=tmp_path / "work", traces_root=tmp_path / "traces", cfg=CFG,
-                         evaluate=archive_fake, proposer=BuiltinProposer(), gate=GATE, executor=LocalExecutor(1),
+                         evaluate=evaluate, proposer=BuiltinProposer(), gate=GATE, executor=LocalExecutor(1),
                          progress=lambda line: None)
     return reg, OnlineEvolution(engine, CFG, OnlineConfig(tasks=40, every_k=1000), external=external)
 
@@ -289,3 +289,30 @@ def test_no_canary_widening_beside_an_external_harness(tmp_path):
     _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
     assert canary_widening(evo, _ctx("gymnasium/MiniGrid-FourRooms-v0")) is None
     assert not [e for e in reg.events(kind="release") if e.payload.get("widening")]
+
+
+def test_a_widening_canary_that_only_ties_on_the_env_is_rolled_back_never_promoted(tmp_path):
+    """Never widen on ties: a canary widening needs its monitor to show a gain above the transfer rule's
+    min_gain; a change the env ignores (every pair ties) is held to the deadline and rolled back, while
+    the same ties on a plain canary would be promoted (no harm)."""
+    from ole.monitor import AnalysisConfig, look
+    cfg = AnalysisConfig()
+    assert look([0.0] * 12, cfg).decision == "promote"  # the plain canary: no harm shown
+    assert look([0.0] * 12, cfg, min_gain=0.02).decision == "hold"
+    assert look([0.0] * cfg.deadline, cfg, min_gain=0.02).decision == "rollback"
+    assert look([0.15] * 8, cfg, min_gain=0.02).decision == "promote"
+    from synthetic import no_minigrid_effect_evaluate
+    reg, evo = _online(tmp_path, evaluate=no_minigrid_effect_evaluate)  # retests 8: no effect on FourRooms
+    work = engine_worker(evo.e)
+    tied = _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
+    four = "gymnasium/MiniGrid-FourRooms-v0"
+    for _ in range(4 * cfg.deadline + 8):  # FourRooms is every second task, the canary every second of those
+        evo.tell(work(evo.ask()))
+        if evo.events.rollbacks or evo.events.promotions:
+            break
+    assert not evo.events.promotions and evo.events.rollbacks and evo.events.rollbacks[0][1] == tied
+    looks = [e.payload for e in reg.events(kind="evaluation") if e.payload.get("stage") == "monitor-look"]
+    assert looks[-1]["decision"] == "rollback" and "gain wealth" in looks[-1]["reason"]
+    assert all(x == 0.0 for x in looks[-1]["r"])
+    evo.tell(work(evo.ask()))
+    assert reg.select("default", _ctx(four), activate=False).ref == "coder@1"  # FourRooms keeps the seed
