@@ -18,6 +18,7 @@ import json
 import signal
 import sys
 import traceback
+from collections.abc import Callable
 from types import FrameType
 
 from evogym.cliparser import Parser
@@ -40,6 +41,7 @@ COMMANDS: dict[str, tuple[str, str]] = {
                          "past evolves"),
     "report": ("report", "write a static HTML report: lineage, gate decisions, runs"),
     "agent": ("agent", "run a host agent inside an external harness's workspace"),
+    "storage": ("storage", "move the registry and evaluation stores between SQLite and PostgreSQL"),
 }
 """Command -> (module under `ole.cli` that registers it, its one-line help), in help order. A
 module registering several commands (`champion`: champion, release, rollback) lists them in the
@@ -59,7 +61,7 @@ def _chosen(argv: list[str]) -> tuple[str | None, str | None]:
         word = argv[i]
         if word == "--":
             break
-        if word == "--root":
+        if word in ("--root", "--storage"):
             i += 1
         elif word in COMMANDS:
             return word, argv[i + 1] if i + 1 < len(argv) else None
@@ -112,7 +114,9 @@ def main(argv: list[str] | None = None) -> int:
         return _fail(args, conflict, 1, "EvogymConflict")
     # SIGTERM takes the Ctrl-C path, so hosts, pools and workers are cleaned up the same way
     signal.signal(signal.SIGTERM, _terminate_as_interrupt)
+    exported: list[Callable[[], None]] = []
     try:
+        exported.append(_export_storage(args))
         output = args.handler(args)
     except OleError as exc:
         return _fail(args, str(exc), exc.exit_code, type(exc).__name__)
@@ -121,8 +125,33 @@ def main(argv: list[str] | None = None) -> int:
     except Exception as exc:  # noqa: BLE001 - a bug or host fault: still one line unless --debug
         return _fail(args, f"internal error: {type(exc).__name__}: {exc} (rerun with --debug)", 1,
                      type(exc).__name__)
+    finally:
+        for restore in exported:
+            restore()
     emit(args, output)
     return output.exit_code
+
+
+def _export_storage(args: argparse.Namespace) -> Callable[[], None]:
+    """Put `--storage` into `$OLE_STORAGE` for the command and every process it starts (a Ray worker, an
+    agent, a harness), so all of them open one storage; returns how to restore the variable afterwards
+    (`main` is also called in-process, by tests and by `ole.api`)."""
+    import os
+
+    from ole.storage import STORAGE_ENV, storage_url
+    given = getattr(args, "storage", None)
+    if not given:
+        return lambda: None
+    storage_url(given)  # an unknown scheme is refused here, before any work
+    before = os.environ.get(STORAGE_ENV)
+    os.environ[STORAGE_ENV] = given
+
+    def restore() -> None:
+        if before is None:
+            os.environ.pop(STORAGE_ENV, None)
+        else:
+            os.environ[STORAGE_ENV] = before
+    return restore
 
 
 def _fail(args: argparse.Namespace, message: str, code: int, kind: str) -> int:

@@ -39,11 +39,15 @@ class Output:
 ROOT_HELP = ("registry root (default: $OLE_ROOT, else the nearest bundles/ at or above the current directory "
              "holding seed bundles or a .registry/, else the per-user root ~/.local/share/ole/bundles)")
 """The one help text of --root: the root search of `ole.roots`, in order."""
+STORAGE_HELP = ("where the registry, evaluation stores and leases live: postgresql://… (shared by every machine "
+                "that reaches it), or `sqlite` (files under --root, the default); default: $OLE_STORAGE")
+"""The one help text of --storage (`ole.storage`); --root still names the seed files and trace archives."""
 
 
 def _common() -> argparse.ArgumentParser:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--root", default=argparse.SUPPRESS, help=ROOT_HELP)
+    common.add_argument("--storage", default=argparse.SUPPRESS, metavar="URL", help=STORAGE_HELP)
     common.add_argument("--json", action="store_true", default=argparse.SUPPRESS, help="print JSON")
     common.add_argument("--debug", action="store_true", default=argparse.SUPPRESS,
                         help="show the traceback of an error")
@@ -56,6 +60,7 @@ COMMON = _common()
 def add_global_options(parser: argparse.ArgumentParser) -> None:
     """--root/--json/--debug before the noun; the same flags after the verb override them."""
     parser.add_argument("--root", default=None, help=ROOT_HELP)
+    parser.add_argument("--storage", default=None, metavar="URL", help=STORAGE_HELP)
     parser.add_argument("--json", action="store_true", help="print JSON")
     parser.add_argument("--debug", action="store_true", help="show the traceback of an error")
 
@@ -141,7 +146,7 @@ def open_registry(args: argparse.Namespace, *, show_warnings: bool = True) -> Re
         print(f"ole: warning: {choice.describe()}: a harness runs its agent in the run's workspace, where your "
               "project's bundles/ is not found (hint: pass --root DIR or set OLE_ROOT=DIR to use it)",
               file=sys.stderr, flush=True)
-    registry = Registry(choice.path)
+    registry = Registry(choice.path, storage=getattr(args, "storage", None))
     for line in registry.warnings if show_warnings else ():
         print(f"ole: warning: {line}", file=sys.stderr, flush=True)
     for line in registry.bounded_on_open:  # recorded as events: said once, always
