@@ -58,7 +58,7 @@ def watch_of(evo: StreamDriver, ctx: TaskContext, activation: int, scope: str) -
     return activation, control
 
 
-def baseline(evo: StreamDriver, watch: int, control: str) -> Baseline:
+def baseline(evo: StreamDriver, watch: int | str, control: str) -> Baseline:
     """The control's record before the watch began, frozen at its first look (a store step)."""
     done = step("watch-base", watch)
     stored = evo.e.store.step(done)

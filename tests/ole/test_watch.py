@@ -180,6 +180,44 @@ def test_external_harness_tasks_are_watched_unpaired(tmp_path):
     assert rollback.payload["monitor"]["test"] == "failures"
 
 
+def test_a_staged_release_on_external_harness_tasks_is_judged_unpaired_and_rolled_back(tmp_path):
+    """A canary whose tasks OLE cannot rerun is still monitored: the watch's unpaired tests against the
+    control's record (before: such tasks were "not monitored" and the canary ran on unjudged)."""
+    from ole.chosen import ChosenVersion
+    from ole.jobs import EvalJob
+    from ole.registry.scopes import task_context
+    from ole.trace import RunCondition, TaskSpec
+    from synthetic import fake_evaluate
+    reg, evo = _online(tmp_path, external=True)
+    cond = RunCondition(host="builtin", seed=0)
+
+    def external_task(i: int):
+        env = CFG.suite.envs[i % 2]
+        a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
+        trace = fake_evaluate(EvalJob(chosen=ChosenVersion(a.bundle_ref, reg.get(a.bundle_ref).bundle), runs_root="r",
+                                      task=TaskSpec(env=env, profile=EXTERNAL_PROFILE, budget=8, pool_seed=700 + i),
+                                      condition=cond))
+        evo.tell(trace.model_copy(update={"trace_id": f"ext-{i}"}))
+        return a
+    for i in range(24):
+        external_task(i)
+    champ = reg.champion()
+    lp = champ.bundle.loop_policy
+    bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(
+        update={"recovery": lp.recovery.model_copy(update={"max_retries": 10})})}), parents=[champ.version],
+        edge="manual").ref  # the fake crashes every run of it
+    reg.release(bad, reason="staged by hand", force=True, exposure=1.0)
+    worked = [external_task(24 + i) for i in range(8)]
+    harmed = [a for a in worked if a.bundle_ref == bad]
+    assert all(a.canary is not None for a in harmed) and 1 <= len(harmed) <= 3, len(harmed)
+    assert worked[-1].bundle_ref == "coder@1" and reg.get(bad).status == "rolled_back"
+    assert not evo.events.monitor_pairs  # nothing was rerun
+    stage = [e for e in reg.events(kind="stage") if e.payload["stage"] == "rolled_back"][-1]
+    assert stage.payload["monitor"]["test"] == "failures" and "failures test" in stage.payload["reason"]
+    looks = [e.payload for e in reg.events(kind="evaluation") if e.payload.get("stage") == "monitor-look"]
+    assert looks and all(x["unpaired"] for x in looks) and looks[-1]["decision"] == "rollback"
+
+
 def test_a_harmless_unstaged_release_is_promoted_by_its_pairs_and_stays(tmp_path):
     reg, evo = _online(tmp_path)
     work = engine_worker(evo.e)
