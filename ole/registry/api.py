@@ -41,7 +41,7 @@ from ole.registry.seeds import edited_seed, seed_files
 from ole.registry.state import State, derive_state
 from ole.registry.widening import WideningKind, check_widening, widening_evidence
 from ole.roots import REGISTRY_DIR, resolve
-from ole.storage import storage_url
+from ole.storage import open_journal, storage_url
 from ole.verdicts import verdict_of
 
 Step = Literal["look", "promoted", "rolled_back"]
@@ -51,14 +51,6 @@ def default_root(explicit: str | Path | None = None) -> Path:
     """Resolve the registry root: `explicit`, else `$OLE_ROOT`, else the project's `bundles/`, else the
     per-user root, seeded on first use (`ole.roots`)."""
     return resolve(explicit)
-
-
-def open_journal(home: Path, storage: str | None) -> JournalBackend:
-    """The journal of the registry folder `home`: SQLite files there, or the PostgreSQL database `storage`."""
-    if storage is None:
-        return Journal(home)
-    from ole.storage.pgjournal import PgJournal  # here: the SQLite default never imports psycopg
-    return PgJournal(storage, home)
 
 
 class Registry:
@@ -109,7 +101,7 @@ class Registry:
     @property
     def _db(self) -> sqlite3.Connection:
         """The journal's connection, for inspection (the registry's tests run `PRAGMA integrity_check`)."""
-        return self.journal.connection  # type: ignore[no-any-return]
+        return self.journal.connection
 
     def lease(self, name: str, holder: str, **kwargs: Any) -> Lease:
         """The lease `name` in this registry's storage (`ole.registry.lease`), for `holder`."""

@@ -434,7 +434,7 @@ class Journal:
         keys = [(str(k), int(s)) for k, s in self._db.execute("SELECT key, seq FROM event_keys ORDER BY key")]
         rows = self.rows()
         blobs = {r.blob_hash: data for r in rows if (data := self.blob_bytes(r.blob_hash)) is not None}
-        return JournalDump(events=events, keys=keys, bundles=rows, blobs=blobs)  # type: ignore[arg-type]
+        return JournalDump(events=events, keys=keys, bundles=rows, blobs=blobs)
 
     def load(self, dump: JournalDump) -> None:
         """Write `dump` into this journal, which must hold no event (one transaction; seqs kept)."""

@@ -16,6 +16,11 @@ storage as its driver.
 from __future__ import annotations
 
 import os
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from ole.registry.backend import JournalBackend
 
 STORAGE_ENV = "OLE_STORAGE"
 """The storage URL every process reads when none is passed (unset or empty: SQLite files)."""
@@ -47,3 +52,13 @@ def redact(url: str) -> str:
     if not sep or not at or ":" not in userinfo:
         return url
     return f"{scheme}://{userinfo.split(':', 1)[0]}:***@{host}"
+
+
+def open_journal(home: Path, url: str | None) -> JournalBackend:
+    """The journal of the registry folder `home`: SQLite files there (`url` None), or the PostgreSQL
+    database at `url` (imported only then: the SQLite default never loads psycopg)."""
+    if url is None:
+        from ole.registry.journal import Journal
+        return Journal(home)
+    from ole.storage.pgjournal import PgJournal
+    return PgJournal(url, home)

@@ -170,7 +170,7 @@ class PgJournal:
 
     def events(self, *, name: str | None = None, version: int | None = None, channel: str | None = None,
                kind: str | None = None, since: int = 0) -> list[Event]:
-        clauses, args = ["seq > %s"], [since]
+        clauses, args = ["seq > %s"], list[str | int]([since])
         for column, value in (("name", name), ("version", version), ("channel", channel), ("kind", kind)):
             if value is not None:
                 clauses.append(f"{column} = %s")
@@ -229,7 +229,7 @@ class PgJournal:
         keys = [(str(k), int(s)) for k, s in self._db.execute("SELECT key, seq FROM event_keys ORDER BY key")]
         rows = self.rows()
         blobs = {r.blob_hash: data for r in rows if (data := self.blob_bytes(r.blob_hash)) is not None}
-        return JournalDump(events=events, keys=keys, bundles=rows, blobs=blobs)  # type: ignore[arg-type]
+        return JournalDump(events=events, keys=keys, bundles=rows, blobs=blobs)
 
     def load(self, dump: JournalDump) -> None:
         with self.write("load"):

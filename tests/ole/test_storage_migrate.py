@@ -18,7 +18,7 @@ def child(step_size: float):
     return bundle_from_data({"name": "coder", "loop_policy": {"action": {"step_size": step_size}}})
 
 
-def _history(root) -> None:
+def _history(root) -> None:  # noqa: F811
     with Registry(root) as reg:
         reg.register(child(0.5), parents=[1])
         reg.register(child(0.6), parents=[2])

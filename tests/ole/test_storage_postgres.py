@@ -98,7 +98,7 @@ def test_an_unreachable_server_is_a_storage_error_with_the_next_step(root, tmp_p
     assert "secret" not in str(info.value) and "--storage" in info.value.hint
 
 
-def test_a_lease_has_one_holder_expires_and_is_renewed(pg_url):
+def test_a_lease_has_one_holder_expires_and_is_renewed(pg_url):  # noqa: F811
     first = Lease(pg_url, "round:default", "host-a:1:x", ttl_s=0.8)
     second = Lease(pg_url, "round:default", "host-b:2:y", ttl_s=0.8, wait_s=0)
     assert first.hold()
