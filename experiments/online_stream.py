@@ -53,6 +53,9 @@ from ole.registry import Registry  # noqa: E402
 from ole.trace import RunCondition, TaskSpec  # noqa: E402
 
 HARM_WALL_S = 0.001
+EXTERNAL_MAX_PER_SUBMIT = 3
+"""Harm streams on external tasks run the suite with this per-submit cap (off the quick profile's), so
+`ole agent work --online` records their tasks as `external`: OLE cannot rerun them."""
 """The injected release's budget.wall_time_s: the agent stops before its first submit."""
 
 
@@ -77,6 +80,10 @@ def parse() -> argparse.Namespace:
     p.add_argument("--harm-batches", type=int, default=None,
                    help="batches of the harm stream (default: --inject-after + 1, one batch under the harmful "
                         "canary: what is measured is the tasks until its rollback)")
+    p.add_argument("--harm-variants", default="staged,unstaged,staged-external,unstaged-external",
+                   help="harm streams: staged|unstaged, each optionally -external (tasks OLE cannot rerun)")
+    p.add_argument("--harm-envs", default=None, help="envs of the harm streams (default: --envs)")
+    p.add_argument("--harm-only", action="store_true", help="only the harm streams (report: --out)")
     p.add_argument("--check-identical", type=int, default=2, help="reused fixed-stream tasks rerun as a check")
     p.add_argument("--workers", type=int, default=2, help="parallel runs of the fixed stream")
     p.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"))
@@ -113,9 +120,13 @@ def batch(args, b: int) -> tuple[int, int]:
     return budgets[b % len(budgets)], args.pool_base + b
 
 
-def run_stream(args, base: Path, inject_after: int | None = None,
-               batches: int | None = None) -> tuple[Path, Path, str | None, float]:
-    """The online stream (resumable per batch); returns (registry root, stream workdir, injected ref, wall s)."""
+def run_stream(args, base: Path, inject_after: int | None = None, batches: int | None = None,
+               variant: str = "staged", envs: str | None = None) -> tuple[Path, Path, str | None, float]:
+    """The online stream (resumable per batch); returns (registry root, stream workdir, injected ref, wall s).
+
+    `variant` of an injected harm: `staged` (a canary at exposure 1) or `unstaged` (a plain release,
+    watched), each optionally `-external`: the suite runs with `--max-per-submit` off the profile, so
+    `ole agent work --online` records every task as `external` (OLE cannot rerun it)."""
     root, work = fresh_registry(base), base / "stream"
     done = base / "batches.json"
     state = json.loads(done.read_text()) if done.is_file() else {"batches": [], "injected": None, "wall": 0.0}
@@ -123,10 +134,11 @@ def run_stream(args, base: Path, inject_after: int | None = None,
         if b in state["batches"]:
             continue
         if inject_after is not None and b == inject_after and state["injected"] is None:
-            state["injected"] = inject(root)
+            state["injected"] = inject(root, staged=variant.startswith("staged"))
         budget, pool = batch(args, b)
         t0 = time.monotonic()
-        cmd = [sys.executable, "-m", "evogym.cli", "suite", "run", "--envs", *args.envs.split(","),
+        external = ["--max-per-submit", str(EXTERNAL_MAX_PER_SUBMIT)] if variant.endswith("-external") else []
+        cmd = [sys.executable, "-m", "evogym.cli", "suite", "run", "--envs", *(envs or args.envs).split(","), *external,
                "--jobs", str(args.jobs), "--profile", "quick", "--budget", str(budget), "--pool-seed", str(pool),
                "--isolation", args.isolation, "--out", str(base / f"suite-{b}"), "--agent", agent(args, root, work)]
         print(f"== batch {b}: budget {budget}, pool {pool}", flush=True)
@@ -138,15 +150,16 @@ def run_stream(args, base: Path, inject_after: int | None = None,
     return root, work, state["injected"], state["wall"]
 
 
-def inject(root: Path) -> str:
+def inject(root: Path, staged: bool = True) -> str:
     with Registry(root) as reg:
         champ = reg.champion()
         lp = champ.bundle.loop_policy
         bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(update={
             "budget": lp.budget.model_copy(update={"wall_time_s": HARM_WALL_S})})}), parents=[champ.version],
             note="injected harmful release")
-        reg.release(bad.ref, reason=f"injected harmful release (budget.wall_time_s {HARM_WALL_S})", exposure=1.0)
-        print(f"injected {bad.ref}, staged on every task", flush=True)
+        reg.release(bad.ref, reason=f"injected harmful release (budget.wall_time_s {HARM_WALL_S})", force=True,
+                    exposure=1.0 if staged else None)
+        print(f"injected {bad.ref}, " + ("staged on every task" if staged else "released (not staged)"), flush=True)
         return bad.ref
 
 
@@ -244,8 +257,12 @@ def render(args, rows, notes, ev_lines, counts, episodes, wall, harm=None) -> li
                          f"{', '.join(sorted({x['bundle'] for x in xs}))} |")
         lines.append("")
     stream_eps = sum(x["episodes"] for x in rows)
-    lines += [f"Episodes: the stream's own tasks {stream_eps}; OLE's evaluation (gate runs and control reruns) "
-              f"{episodes[1]} in {episodes[0]} runs ({episodes[1] / max(1, stream_eps):.1f} x the stream's).", "",
+    lines += [f"Episodes: the stream's own tasks {stream_eps}; OLE's evaluation (gate runs, trial reruns and control "
+              f"reruns) {episodes[1]} in {episodes[0]} runs (**{episodes[1] / max(1, stream_eps):.2f} x the stream's**).",
+              "",
+              "Per env, online vs fixed: " + ("no env below -0.02" if all(
+                  sum(x["r"] for x in rows if x["env"] == e) / sum(1 for x in rows if x["env"] == e) >= -0.02
+                  for e in {x["env"] for x in rows}) else "**an env below -0.02**") + ".", "",
               "Counts: " + ", ".join(f"{k} {v}" for k, v in sorted(counts.items())), "",
               "## Per task (finish order)", "",
               "| n | env | budget | pool | online bundle | canary task | q fixed | q online | r |",
@@ -267,29 +284,32 @@ def _q(v) -> str:
 
 def harm_lines(args, base: Path) -> list[str]:
     n = args.inject_after + 1 if args.harm_batches is None else args.harm_batches
-    root, work, bad, wall = run_stream(args, base / "harm", inject_after=args.inject_after, batches=n)
-    rows = stream_rows(work)
-    worked = [(n, r) for n, r in enumerate(rows, 1) if r["bundle_ref"] == bad]
-    with Registry(root) as reg:
-        ends = [e for e in reg.events(kind="stage") if e.ref == bad and e.payload["stage"] != "canary"]
-        pairs = [e for e in reg.events(kind="evaluation") if e.ref == bad and e.payload.get("stage") == "monitor"]
-    end = ends[0] if ends else None
-    before = [e for e in pairs if end is None or e.seq < end.seq]
-    return ["## Injected harm", "",
-            f"A fresh stream with the same flags over {n} batches; "
-            + (f"after batch {args.inject_after - 1}" if args.inject_after else "before the first batch")
-            + f" `{bad}` "
-            f"(the champion with "
-            f"`budget.wall_time_s: {HARM_WALL_S}`) was released by hand, staged on every task (exposure 1). "
-            f"Wall time {wall / 60:.0f} min.", "",
-            f"- tasks the harmful canary worked (harmed): **{len(worked)}** "
-            f"({', '.join(str(n) for n, _ in worked) or '-'})",
-            f"- monitored pairs until the decision: **{len(before)}** (r: "
-            + ", ".join(f"{e.payload['r']:+.2f}" for e in before) + ")"
-            + (f"; {len(pairs) - len(before)} more canary task(s) already running then finished after it"
-               if len(pairs) > len(before) else ""),
-            f"- decision: {end.payload['stage'] if end else 'none yet'}"
-            + (f" — {end.payload.get('reason')}" if end else ""), ""]
+    out = ["## Injected harm", "",
+           f"Fresh streams with the same flags over {args.harm_envs or args.envs}, {n} batches each; "
+           + (f"after batch {args.inject_after - 1}" if args.inject_after else "before the first batch")
+           + f" a child of the champion with `budget.wall_time_s: {HARM_WALL_S}` (every run ends without a scored "
+           "submit) is released by hand with `--force`: staged on every task (exposure 1, a canary) or not staged "
+           "(a plain release, watched), on tasks OLE can rerun or on external ones (the suite run with "
+           f"`--max-per-submit {EXTERNAL_MAX_PER_SUBMIT}`: tasks recorded as `external`, never rerun).", "",
+           "| variant | harmed tasks (stream n) | decision | test | wall min |", "|---|---|---|---|---|"]
+    for variant in args.harm_variants.split(","):
+        root, work, bad, wall = run_stream(args, base / f"harm-{variant}", inject_after=args.inject_after, batches=n,
+                                           variant=variant, envs=args.harm_envs)
+        rows = stream_rows(work)
+        worked = [k for k, r in enumerate(rows, 1) if r["bundle_ref"] == bad]
+        with Registry(root) as reg:
+            ends = [(e.payload["stage"], e.payload.get("monitor") or {}, e.payload.get("reason", ""))
+                    for e in reg.events(kind="stage") if e.ref == bad and e.payload["stage"] != "canary"]
+            ends += [("rolled_back (watch)", e.payload.get("monitor") or {}, e.payload.get("reason", ""))
+                     for e in reg.events(kind="rollback") if e.payload.get("from") == bad]
+        stage, monitor, reason = ends[0] if ends else ("none", {}, "")
+        test = monitor.get("test") or ("paired r (canary monitor)" if stage == "rolled_back" else "-")
+        out.append(f"| {variant} | **{len(worked)}** ({', '.join(map(str, worked)) or '-'}) | {stage} | {test} | "
+                   f"{wall / 60:.0f} |")
+        out.append("")
+        out.append(f"- {variant}: {reason}")
+        out.append("")
+    return out
 
 
 def main() -> None:
@@ -297,6 +317,14 @@ def main() -> None:
     base = Path(args.workdir).resolve()
     if args.fresh and base.exists():
         shutil.rmtree(base)
+    if args.harm_only:
+        text = "\n".join(["# Online stream: injected harm", "",
+                          "Command: `python experiments/online_stream.py " + " ".join(sys.argv[1:]) + "`", "",
+                          *harm_lines(args, base)]) + "\n"
+        print(text)
+        if args.out:
+            Path(args.out).write_text(text)
+        return
     root, work, _, wall = run_stream(args, base / "online")
     rows = stream_rows(work)
     with Registry(root) as reg:
