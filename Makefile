@@ -6,7 +6,7 @@ STAMP := $(VENV)/.installed
 # Test workers (pytest-xdist): the tests mostly wait on subprocesses, so more workers than cores pay.
 WORKERS ?= 4
 
-.PHONY: install chromium lint typecheck test test-heavy test-browser test-all evolve bench smoke clean
+.PHONY: install postgresql chromium lint typecheck test test-heavy test-browser test-all evolve bench smoke clean
 
 install: $(STAMP)
 
@@ -15,6 +15,7 @@ $(STAMP): pyproject.toml constraints.txt
 	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
 	    (apt-get install -y -q bubblewrap >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q bubblewrap >/dev/null)); \
 	  else echo "bubblewrap (bwrap) is missing: install it (apt-get install bubblewrap) or run the host with --isolation none"; fi; }
+	@$(MAKE) --no-print-directory postgresql
 	@$(MAKE) --no-print-directory chromium
 	@test -x $(BIN)/python || $(PY) -m venv $(VENV)
 	$(BIN)/python -m pip install -q --upgrade pip
@@ -35,6 +36,15 @@ test: install
 # Tests of more than a few seconds each (found with --durations); CI runs them after `make test`.
 test-heavy: install
 	$(BIN)/python -m pytest -q -n $(WORKERS) -m heavy --durations=15
+
+# The PostgreSQL storage tests start a throw-away cluster with Debian's server binaries (ole.storage.local_server);
+# where they cannot be installed, those tests fail with the install line (never a silent skip).
+postgresql:
+	@{ ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || command -v initdb >/dev/null 2>&1; } || { \
+	  if [ "$$(id -u)" = "0" ] && command -v apt-get >/dev/null 2>&1; then \
+	    export DEBIAN_FRONTEND=noninteractive; \
+	    (apt-get install -y -q postgresql >/dev/null 2>&1 || (apt-get update -q >/dev/null && apt-get install -y -q postgresql >/dev/null)); \
+	  else echo "the PostgreSQL server is missing: install it (apt-get install postgresql) for the storage tests"; fi; }
 
 # The report's browser tests drive Debian's chromium through chromium-driver (never a downloaded build).
 chromium:
