@@ -76,3 +76,23 @@ def test_decisions_carry_the_analysis_hash_and_are_pure():
     assert look([-0.3, -0.2, -0.25, -0.2, 0.25, 0.25], cfg).decision == "rollback"
     with pytest.raises(ValueError):
         AnalysisConfig(clip=0.1, promote_tolerance=0.2)
+
+
+@pytest.mark.parametrize("noise", ["gauss-0.1", "ties-and-gauss"])
+def test_a_widening_gain_at_or_below_min_gain_is_promoted_at_most_alpha_of_the_time(noise):
+    """`look(min_gain=)`: the promotion test of a widening canary is a supermartingale under "clipped
+    mean r ≤ min_gain", so at exactly min_gain (the worst case) a look after every task promotes at
+    most alpha_promote of the streams; a clear gain is promoted, a tie never."""
+    cfg = AnalysisConfig(alpha_rollback=1e-12, deadline=10000)  # never roll back, never time out
+    gain = 0.02
+    rng = np.random.default_rng(17)
+    promoted = 0
+    for _ in range(STREAMS):
+        if noise == "gauss-0.1":
+            r = rng.normal(gain, 0.1, LOOKS)
+        else:  # half ties; the rest centred so the mean is exactly min_gain
+            r = np.where(rng.random(LOOKS) < 0.5, 0.0, rng.normal(2 * gain, 0.1, LOOKS))
+        promoted += look(list(r), cfg, min_gain=gain).decision == "promote"
+    assert promoted / STREAMS <= cfg.alpha_promote + 0.02, promoted / STREAMS
+    assert look([0.15] * 12, cfg, min_gain=gain).decision == "promote"
+    assert look([0.0] * LOOKS, cfg, min_gain=gain).decision == "hold"
