@@ -38,7 +38,7 @@ OFFLINE_ONLY = ("population", "generations", "eta", "screen", "max_scopes", "abl
 """Search settings online mode never reads (its challengers are proposed one at a time, one scope each)."""
 ONLINE_ONLY = ("tasks", "every_k", "gate_on")
 """Stream settings offline mode never reads."""
-ONLINE_DEFAULTS = {"tasks": 6, "every_k": 3, "recent": 6, "gate_on": "stream"}
+ONLINE_DEFAULTS: dict[str, Any] = {"tasks": 6, "every_k": 3, "recent": 6, "gate_on": "stream"}
 """The online stream's length, proposal period and proposer window when not given: the one place
 (`OnlineConfig`, `ole evolve --mode online` and `ole agent work --online` read them here)."""
 BUILTIN_PROPOSERS = ("builtin", "random", "tpe")

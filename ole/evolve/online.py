@@ -94,6 +94,10 @@ class OnlineConfig(BaseModel):
     gate pairs gain on some envs (`ole.evolve.scoping.plan`), its change (ablated on those pairs)
     is gated again as a specialization for those env ids, on these pools only — never on the
     pairs that chose the scope. Disjoint from the gate pools and the stream. Empty: no scoped gates."""
+    scoped: bool = True
+    """A round's challenger that does not pass as a whole but gains on some envs is gated again as a
+    specialization for those env ids: on `scope_pools` (gate_on pools) or on a scoped trial on the
+    stream's later tasks of those envs (gate_on stream). Off: neither."""
     gate_on: Literal["stream", "pools"] = "stream"
     """Where a round's challenger is gated. `stream`: on trial on the stream's next tasks that its
     champion works and the host can rerun, the stream's own run as the champion side, one rerun per
@@ -519,7 +523,7 @@ class OnlineEvolution:
                 out.update(e.split("-")[1] for e in prov.evidence_ids if e.count("-") >= 2)
         return out
 
-    def release_staged(self, ref: str, reason: str, r: int) -> None:
+    def release_staged(self, ref: str, reason: str, r: int | str) -> None:
         """Release a round's gated version staged (a canary at the analysis' exposure), once."""
         analysis = self.e.gate.analysis
         self.e.release(ref, reason, stage=f"online-r{r}", exposure=analysis.exposure, analysis=analysis.digest)
@@ -539,7 +543,7 @@ class OnlineEvolution:
         """The round's challenger did not pass as a whole: where its gate pairs gained (a scope
         plan over those pairs), ablate it on them, register it as a specialization for those env
         ids and gate that on the scope pools only (the pairs that chose the scope never judge it)."""
-        if not self.online.scope_pools:
+        if not self.online.scope_pools or not self.online.scoped:
             return {}
         plans = scoping.plan([cand], max_scopes=1, feasible=lambda c, envs: scoping.holds_tail_and_cost(self.e, c, envs))
         if not plans:

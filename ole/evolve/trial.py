@@ -15,6 +15,11 @@ is open (`ole.gate.should_extend`), each look at its share of α under the gate'
 instances. A released verdict is released staged (a watched canary, `ole.evolve.online`), so
 every release of a trial is monitored again on the tasks after it.
 
+A challenger that does not pass as a whole but whose trial pairs gain on some envs (the scope plan
+of `ole.evolve.scoping`, as a pools gate's) is registered as a specialization for those env ids and
+put on a **scoped trial** (key `{R}s`): only the stream's later tasks of those envs pair, and the
+gate judges the scope's families — the pairs that chose the scope never judge it.
+
 A trial ends with its gate decision, or unjudged when its champion stops serving the general scope
 (a rollback or another release moved the pointer: its later tasks cannot pair) or when it saw
 `trial_tasks` stream tasks without reaching a final verdict. While a trial is open no new round
@@ -32,7 +37,7 @@ from typing import TYPE_CHECKING, Any
 from ole.chosen import ChosenVersion
 from ole.evolve.store import step
 from ole.gate import GateDecision, Look, decide, look_alpha, should_extend
-from ole.paired import Pair, RunResult, env_family, make_pair
+from ole.paired import Pair, RunResult, env_family, instance_key, make_pair
 from ole.trace import RunCondition, TaskSpec
 from ole.verdicts import is_release
 
@@ -46,28 +51,32 @@ def stream_gate_ok(rows: list[dict[str, Any]]) -> bool:
     return bool(rows) and 2 * sum(bool(p["reproducible"]) for p in rows) >= len(rows)
 
 
-def open_trial(evo: OnlineEvolution, r: int, champion: ChosenVersion, cand: Candidate, seen: set[str]) -> dict:
-    """Put round r's challenger on trial from the next stream task on (recorded once)."""
+def open_trial(evo: OnlineEvolution, r: int | str, champion: ChosenVersion, cand: Candidate, seen: set[str],
+               envs: list[str] | None = None) -> dict:
+    """Put round r's challenger on trial from the next stream task on (recorded once); with `envs`, a
+    scoped trial (key `{r}s`): only tasks of those envs pair, and the gate judges the scope's families."""
     since = evo.index
     payload = {"round": r, "champion": champion.ref, "candidate": cand.ref, "since": since,
-               "seen": sorted(seen)}
+               "seen": sorted(seen), "envs": envs}
     evo.e.store.commit(step("trial", r), payload)
-    evo.e.progress(f"round {r}: challenger {cand.ref} on trial against {champion.ref} on the stream's next "
-                   f"tasks (the stream's run is the champion side; one rerun per pair)")
+    where = f"the stream's next tasks of {', '.join(envs)}" if envs else "the stream's next tasks"
+    evo.e.progress(f"round {r}: challenger {cand.ref} on trial against {champion.ref} on {where} "
+                   f"(the stream's run is the champion side; one rerun per pair)")
     return {"champion": champion.ref, "candidate": cand.ref, "trial": r}
 
 
-def open_trials(evo: OnlineEvolution) -> list[tuple[int, dict]]:
+def open_trials(evo: OnlineEvolution) -> list[tuple[int | str, dict]]:
     """Trials opened and not ended (at most one: a round is skipped while a trial is open)."""
-    out = []
-    for r in range(1, evo.index // evo.online.every_k + 2):
-        t = evo.e.store.step(step("trial", r))
-        if t is not None and evo.e.store.step(step("trial-end", r)) is None:
-            out.append((r, t))
+    out: list[tuple[int | str, dict]] = []
+    for n in range(1, evo.index // evo.online.every_k + 2):
+        for r in (n, f"{n}s"):
+            t = evo.e.store.step(step("trial", r))
+            if t is not None and evo.e.store.step(step("trial-end", r)) is None:
+                out.append((r, t))
     return out
 
 
-def _pairs(evo: OnlineEvolution, r: int, since: int) -> list[Pair]:
+def _pairs(evo: OnlineEvolution, r: int | str, since: int) -> list[Pair]:
     """The trial's pairs so far, in stream order."""
     out = []
     for _, row in evo.e.store.tasks()[since:]:
@@ -79,7 +88,7 @@ def _pairs(evo: OnlineEvolution, r: int, since: int) -> list[Pair]:
 
 def _pairable(row: dict[str, Any], trial: dict) -> bool:
     return (bool(row["reproducible"]) and row["bundle_ref"] == trial["champion"] and row.get("canary") is None
-            and row.get("watch") is None)
+            and row.get("watch") is None and (not trial.get("envs") or row["task"]["env"] in trial["envs"]))
 
 
 def after_task(evo: OnlineEvolution, n: int) -> None:
@@ -87,7 +96,7 @@ def after_task(evo: OnlineEvolution, n: int) -> None:
     open trial, end a trial whose champion no longer serves, and look when a look is due."""
     from ole.registry.lease import Lease
     from ole.registry import DB_FILE
-    for r, trial in open_trials(evo):
+    for r, trial in open_trials(evo):  # noqa: B007 - r names the trial's steps
         champ = evo.e.registry.champion(evo.e.channel)
         rows = evo.e.store.tasks()
         if champ.ref != trial["champion"]:
@@ -110,7 +119,7 @@ def after_task(evo: OnlineEvolution, n: int) -> None:
         _look(evo, r, trial, n)
 
 
-def _make_pair(evo: OnlineEvolution, r: int, row: dict[str, Any], trial: dict, m: int) -> None:
+def _make_pair(evo: OnlineEvolution, r: int | str, row: dict[str, Any], trial: dict, m: int) -> None:
     task, cond = TaskSpec.model_validate(row["task"]), RunCondition.model_validate(row["condition"])
     cand = ChosenVersion(ref=trial["candidate"], bundle=evo.e.registry.get(trial["candidate"]).bundle)
     (res, family), = evo.e.paired.run([cand], [(task, cond)]).values()
@@ -130,7 +139,7 @@ def look_sizes(evo: OnlineEvolution) -> list[int]:
     return list(range(first, g.max_pairs + 1, first)) or [g.max_pairs]
 
 
-def _look(evo: OnlineEvolution, r: int, trial: dict, n: int) -> None:
+def _look(evo: OnlineEvolution, r: int | str, trial: dict, n: int) -> None:
     """Judge the trial at every look size its pairs reached (recomputed from the stored pairs, so a
     resumed or concurrent process reaches the same decision); decide, record and release once final."""
     from ole.evolve.engine import Candidate
@@ -141,6 +150,8 @@ def _look(evo: OnlineEvolution, r: int, trial: dict, n: int) -> None:
     bundle = evo.e.registry.get(trial["candidate"]).bundle
     cand = Candidate(chosen=ChosenVersion(ref=trial["candidate"], bundle=bundle), proposal=None)
     champion = trial["champion"]
+    envs = trial.get("envs")
+    families = sorted({env_family(e) for e in envs}) if envs else None
     record: list[Look] = []
     decision: GateDecision | None = None
     final, n_prev = False, 0
@@ -148,7 +159,7 @@ def _look(evo: OnlineEvolution, r: int, trial: dict, n: int) -> None:
         evo.e.keep_pairs(cand, pairs[:size])
         alpha = look_alpha(evo.e.gate, size, n_prev)
         decision = decide(cand.pairs, evo.e.gate, champion=champion, challenger=cand.ref,
-                          seen_keys=set(trial["seen"]), alpha=alpha)
+                          seen_keys=set(trial["seen"]), alpha=alpha, scope_families=families)
         record.append(Look(n_pairs=decision.stats.n_pairs, alpha=alpha, p_value=decision.stats.p_value,
                            mean_r=decision.stats.mean_r, verdict=decision.verdict))
         n_prev = size
@@ -172,13 +183,38 @@ def _look(evo: OnlineEvolution, r: int, trial: dict, n: int) -> None:
     evo.events.decisions.append(decided)
     evo.e.progress(f"trial {r}: gate on {decided.stats.n_pairs} stream pairs says {decided.verdict}: "
                    f"{'; '.join(decided.reasons)[:200]}")
-    if is_release(decided.verdict):
-        evo.release_staged(cand.ref, f"online gate round {r} on the stream's own runs: "
-                                     f"mean r {decided.stats.mean_r:+.3f}", r)
     _end(evo, r, {"verdict": decided.verdict, "n_pairs": decided.stats.n_pairs})
+    if is_release(decided.verdict):
+        evo.release_staged(cand.ref, f"online gate round {r} on the stream's own runs"
+                                     + (f" ({', '.join(envs)})" if envs else "")
+                                     + f": mean r {decided.stats.mean_r:+.3f}", r)
+    elif not envs:
+        _scoped_trial(evo, r, trial, cand)
 
 
-def _end(evo: OnlineEvolution, r: int, payload: dict) -> None:
+def _scoped_trial(evo: OnlineEvolution, r: int | str, trial: dict, cand: Candidate) -> None:
+    """The round's challenger did not pass as a whole: where its trial pairs gained (the scope plan of
+    `ole.evolve.scoping`, tail and cost holding there), it is registered as a specialization for those
+    env ids and put on trial again on the stream's *later* tasks of those envs only — the pairs that
+    chose the scope never judge it. No ablation here (it would rerun the change's parts on the pairs):
+    the scoped trial judges the whole change."""
+    from ole.evolve import scoping
+    if not evo.online.scoped:
+        return
+    plans = scoping.plan([cand], max_scopes=1,
+                         feasible=lambda c, envs: scoping.holds_tail_and_cost(evo.e, c, envs))
+    if not plans:
+        return
+    scope = plans[0]
+    champion = ChosenVersion(ref=trial["champion"], bundle=evo.e.registry.get(trial["champion"]).bundle)
+    gated = scoping.specialize(evo.e, champion, cand, scope, None, keep_pairs=False, basis=f"trial {r}")
+    if gated is None:
+        return
+    seen = set(trial["seen"]) | {instance_key(p.task, p.condition) for p in cand.pairs}
+    open_trial(evo, f"{r}s", champion, gated, seen, envs=list(scope.envs))
+
+
+def _end(evo: OnlineEvolution, r: int | str, payload: dict) -> None:
     done = step("trial-end", r)
     if evo.e.store.step(done) is None:
         evo.e.store.commit(done, payload)

@@ -308,3 +308,32 @@ def test_exposure_follows_the_monitors_evidence(tmp_path):
     assert evo.events.promotions
     canary_share = got.count(good) / len(got)
     assert canary_share > 0.5 and got[:2] == [good, good]  # after one +15 % pair the share is above 0.5
+
+
+def test_a_one_env_gain_on_trial_is_put_on_a_scoped_trial_on_later_tasks_of_that_env(tmp_path):
+    """gate_on=stream: the whole change fails its trial (it costs 10 % on acrobot), its trial pairs gain
+    on FourRooms, so it is registered for FourRooms and tried again on the stream's *later* FourRooms
+    tasks only; there it is released (staged) for that env."""
+    from synthetic import one_env_gain_evaluate
+    from ole.evolve.store import step
+    reg, evo = _online(tmp_path, OnlineConfig(tasks=22, every_k=3), evaluate=one_env_gain_evaluate,
+                       proposer=_Retest8Only())
+    events = run_stream(evo, engine_worker(evo.e))
+    general, scoped = events.decisions
+    assert general.verdict != "release" and scoped.verdict == "release"
+    four = "gymnasium/MiniGrid-FourRooms-v0"
+    assert {p.task.env for p in scoped.pairs} == {four} and scoped.stats.n_pairs == GATE.min_pairs
+    chose = {instance_key_of(p) for p in general.pairs}
+    assert not chose & {instance_key_of(p) for p in scoped.pairs}  # the pairs that chose the scope never judge it
+    trial = evo.e.store.step(step("trial", "1s"))
+    assert trial["envs"] == [four] and trial["since"] == 9
+    released = reg.get(scoped.challenger).bundle
+    assert released.applicability.env_ids == (four,) and released.provenance.edge == "specialization"
+    assert events.releases == [scoped.challenger]
+    rows = [p for _, p in evo.e.store.tasks()]
+    assert {p.champion.trace_id for p in scoped.pairs} <= {p["trace_id"] for p in rows}
+
+
+def instance_key_of(pair):
+    from ole.paired import instance_key
+    return instance_key(pair.task, pair.condition)
