@@ -56,6 +56,8 @@ def test_a_registry_and_its_store_go_to_postgresql_and_back_unchanged(root, pg_u
     assert main(["storage", "migrate", str(root), pg_url, "--workdir", str(work)]) == 0
     out = capsys.readouterr().out
     assert f"copied {len(before)} events (seq 1–{len(before)}, dense)" in out and "rows copied and compared" in out
+    assert main(["--root", str(root), "--storage", pg_url, "fsck"]) == 0  # `ole fsck` on PostgreSQL
+    assert "clean: 4 versions" in capsys.readouterr().out and "OLE_STORAGE" not in os.environ  # restored after
     with Registry(root, storage=pg_url) as reg:
         assert _events(reg) == before and reg.fsck().ok
         assert reg.champion().ref == "coder@1" and reg.get("coder@3").bundle == child(0.6).model_copy(
