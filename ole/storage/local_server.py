@@ -27,8 +27,18 @@ START_TIMEOUT_S = 60
 """Longest wait for `pg_ctl start` (a cold start on a busy 2-core machine takes well under 5 s)."""
 
 
+BINDIR_ENV = "OLE_PG_BINDIR"
+"""A folder holding `initdb` and `pg_ctl` to use instead of the search (given but without them: an error)."""
+
+
 def find_bindir() -> Path:
-    """The folder of `initdb` and `pg_ctl`: the newest `/usr/lib/postgresql/<v>/bin`, else `$PATH`."""
+    """The folder of `initdb` and `pg_ctl`: `$OLE_PG_BINDIR`, else the newest `/usr/lib/postgresql/<v>/bin`,
+    else `$PATH`."""
+    given = os.environ.get(BINDIR_ENV)
+    if given:
+        if not (Path(given) / "initdb").is_file():
+            raise StorageError(f"{BINDIR_ENV}={given} holds no initdb", hint=INSTALL_LINE)
+        return Path(given)
     versions = sorted(Path("/usr/lib/postgresql").glob("*/bin/initdb"), key=lambda p: int(p.parts[-3])
                       if p.parts[-3].isdigit() else 0)
     if versions:

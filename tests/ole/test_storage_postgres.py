@@ -141,3 +141,17 @@ def test_stream_counters_are_unique_across_processes(pg_env, tmp_path):  # noqa:
     again = store.add_task("w0-3", {"i": 3})  # recorded once: its finish number again, no new row
     assert 1 <= again <= 100 and store.add_task("w0-3", {"i": 3}) == again and len(store.tasks()) == 100
     assert not path.exists()  # the store is in the database, not a file
+
+
+@pytest.mark.heavy  # a pytest in a subprocess: seconds
+def test_without_the_server_binaries_the_tier_fails_with_the_install_line(tmp_path):
+    """Never a quiet skip: a machine without PostgreSQL reports the PostgreSQL tests as failed, saying how
+    to install it."""
+    (tmp_path / "test_one.py").write_text("from tests.ole.pg_fixtures import pg_server, pg_url  # noqa: F401\n"
+                                          "def test_needs_it(pg_url):\n    pass\n")
+    done = subprocess.run([sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:xdist",
+                           str(tmp_path / "test_one.py"), "--rootdir", str(PROJECT)], cwd=PROJECT,
+                          env={**os.environ, "PYTHONPATH": str(PROJECT), "OLE_PG_BINDIR": str(tmp_path)},
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 1 and "1 error" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
+    assert "apt-get install -y postgresql" in done.stdout
