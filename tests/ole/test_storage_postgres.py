@@ -99,16 +99,18 @@ def test_an_unreachable_server_is_a_storage_error_with_the_next_step(root, tmp_p
 
 
 def test_a_lease_has_one_holder_expires_and_is_renewed(pg_url):  # noqa: F811
-    first = Lease(pg_url, "round:default", "host-a:1:x", ttl_s=0.8)
-    second = Lease(pg_url, "round:default", "host-b:2:y", ttl_s=0.8, wait_s=0)
+    ttl = 2.0  # the heartbeat renews every ttl/4, on a connection of its own (a loaded machine needs slack)
+    first = Lease(pg_url, "round:default", "host-a:1:x", ttl_s=ttl)
+    second = Lease(pg_url, "round:default", "host-b:2:y", ttl_s=ttl, wait_s=0)
     assert first.hold()
-    time.sleep(1.2)  # longer than the TTL: only the heartbeat (every TTL/4) keeps it
-    assert second.try_acquire() == "host-a:1:x"
+    time.sleep(ttl * 1.25)  # longer than the TTL: only the heartbeat keeps it
+    assert second.try_acquire() == "host-a:1:x" and not second.hold()
     first._stop.set()  # the holder dies: no more renewals
     first._beat.join()
-    time.sleep(1.0)
-    assert second.try_acquire() is None
+    time.sleep(ttl * 1.25)
+    assert second.hold()  # expired: taken over, and now renewed by its own heartbeat
     first.release()  # no longer ours: frees nothing
+    time.sleep(ttl * 0.75)
     assert Lease(pg_url, "round:default", "host-c:3:z").try_acquire() == "host-b:2:y"
     second.release()
     assert Lease(pg_url, "round:default", "host-c:3:z").try_acquire() is None
