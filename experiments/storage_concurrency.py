@@ -8,8 +8,10 @@ step). Every write carries an idempotency key (`w<writer>-<i>`) and the writer p
 registry answered. Between writes, every writer finishes a stream task (`EvaluationStore.add_task`)
 and, when the task's number n is a multiple of `--every-k`, takes the round lease and commits the
 round step once (the online stream's rule). The driver SIGKILLs a random live writer every
-`--kills` times (each after 1..`--max-gap` more acknowledged writes of that writer) and restarts it; a restarted writer replays its cycle from the start, which
-the keys, content dedupe and the store's steps must answer without a second event.
+`--kills` times (each after 1..`--max-gap` more acknowledged writes of that writer) and restarts it;
+a restarted writer replays the cycle it was killed in from its first write (the write in flight
+may have committed without its acknowledgement), which the keys, content dedupe and the store's
+steps must answer without a second event.
 
 Checked at the end, per backend: every acknowledged (key, seq) is in the journal (no lost event);
 no key, registration or round appears twice (no duplicate); each writer's events are in its own
@@ -46,7 +48,8 @@ WRITER = textwrap.dedent("""
     from ole.errors import Conflict
     from ole.evolve.store import EvaluationStore, step
     from ole.registry import Registry
-    root, work, w, n, k = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5])
+    root, work, w, n, k, first = sys.argv[1], sys.argv[2], int(sys.argv[3]), int(sys.argv[4]), int(sys.argv[5]), \
+        int(sys.argv[6])
     reg = Registry(root)
     store = EvaluationStore(os.path.join(work, "evaluations.sqlite3"))
     channel, holder = f"w{w}", f"{socket.gethostname()}:{os.getpid()}:w{w}"
@@ -55,7 +58,7 @@ WRITER = textwrap.dedent("""
     def ack(key, seq):
         print("ack", key, seq, flush=True)
 
-    for i in range(n):
+    for i in range(first, n):
         key, kind = f"w{w}-{i}", i % 5
         if kind == 0:
             size = round(0.01 + w * 0.001 + i * 0.00001, 6)
@@ -94,8 +97,13 @@ def run(storage: str | None, args: argparse.Namespace, base: Path) -> dict:
     rng = random.Random(args.seed)
 
     def start(w: int) -> subprocess.Popen:
+        """(Re)start writer `w` at the first write of the cycle holding its last acknowledged write: the
+        write it was killed in, and any acknowledged before it in that cycle, are replayed."""
+        acked = [int(line.split()[1].rsplit("-", 1)[1]) for line in (base / f"w{w}.out").read_text().splitlines()
+                 if line.startswith("ack ")] if (base / f"w{w}.out").exists() else []
+        first = max(acked, default=0) // 5 * 5
         return subprocess.Popen([sys.executable, "-c", WRITER, str(root), str(work), str(w), str(args.writes),
-                                 str(args.every_k)], env=env, stdout=open(base / f"w{w}.out", "a"),
+                                 str(args.every_k), str(first)], env=env, stdout=open(base / f"w{w}.out", "a"),
                                 stderr=open(base / f"w{w}.err", "a"), text=True)
 
     def lines(w: int) -> int:
