@@ -61,7 +61,7 @@ WRITER = textwrap.dedent("""
     for i in range(first, n):
         key, kind = f"w{w}-{i}", i % 5
         if kind == 0:
-            size = round(0.01 + w * 0.001 + i * 0.00001, 6)
+            size = round(0.01 + w * 0.01 + i * 0.00001, 6)  # unique per (writer, write): no cross-writer dedupe
             entry = reg.register(bundle_from_data({"name": "coder", "loop_policy": {"action": {"step_size": size}}}),
                                  parents=[1], note=key)
             ref = entry.ref
@@ -182,6 +182,7 @@ def main() -> None:
     p.add_argument("--seed", type=int, default=0)
     p.add_argument("--out", type=Path, required=True, help="results markdown (its concurrency section is replaced)")
     args = p.parse_args()
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))  # a stopped run still stops its cluster
     rows = []
     for backend in args.backends:
         base = Path(tempfile.mkdtemp(prefix=f"ole-conc-{backend}-"))
