@@ -99,10 +99,12 @@ class Lease:
         db = self._pg()
         try:
             with db.transaction():
-                db.execute("INSERT INTO leases VALUES (%s, '', 0) ON CONFLICT DO NOTHING", (self.name,))
+                # one statement inserts the row or locks the one there: a separate INSERT … DO NOTHING then
+                # SELECT … FOR UPDATE found no row when its holder's release deleted it in between
+                # (experiments/storage_concurrency.py, 8 writers)
                 holder, expires, now = db.execute(
-                    "SELECT holder, expires_at, extract(epoch FROM clock_timestamp())::float8 FROM leases "
-                    "WHERE name = %s FOR UPDATE", (self.name,)).fetchone()
+                    "INSERT INTO leases VALUES (%s, '', 0) ON CONFLICT (name) DO UPDATE SET holder = leases.holder "
+                    "RETURNING holder, expires_at, extract(epoch FROM clock_timestamp())::float8", (self.name,)).fetchone()
                 if holder not in ("", self.holder) and expires > now and not _dead_here(holder):
                     return str(holder)
                 db.execute("UPDATE leases SET holder = %s, expires_at = %s WHERE name = %s",
