@@ -26,7 +26,8 @@ def migrate(args: argparse.Namespace) -> Output:
     from ole.storage.migrate import migrate as run
     from ole.storage import redact
     done = run(args.src, args.dst, args.workdir)
-    lines = [f"copied {done.events} events (seq 1–{done.last_seq}, dense), {done.bundles} versions, {done.blobs} blobs "
-             f"from {redact(args.src)} to {redact(args.dst)}", f"verified: digest {done.digest[:16]} on both sides"]
+    lines = [f"copied {done.events} events (seq 1–{done.last_seq}, dense), {done.bundles} versions, "
+             f"{done.blobs} blobs from {redact(args.src)} to {redact(args.dst)}",
+             f"verified: digest {done.digest[:16]} on both sides"]
     lines += [f"store of {w}: {n} rows copied and compared" for w, n in done.stores.items()]
     return Output(asdict(done), "\n".join(lines))

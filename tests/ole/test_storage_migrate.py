@@ -62,7 +62,8 @@ def test_a_registry_and_its_store_go_to_postgresql_and_back_unchanged(root, pg_u
         assert _events(reg) == before and reg.fsck().ok
         assert reg.champion().ref == "coder@1" and reg.get("coder@3").bundle == child(0.6).model_copy(
             update={"provenance": reg.get("coder@3").bundle.provenance})
-        assert reg.record_evaluation("coder@2", {"again": True}, key="e1") == next(e[0] for e in before if e[2] == "evaluation")  # keys came
+        evaluation = next(e[0] for e in before if e[2] == "evaluation")
+        assert reg.record_evaluation("coder@2", {"again": True}, key="e1") == evaluation  # the keys came along
     pg_store = EvaluationStore(work / STORE_FILE, fingerprint=fingerprint({"a": 1}), storage=pg_url)
     assert pg_store.get("k1")[0].q == 0.5
     assert pg_store.step(step("gate", "offline", "coder@2")) == {"verdict": "release"}
