@@ -163,7 +163,8 @@ def check(root: Path, work: Path, storage: str | None, args: argparse.Namespace,
     tasks = len(store.tasks())
     store.close()
     complete = len(acked) == args.writers * args.writes
-    return {"events": len(events), "acked": len(acked), "complete": complete, "lost": len(lost), "duplicated": len(twice),
+    return {"events": len(events), "acked": len(acked), "complete": complete, "lost": len(lost),
+            "duplicated": len(twice),
             "reordered": len(order), "dense": seqs == list(range(1, len(seqs) + 1)), "fsck": report.ok,
             "problems": list(report.problems[:3]), "keys": len(keys), "tasks": tasks,
             "rounds": len(rounds), "rounds_expected": tasks // args.every_k,
@@ -176,7 +177,8 @@ def main() -> None:
     p.add_argument("--writes", type=int, default=500, help="registry writes per writer")
     p.add_argument("--every-k", type=int, default=7, help="a round after every k stream tasks")
     p.add_argument("--kills", type=int, default=24, help="SIGKILLs in all, each of a random live writer")
-    p.add_argument("--max-gap", type=int, default=60, help="a victim is killed after 1..max-gap more acknowledged writes")
+    p.add_argument("--max-gap", type=int, default=60,
+                   help="a victim is killed after 1..max-gap more acknowledged writes")
     p.add_argument("--backends", nargs="+", default=["sqlite", "postgresql"], choices=["sqlite", "postgresql"])
     p.add_argument("--storage", default=None, help="a PostgreSQL URL to use (default: a throw-away local cluster)")
     p.add_argument("--seed", type=int, default=0)
@@ -213,7 +215,8 @@ def write(args: argparse.Namespace, rows: list) -> None:
              "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
     for backend, r in rows:
         lines.append(f"| {backend} | {r['kills']} | {r['events']} | {r['acked']} | {r['lost']} | {r['duplicated']} "
-                     f"| {r['reordered']} | {'yes' if r['dense'] else 'NO'} | {'clean' if r['fsck'] else r['problems']} "
+                     f"| {r['reordered']} | {'yes' if r['dense'] else 'NO'} "
+                     f"| {'clean' if r['fsck'] else r['problems']} "
                      f"| {r['tasks']} | {r['rounds']} ({r['rounds_expected']}) | {r['round_twice']} | {r['wall_s']} |")
     write_section(args.out, "storage_concurrency", "\n".join(lines) + "\n")
 

@@ -104,7 +104,8 @@ class Lease:
                 # (experiments/storage_concurrency.py, 8 writers)
                 holder, expires, now = db.execute(
                     "INSERT INTO leases VALUES (%s, '', 0) ON CONFLICT (name) DO UPDATE SET holder = leases.holder "
-                    "RETURNING holder, expires_at, extract(epoch FROM clock_timestamp())::float8", (self.name,)).fetchone()
+                    "RETURNING holder, expires_at, extract(epoch FROM clock_timestamp())::float8",
+                    (self.name,)).fetchone()
                 if holder not in ("", self.holder) and expires > now and not _dead_here(holder):
                     return str(holder)
                 db.execute("UPDATE leases SET holder = %s, expires_at = %s WHERE name = %s",

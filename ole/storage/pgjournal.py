@@ -113,7 +113,8 @@ class PgJournal:
         return self.event(row[0]) if row else None
 
     def index(self, name: str, version: int, content_hash: str, blob_hash: str, seq: int) -> None:
-        self._db.execute("INSERT INTO bundles VALUES (%s, %s, %s, %s, %s)", (name, version, content_hash, blob_hash, seq))
+        self._db.execute("INSERT INTO bundles VALUES (%s, %s, %s, %s, %s)",
+                         (name, version, content_hash, blob_hash, seq))
 
     # ----- blobs --------------------------------------------------------------------------
 
