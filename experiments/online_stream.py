@@ -137,17 +137,37 @@ def run_stream(args, base: Path, inject_after: int | None = None, batches: int |
             state["injected"] = inject(root, staged=variant.startswith("staged"))
         budget, pool = batch(args, b)
         t0 = time.monotonic()
-        external = ["--max-per-submit", str(EXTERNAL_MAX_PER_SUBMIT)] if variant.endswith("-external") else []
-        cmd = [sys.executable, "-m", "evogym.cli", "suite", "run", "--envs", *(envs or args.envs).split(","), *external,
-               "--jobs", str(args.jobs), "--profile", "quick", "--budget", str(budget), "--pool-seed", str(pool),
-               "--isolation", args.isolation, "--out", str(base / f"suite-{b}"), "--agent", agent(args, root, work)]
         print(f"== batch {b}: budget {budget}, pool {pool}", flush=True)
-        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
-        print(proc.stdout[-2000:], proc.stderr[-2000:], flush=True)
+        if variant.endswith("-external"):
+            external_batch(args, (envs or args.envs).split(","), budget, pool, base / f"suite-{b}", agent(args, root, work))
+        else:
+            cmd = [sys.executable, "-m", "evogym.cli", "suite", "run", "--envs", *(envs or args.envs).split(","),
+                   "--jobs", str(args.jobs), "--profile", "quick", "--budget", str(budget), "--pool-seed", str(pool),
+                   "--isolation", args.isolation, "--out", str(base / f"suite-{b}"), "--agent", agent(args, root, work)]
+            proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+            print(proc.stdout[-2000:], proc.stderr[-2000:], flush=True)
         state["wall"] += time.monotonic() - t0
         state["batches"].append(b)
         done.write_text(json.dumps(state))
     return root, work, state["injected"], state["wall"]
+
+
+def external_batch(args, envs: list[str], budget: int, pool: int, out: Path, agent_cmd: str) -> None:
+    """One batch of tasks OLE cannot rerun: `evogym run` per env (`--jobs` at a time) with a per-submit cap
+    off the quick profile's (`evogym suite run` has no such flag), so the agent records them `external`."""
+    import shlex
+    from concurrent.futures import ThreadPoolExecutor
+
+    def one(env: str) -> str:
+        cmd = [sys.executable, "-m", "evogym.cli", "run", "--env", env, "--run-dir", str(out / env.replace("/", "_")),
+               "--profile", "quick", "--budget", str(budget), "--pool-seed", str(pool),
+               "--max-per-submit", str(EXTERNAL_MAX_PER_SUBMIT), "--isolation", args.isolation, "--quiet", "--",
+               *shlex.split(agent_cmd)]
+        proc = subprocess.run(cmd, capture_output=True, text=True, cwd=ROOT)
+        return f"{env}: rc {proc.returncode} {proc.stderr[-300:]}"
+    with ThreadPoolExecutor(args.jobs) as pool_ex:
+        for line in pool_ex.map(one, envs):
+            print(line, flush=True)
 
 
 def inject(root: Path, staged: bool = True) -> str:

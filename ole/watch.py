@@ -136,6 +136,16 @@ def bernoulli_wealth(hits: Sequence[bool], p0: float) -> float:
     return k
 
 
+def failure_test(failed: Sequence[bool], baseline: Baseline, alpha: float) -> tuple[float, float, float] | None:
+    """The failure-count test at level `alpha` (`BOUND_SHARE` of it on the control's bound): (wealth,
+    the wealth that rolls back, the bound p0 on the control's failure rate); None when the control's
+    record bounds nothing (no runs, or a bound of 1)."""
+    p0 = baseline.failure_bound(alpha * BOUND_SHARE)
+    if p0 is None or p0 >= 1.0:
+        return None
+    return bernoulli_wealth(failed, p0), 1.0 / (alpha * (1.0 - BOUND_SHARE)), p0
+
+
 def judge(runs: Sequence[WatchedRun], baseline: Baseline, cfg: AnalysisConfig) -> WatchLook:
     """The watch's decision after `runs` (in order): each test at its share of alpha_rollback; a
     decided look stays decided (the caller stops at the first non-hold look)."""
@@ -148,11 +158,10 @@ def judge(runs: Sequence[WatchedRun], baseline: Baseline, cfg: AnalysisConfig) -
         paired_cfg = cfg.model_copy(update={"alpha_rollback": alpha * PAIRED_SHARE})
         paired_result = look(paired, paired_cfg)
         wealth["paired_r"], need["paired_r"] = paired_result.wealth_rollback, 1.0 / (alpha * PAIRED_SHARE)
-    p0 = baseline.failure_bound(alpha * FAILURE_SHARE * BOUND_SHARE)
-    if p0 is not None and p0 < 1.0:
-        fails = [r.q is None for r in runs]
-        wealth["failures"] = bernoulli_wealth(fails, p0)
-        need["failures"] = 1.0 / (alpha * FAILURE_SHARE * (1.0 - BOUND_SHARE))
+    made = failure_test([r.q is None for r in runs], baseline, alpha * FAILURE_SHARE)
+    p0 = None if made is None else made[2]
+    if made is not None:
+        wealth["failures"], need["failures"] = made[0], made[1]
     external = [r for r in runs if r.paired_r is None]
     low: list[bool] = []
     bounds: list[float] = []

@@ -69,6 +69,11 @@ from ole.verdicts import is_release
 if TYPE_CHECKING:
     from ole.registry import Event, RegisteredBundle
 
+CANARY_FAILURE_SHARE = 0.2
+"""Share of `alpha_rollback` a canary's look spends on the failure-count test against the control's
+record (`ole.watch.failure_test`); the paired test of the monitor gets the rest, so a harmless canary
+is still rolled back with probability ≤ alpha_rollback, and a canary whose every run fails is caught
+by either test, whichever is faster."""
 EXTERNAL_PROFILE = "external"
 """TaskSpec profile of a harness task OLE cannot rerun (unknown profile or pools): never monitored."""
 
@@ -363,14 +368,27 @@ class OnlineEvolution:
         from ole.monitor import look
         if self.e.store.step(step("stage", canary)) is not None:
             return
-        made = [self.e.store.step(step("monitor", canary, p["trace_id"])) for _, p in self._canary_rows(canary)]
+        rows = self._canary_rows(canary)
+        made = [self.e.store.step(step("monitor", canary, p["trace_id"])) for _, p in rows]
         pairs = [p for p in made if p is not None]
+        failed = [row.get("q") is None for (_, row), p in zip(rows, made) if p is not None]
         if not pairs:
             return
         analysis = self.e.gate.analysis
         min_gain = self._widening_gain(canary)
+        paired_cfg = analysis.model_copy(update={"alpha_rollback": analysis.alpha_rollback * (1 - CANARY_FAILURE_SHARE)})
+        from ole.evolve.watching import baseline
+        from ole.watch import failure_test
+        base = baseline(self, f"canary-{canary}", rows[0][1]["control"])
         for k in range(1, len(pairs) + 1):  # a look after every pair, also those a crashed process missed
-            result = look([p["r"] for p in pairs[:k]], analysis, min_gain=min_gain)
+            result = look([p["r"] for p in pairs[:k]], paired_cfg, min_gain=min_gain)
+            fails = failure_test(failed[:k], base, analysis.alpha_rollback * CANARY_FAILURE_SHARE)
+            if result.decision == "hold" and fails is not None and fails[0] >= fails[1]:
+                result = result.model_copy(update={"decision": "rollback", "reason": (
+                    f"failures test: wealth {fails[0]:.1f} >= {fails[1]:g}: {sum(failed[:k])} of {k} canary runs "
+                    f"failed, against the control's failure rate of at most {fails[2]:.2f} ({base.failures}/"
+                    f"{base.runs} before the canary)")})
+            result = result.model_copy(update={"analysis_hash": analysis.digest})
             looked = step("look", canary, k)
             if self.e.store.step(looked) is None:
                 event = {"stage": "monitor-look", "canary": canary, "scope": scope, **result.model_dump(mode="json"),

@@ -32,10 +32,11 @@ must be tasks the host can rerun (a stream of an external harness is gated on th
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, Protocol
 
 from ole.chosen import ChosenVersion
 from ole.evolve.store import step
+from ole.evolve.watching import StreamDriver
 from ole.gate import GateDecision, Look, decide, look_alpha, should_extend
 from ole.paired import Pair, RunResult, env_family, instance_key, make_pair
 from ole.trace import RunCondition, TaskSpec
@@ -43,7 +44,19 @@ from ole.verdicts import is_release
 
 if TYPE_CHECKING:
     from ole.evolve.engine import Candidate
-    from ole.evolve.online import OnlineEvolution
+
+
+class OnlineEvolution(StreamDriver, Protocol):
+    """What a trial reads of the online driver (`ole.evolve.online.OnlineEvolution`), named structurally
+    so this module does not import the driver that imports it."""
+
+    online: Any
+    holder: str
+
+    @property
+    def index(self) -> int: ...
+
+    def release_staged(self, ref: str, reason: str, r: int | str) -> None: ...
 
 
 def stream_gate_ok(rows: list[dict[str, Any]]) -> bool:

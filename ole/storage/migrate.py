@@ -22,7 +22,7 @@ from typing import Any
 from ole.errors import IntegrityError, StorageError
 from ole.registry.backend import JournalBackend
 from ole.roots import REGISTRY_DIR
-from ole.storage import is_postgres, redact
+from ole.storage.url import is_postgres, redact
 
 STORE_FILE = "evaluations.sqlite3"
 """The evaluation store of an evolve workspace (`ole.evolve.engine`)."""

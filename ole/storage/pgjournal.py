@@ -21,7 +21,8 @@ from ole.errors import IntegrityError, StorageError, ValidationError
 from ole.registry.backend import JournalDump
 from ole.registry.journal import (MAX_PAYLOAD_BYTES, RegistryBusy, _event, crash_point, now, sha256)
 from ole.registry.records import Event, IndexRow, Key
-from ole.storage import postgres, redact
+from ole.storage import postgres
+from ole.storage.url import redact
 
 _EVENT_COLUMNS = "seq, ts, kind, name, version, channel"
 

@@ -85,7 +85,7 @@ def _psycopg() -> Any:
 
 def connect(url: str, *, search_path: str | None = None) -> Any:
     """An autocommit connection to `url` (a `psycopg.Connection`), waiting at most `LOCK_TIMEOUT_MS` for a lock."""
-    from ole.storage import redact
+    from ole.storage.url import redact
     psycopg = _psycopg()
     options = f"-c lock_timeout={LOCK_TIMEOUT_MS}" + (f" -c search_path={search_path}" if search_path else "")
     try:

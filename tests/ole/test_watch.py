@@ -152,6 +152,35 @@ def test_an_unstaged_hand_release_that_fails_every_run_is_rolled_back_within_thr
     assert looks[-1]["decision"] == "rollback" and all(x["control"] == "coder@1" for x in looks)
 
 
+def test_a_staged_release_that_fails_every_run_is_rolled_back_within_three_canary_tasks(tmp_path):
+    """The canary's look adds the failure-count test (a fifth of alpha_rollback) to its paired test: every
+    pair r = -1 alone would need four pairs at alpha 0.08; three failures against the control's 0 of 24 do it."""
+    reg, evo = _online(tmp_path)
+    work = engine_worker(evo.e)
+    for _ in range(24):  # the champion's record on this stream
+        evo.tell(work(evo.ask()))
+    champ = reg.champion()
+    lp = champ.bundle.loop_policy
+    bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(
+        update={"recovery": lp.recovery.model_copy(update={"max_retries": 10})})}), parents=[champ.version],
+        edge="manual").ref  # the fake crashes every run of it
+    reg.release(bad, reason="staged by hand", force=True, exposure=1.0)
+    harmed = 0
+    for _ in range(8):
+        a = evo.ask()
+        if a.bundle_ref != bad:
+            break
+        assert a.canary is not None and a.control == "coder@1"
+        harmed += 1
+        evo.tell(work(a))
+    assert 1 <= harmed <= 3, harmed
+    assert reg.get(bad).status == "rolled_back" and reg.champion().ref == "coder@1"
+    stage = [e for e in reg.events(kind="stage") if e.payload["stage"] == "rolled_back"][-1]
+    assert "failures test" in stage.payload["reason"]
+    looks = [e.payload for e in reg.events(kind="evaluation") if e.payload.get("stage") == "monitor-look"]
+    assert all(x["analysis_hash"] == GATE.analysis.digest for x in looks)
+
+
 def test_external_harness_tasks_are_watched_unpaired(tmp_path):
     from ole.chosen import ChosenVersion
     from ole.jobs import EvalJob
