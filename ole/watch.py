@@ -168,9 +168,9 @@ def judge(runs: Sequence[WatchedRun], baseline: Baseline, cfg: AnalysisConfig) -
     for r in external:
         if r.q is None:  # a failure is the failure test's: the bound covers scored runs only
             continue
-        made = baseline.low_bound(r.env, alpha * SCORE_SHARE * BOUND_SHARE, cfg.min_reference)
-        if made is not None:
-            threshold, bound = made
+        low_at = baseline.low_bound(r.env, alpha * SCORE_SHARE * BOUND_SHARE, cfg.min_reference)
+        if low_at is not None:
+            threshold, bound = low_at
             low.append(r.q < threshold)
             bounds.append(bound)
     if low:

@@ -51,7 +51,6 @@ from ole.evolve import scoping
 from ole.evolve.ablate import ablate
 from ole.evolve.store import Step, step
 from ole.evolve.trial import open_trial, stream_gate_ok
-from ole.registry.lease import Lease
 from ole.gate import GateDecision
 from ole.paired import (
     Instance,
@@ -62,7 +61,6 @@ from ole.paired import (
     value_score,
 )
 from ole.evolves import ONLINE_DEFAULTS
-from ole.registry import DB_FILE
 from ole.trace import RunCondition, SelectionRecord, TaskSpec, Trace
 from ole.verdicts import is_release
 
@@ -350,7 +348,7 @@ class OnlineEvolution:
         done = step("monitor", canary, row["trace_id"])
         if self.e.store.step(done) is not None:
             return
-        lease = Lease(self.e.registry.home / DB_FILE, f"monitor:{self.e.channel}:{row['trace_id']}", self.holder)
+        lease = self.e.registry.lease(f"monitor:{self.e.channel}:{row['trace_id']}", self.holder)
         if not lease.hold():  # a live process is making this pair; a dead one's lease expires
             return
         try:
@@ -476,7 +474,7 @@ class OnlineEvolution:
         done = step("round", r)
         if self.e.store.step(done) is not None:
             return
-        lease = Lease(self.e.registry.home / DB_FILE, f"round:{self.e.channel}", self.holder,
+        lease = self.e.registry.lease(f"round:{self.e.channel}", self.holder,
                       on_wait=lambda other: self.e.progress(f"round {r}: waiting for the round lease held by {other}"))
         with lease:
             if self.e.store.step(done) is not None:

@@ -107,8 +107,6 @@ def _pairable(row: dict[str, Any], trial: dict) -> bool:
 def after_task(evo: OnlineEvolution, n: int) -> None:
     """After stream task n finished: pair it (and any task a crashed process left unpaired) for each
     open trial, end a trial whose champion no longer serves, and look when a look is due."""
-    from ole.registry.lease import Lease
-    from ole.registry import DB_FILE
     for r, trial in open_trials(evo):  # noqa: B007 - r names the trial's steps
         champ = evo.e.registry.champion(evo.e.channel)
         rows = evo.e.store.tasks()
@@ -121,7 +119,7 @@ def after_task(evo: OnlineEvolution, n: int) -> None:
             done = step("trial-pair", r, row["trace_id"])
             if evo.e.store.step(done) is not None:
                 continue
-            lease = Lease(evo.e.registry.home / DB_FILE, f"trial:{evo.e.channel}:{row['trace_id']}", evo.holder)
+            lease = evo.e.registry.lease(f"trial:{evo.e.channel}:{row['trace_id']}", evo.holder)
             if not lease.hold():
                 continue
             try:
