@@ -309,27 +309,35 @@ def harm_lines(args, base: Path) -> list[str]:
            + (f"after batch {args.inject_after - 1}" if args.inject_after else "before the first batch")
            + f" a child of the champion with `budget.wall_time_s: {HARM_WALL_S}` (every run ends without a scored "
            "submit) is released by hand with `--force`: staged on every task (exposure 1, a canary) or not staged "
-           "(a plain release, watched), on tasks OLE can rerun or on external ones (the suite run with "
+           "(a plain release, watched), on tasks OLE can rerun or on external ones (each task an `evogym run` with "
            f"`--max-per-submit {EXTERNAL_MAX_PER_SUBMIT}`: tasks recorded as `external`, never rerun).", "",
-           "| variant | harmed tasks (stream n) | decision | test | wall min |", "|---|---|---|---|---|"]
+           "`harmed when decided`: the harmful version's tasks the deciding look had seen; `worked`: every task "
+           f"it worked, including tasks whose boundary came before the decision took effect ({args.jobs} tasks "
+           "run at once).", "",
+           "| variant | harmed when decided | worked (stream n) | decision | test | wall min |",
+           "|---|---|---|---|---|---|"]
+    reasons: list[str] = []
     for variant in args.harm_variants.split(","):
         root, work, bad, wall = run_stream(args, base / f"harm-{variant}", inject_after=args.inject_after, batches=n,
                                            variant=variant, envs=args.harm_envs)
         rows = stream_rows(work)
         worked = [k for k, r in enumerate(rows, 1) if r["bundle_ref"] == bad]
         with Registry(root) as reg:
+            events = reg.events()
             ends = [(e.payload["stage"], e.payload.get("monitor") or {}, e.payload.get("reason", ""))
                     for e in reg.events(kind="stage") if e.ref == bad and e.payload["stage"] != "canary"]
             ends += [("rolled_back (watch)", e.payload.get("monitor") or {}, e.payload.get("reason", ""))
                      for e in reg.events(kind="rollback") if e.payload.get("from") == bad]
         stage, monitor, reason = ends[0] if ends else ("none", {}, "")
-        test = monitor.get("test") or ("paired r (canary monitor)" if stage == "rolled_back" else "-")
-        out.append(f"| {variant} | **{len(worked)}** ({', '.join(map(str, worked)) or '-'}) | {stage} | {test} | "
-                   f"{wall / 60:.0f} |")
-        out.append("")
-        out.append(f"- {variant}: {reason}")
-        out.append("")
-    return out
+        test = monitor.get("test") or ("failures" if "failures test" in reason else
+                                       "paired r (canary monitor)" if stage == "rolled_back" else "-")
+        looks = [e for e in events if e.kind == "evaluation" and e.ref == bad
+                 and e.payload.get("stage") in ("monitor-look", "watch-look")]
+        decided_after = len(looks[-1].payload.get("r") or looks[-1].payload.get("trace_ids") or []) if looks else 0
+        out.append(f"| {variant} | **{decided_after}** | {len(worked)} ({', '.join(map(str, worked)) or '-'}) | {stage} | "
+                   f"{test} | {wall / 60:.0f} |")
+        reasons.append(f"- {variant}: {reason}")
+    return out + [""] + reasons + [""]
 
 
 def main() -> None:
