@@ -339,7 +339,8 @@ class OnlineEvolution:
         if any(not p["reproducible"] for _, p in rows if p.get("canary") == canary):
             if not rows[n - 1][1]["reproducible"]:
                 self.e.progress(f"task {n} cannot be rerun by OLE (profile {EXTERNAL_PROFILE}): judged unpaired")
-            self._look_unpaired(n, canary, ref, scope)
+            from ole.evolve.watching import canary_look_unpaired
+            canary_look_unpaired(self, n, canary, ref, scope)
             return
         self._look(n, canary, ref, scope)
 
@@ -408,52 +409,6 @@ class OnlineEvolution:
         record = (n - 1, ref, result.mean_r)
         (self.events.promotions if staged == "promoted" else self.events.rollbacks).append(record)
         self.e.progress(f"canary {ref} ({scope}): {staged.upper().replace('_', ' ')} — {result.reason}; "
-                        "effective at the next task boundary")
-
-    def _look_unpaired(self, n: int, canary: int, ref: str, scope: str) -> None:
-        """The look of a canary some of whose tasks OLE cannot rerun (an external harness's): the watch's
-        tests (`ole.watch.judge`: the paired r where a pair exists, and the failure count and per-env
-        score tests against the control's record on the others), each at its share of
-        `alpha_rollback`. A rollback names the test; `promote` needs the paired test; at the deadline
-        an undecided canary is rolled back (an open analysis is not a pass)."""
-        from ole.evolve.watching import baseline
-        from ole.watch import WatchedRun, judge
-        if self.e.store.step(step("stage", canary)) is not None:
-            return
-        rows = [(m, p) for m, p in self.e.store.tasks() if p.get("canary") == canary]
-        control = rows[0][1]["control"]
-        base = baseline(self, f"canary-{canary}", control)
-        runs = []
-        for _, p in rows:
-            made = self.e.store.step(step("monitor", canary, p["trace_id"])) if p["reproducible"] else None
-            runs.append(WatchedRun(env=p["task"]["env"], q=p.get("q"), paired_r=None if made is None else made["r"]))
-        analysis = self.e.gate.analysis
-        result = None
-        for k in range(1, len(runs) + 1):
-            result = judge(runs[:k], base, analysis)
-            looked = step("look", canary, k)
-            if self.e.store.step(looked) is None:
-                event = {"stage": "monitor-look", "canary": canary, "scope": scope, "unpaired": True,
-                         **result.model_dump(mode="json"), "trace_ids": [p["trace_id"] for _, p in rows[:k]],
-                         "baseline": {"control": control, "runs": base.runs, "failures": base.failures}}
-                self.e.store.commit(looked, result.model_dump(mode="json"),
-                                    lambda key: self.e.registry.record_evaluation(ref, event, key=key))
-            if result.decision != "hold":
-                break
-        if result is None or result.decision == "hold":
-            return
-        staged: Literal["promoted", "rolled_back"] = "promoted" if result.decision == "promote" else "rolled_back"
-        reason = result.reason if result.decision != "closed" else (
-            f"inconclusive after the deadline of {analysis.deadline} canary tasks ({result.reason}): an open "
-            "analysis is not a pass")
-        monitor = result.model_dump(mode="json")
-        self.e.store.commit(step("stage", canary), {"stage": staged, **monitor},
-                            lambda key: self.e.registry.stage(self.e.channel, scope, staged,
-                                                              reason=f"monitor: {reason}", monitor=monitor, key=key))
-        paired = [r.paired_r for r in runs if r.paired_r is not None]
-        record = (n - 1, ref, sum(paired) / len(paired) if paired else float("nan"))
-        (self.events.promotions if staged == "promoted" else self.events.rollbacks).append(record)
-        self.e.progress(f"canary {ref} ({scope}): {staged.upper().replace('_', ' ')} — {reason}; "
                         "effective at the next task boundary")
 
     def _widening_gain(self, canary: int) -> float | None:

@@ -13,10 +13,13 @@ Each watched task the host can rerun is paired with the control's rerun on the i
 unpaired tests. After every watched task the watch looks (`ole.watch.judge`), records the look as
 a `watch-look` evaluation of the watched version, and on `rollback` rolls the scope back to the
 control (`Registry.rollback` with the look as its monitor record: the rollback names the test).
+
+A staged release (a canary) whose tasks include some OLE cannot rerun is judged by the same tests
+(`canary_look_unpaired`), so a canary beside an external harness is monitored too.
 """
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Literal, Protocol
 
 from ole.bundle import TaskContext, format_ref
 from ole.chosen import ChosenVersion
@@ -152,3 +155,48 @@ def control_pair(evo: StreamDriver, row: dict[str, Any], control: str, done: Ste
         "parent": control, "control": control, **fields, "r": pair.r,
         "trace_id": row["trace_id"], "control_trace_id": res.trace_id})
     return pair.r
+
+
+def canary_look_unpaired(evo: StreamDriver, n: int, canary: int, ref: str, scope: str) -> None:
+    """The look of a canary some of whose tasks OLE cannot rerun (an external harness's): the watch's
+    tests (`ole.watch.judge`: the paired r where a pair exists, and the failure count and per-env
+    score tests against the control's record on the others), each at its share of
+    `alpha_rollback`. A rollback names the test; `promote` needs the paired test; at the deadline
+    an undecided canary is rolled back (an open analysis is not a pass)."""
+    if evo.e.store.step(step("stage", canary)) is not None:
+        return
+    rows = [(m, p) for m, p in evo.e.store.tasks() if p.get("canary") == canary]
+    control = rows[0][1]["control"]
+    base = baseline(evo, f"canary-{canary}", control)
+    runs = []
+    for _, p in rows:
+        made = evo.e.store.step(step("monitor", canary, p["trace_id"])) if p["reproducible"] else None
+        runs.append(WatchedRun(env=p["task"]["env"], q=p.get("q"), paired_r=None if made is None else made["r"]))
+    analysis = evo.e.gate.analysis
+    result = None
+    for k in range(1, len(runs) + 1):
+        result = judge(runs[:k], base, analysis)
+        looked = step("look", canary, k)
+        if evo.e.store.step(looked) is None:
+            event = {"stage": "monitor-look", "canary": canary, "scope": scope, "unpaired": True,
+                     **result.model_dump(mode="json"), "trace_ids": [p["trace_id"] for _, p in rows[:k]],
+                     "baseline": {"control": control, "runs": base.runs, "failures": base.failures}}
+            evo.e.store.commit(looked, result.model_dump(mode="json"),
+                               lambda key: evo.e.registry.record_evaluation(ref, event, key=key))
+        if result.decision != "hold":
+            break
+    if result is None or result.decision == "hold":
+        return
+    staged: Literal["promoted", "rolled_back"] = "promoted" if result.decision == "promote" else "rolled_back"
+    reason = result.reason if result.decision != "closed" else (
+        f"inconclusive after the deadline of {analysis.deadline} canary tasks ({result.reason}): an open "
+        "analysis is not a pass")
+    monitor = result.model_dump(mode="json")
+    evo.e.store.commit(step("stage", canary), {"stage": staged, **monitor},
+                       lambda key: evo.e.registry.stage(evo.e.channel, scope, staged,
+                                                        reason=f"monitor: {reason}", monitor=monitor, key=key))
+    paired = [r.paired_r for r in runs if r.paired_r is not None]
+    record = (n - 1, ref, sum(paired) / len(paired) if paired else float("nan"))
+    (evo.events.promotions if staged == "promoted" else evo.events.rollbacks).append(record)
+    evo.e.progress(f"canary {ref} ({scope}): {staged.upper().replace('_', ' ')} — {reason}; "
+                   "effective at the next task boundary")
