@@ -45,7 +45,7 @@ TASK = """
     tmp, i = Path(sys.argv[1]), int(sys.argv[2])
     cfg = EvolveConfig(suite=Suite(envs=("gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"), budget=8), gate_budgets=(8,),
                        search_pools=(101,), gate_pools=(201, 202, 203), seed=3)
-    online = OnlineConfig(every_k=2)
+    online = OnlineConfig(every_k=2, gate_on="pools")  # rounds gate on pools here: the lease serializes them
     from ole.evolve import open_engine
     from ole.evolve.online import OnlineEvolution
     from ole.executors import LocalExecutor
