@@ -96,6 +96,7 @@ def parse() -> argparse.Namespace:
         args.envs, args.budgets, args.batches, args.every_k = "gym/acrobot,gym/reacher5", "2,4", 2, 2
         args.gate_envs, args.gate_pools, args.gate_budgets, args.jobs = "gym/acrobot", "201,202", "2,4", 1
         args.check_identical, args.workers = 1, 1
+        args.harm_variants = "staged,unstaged"  # external tasks need budgets above the per-submit cap
     return args
 
 
@@ -184,6 +185,8 @@ def inject(root: Path, staged: bool = True) -> str:
 
 
 def stream_rows(work: Path) -> list[dict]:
+    if not (work / "evaluations.sqlite3").is_file():
+        return []  # no task reached the agent (the runs failed before it): reported as such
     with sqlite3.connect(work / "evaluations.sqlite3") as db:
         return [json.loads(p) for (p,) in db.execute("SELECT payload FROM stream ORDER BY n")]
 
