@@ -77,8 +77,9 @@ def tiny_gate_yaml() -> str:
 
     from ole.gate import load_config
     from ole.monitor import AnalysisConfig
-    quick = AnalysisConfig(exposure=1.0, clip=1.0, alpha_rollback=0.55, alpha_promote=0.55, prior_harm=1.0,
-                           prior_sd=0.01, deadline=4)  # one failed canary task (r = -1) bets ~1: wealth ~2 >= 1/0.55
+    quick = AnalysisConfig(exposure=1.0, clip=1.0, alpha_rollback=0.7, alpha_promote=0.55, prior_harm=1.0,
+                           prior_sd=0.01, deadline=4)  # one failed canary task (r = -1) bets ~1: wealth ~2 >= 1/0.56
+    # (a canary's paired test gets 4/5 of alpha_rollback, 0.56; the failure-count test the rest)
     cfg = load_config().model_copy(update={"min_pairs": 2, "min_families": 1, "max_pairs": None, "analysis": quick})
     return yaml.safe_dump(cfg.model_dump(mode="json"))
 
@@ -219,7 +220,8 @@ def test_a_suite_stream_gates_activates_at_a_boundary_and_rolls_back_an_injected
     gate = tmp / "gate.yaml"
     gate.write_text(tiny_gate_yaml())
     agent = _agent(tmp / "bundles", tmp / "work", "--every-k", "2", "--gate-envs", "gym/acrobot",
-                   "--gate-pools", "201,202", "--gate-budget", "2", "--gate-config", str(gate), command=True)
+                   "--gate-pools", "201,202", "--gate-budget", "2", "--gate-config", str(gate), "--gate-on", "pools",
+                   command=True)
     first = _suite(tmp, ["gym/acrobot", "gymnasium/MiniGrid-FourRooms-v0"], 2, agent, "suite1")
     assert first.returncode == 0, first.stdout + first.stderr
     with Registry(tmp / "bundles") as reg:
