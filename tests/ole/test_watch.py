@@ -181,23 +181,28 @@ def test_a_staged_release_that_fails_every_run_is_rolled_back_within_three_canar
     assert all(x["analysis_hash"] == GATE.analysis.digest for x in looks)
 
 
-def test_external_harness_tasks_are_watched_unpaired(tmp_path):
+def _external_task(reg, evo, i: int):
+    """Stream task i as an external harness works it (profile `external`: OLE cannot rerun it)."""
     from ole.chosen import ChosenVersion
     from ole.jobs import EvalJob
     from ole.registry.scopes import task_context
     from ole.trace import RunCondition, TaskSpec
     from synthetic import fake_evaluate
-    reg, evo = _online(tmp_path, external=True)
     cond = RunCondition(host="builtin", seed=0)
+    env = CFG.suite.envs[i % 2]
+    a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
+    trace = fake_evaluate(EvalJob(chosen=ChosenVersion(a.bundle_ref, reg.get(a.bundle_ref).bundle), runs_root="r",
+                                  task=TaskSpec(env=env, profile=EXTERNAL_PROFILE, budget=8, pool_seed=700 + i),
+                                  condition=cond))
+    evo.tell(trace.model_copy(update={"trace_id": f"ext-{i}"}))
+    return a
+
+
+def test_external_harness_tasks_are_watched_unpaired(tmp_path):
+    reg, evo = _online(tmp_path, external=True)
 
     def external_task(i: int):
-        env = CFG.suite.envs[i % 2]
-        a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
-        trace = fake_evaluate(EvalJob(chosen=ChosenVersion(a.bundle_ref, reg.get(a.bundle_ref).bundle), runs_root="r",
-                                      task=TaskSpec(env=env, profile=EXTERNAL_PROFILE, budget=8, pool_seed=700 + i),
-                                      condition=cond))
-        evo.tell(trace.model_copy(update={"trace_id": f"ext-{i}"}))
-        return a
+        return _external_task(reg, evo, i)
     for i in range(24):
         external_task(i)
     bad = _hand_release(reg, "recovery", "max_retries", 10)
@@ -212,22 +217,10 @@ def test_external_harness_tasks_are_watched_unpaired(tmp_path):
 def test_a_staged_release_on_external_harness_tasks_is_judged_unpaired_and_rolled_back(tmp_path):
     """A canary whose tasks OLE cannot rerun is still monitored: the watch's unpaired tests against the
     control's record (before: such tasks were "not monitored" and the canary ran on unjudged)."""
-    from ole.chosen import ChosenVersion
-    from ole.jobs import EvalJob
-    from ole.registry.scopes import task_context
-    from ole.trace import RunCondition, TaskSpec
-    from synthetic import fake_evaluate
     reg, evo = _online(tmp_path, external=True)
-    cond = RunCondition(host="builtin", seed=0)
 
     def external_task(i: int):
-        env = CFG.suite.envs[i % 2]
-        a = evo.ask(condition=cond, ctx=task_context(env, "builtin", 8))
-        trace = fake_evaluate(EvalJob(chosen=ChosenVersion(a.bundle_ref, reg.get(a.bundle_ref).bundle), runs_root="r",
-                                      task=TaskSpec(env=env, profile=EXTERNAL_PROFILE, budget=8, pool_seed=700 + i),
-                                      condition=cond))
-        evo.tell(trace.model_copy(update={"trace_id": f"ext-{i}"}))
-        return a
+        return _external_task(reg, evo, i)
     for i in range(24):
         external_task(i)
     champ = reg.champion()
