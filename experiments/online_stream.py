@@ -90,6 +90,9 @@ def parse() -> argparse.Namespace:
     p.add_argument("--workdir", default="experiments/out/online_stream", help="registries, streams, runs")
     p.add_argument("--fresh", action="store_true", help="delete --workdir first (default: resume finished phases)")
     p.add_argument("--out", default=None, help="Markdown report path (JSON beside it)")
+    p.add_argument("--start-root", default=None,
+                   help="start the online stream from a copy of this registry root (e.g. the one a fresh `make evolve` "
+                        "left: offline then online) instead of a fresh seed registry; the fixed stream stays the seed")
     p.add_argument("--smoke", action="store_true", help="tiny run for the test")
     args = p.parse_args()
     if args.smoke:
@@ -100,12 +103,34 @@ def parse() -> argparse.Namespace:
     return args
 
 
-def fresh_registry(base: Path) -> Path:
+def fresh_registry(base: Path, start: str | None = None) -> Path:
+    """The stream's registry: the seed alone, or (first call) a copy of the registry root `start`."""
     root = base / "bundles"
+    if start is not None and not root.exists():
+        shutil.copytree(Path(start).resolve(), root)
     root.mkdir(parents=True, exist_ok=True)
-    shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
+    if start is None:
+        shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
     Registry(root).close()
     return root
+
+
+def start_lines(args, rows: list[dict]) -> list[str]:
+    """What the starting registry (`--start-root`) would have served each stream task without online
+    evolution: its releases, and the tasks it routes to something other than the seed (offline only)."""
+    if args.start_root is None:
+        return []
+    from ole.registry.scopes import context_for
+    with Registry(Path(args.start_root).resolve()) as reg:
+        scopes = [(c.scope, c.active) for c in reg.scope_champions() if c.active]
+        routed = [reg.select("default", context_for(TaskSpec.model_validate(r["task"]),
+                                                    RunCondition.model_validate(r["condition"])), activate=False).ref
+                  for r in rows]
+    moved = sum(ref != "coder@1" for ref in routed)
+    return [f"Starting registry: a copy of `{args.start_root}` (offline evolution first), serving "
+            + "; ".join(f"`{s}` {a}" for s, a in scopes) + f". Offline only (that registry routing each stream task "
+            f"at its boundary, no online evolution): {moved} of {len(rows)} tasks get a bundle other than the seed "
+            f"({', '.join(sorted(set(routed)))}).", ""]
 
 
 def agent(args, root: Path, work: Path) -> str:
@@ -128,7 +153,7 @@ def run_stream(args, base: Path, inject_after: int | None = None, batches: int |
     `variant` of an injected harm: `staged` (a canary at exposure 1) or `unstaged` (a plain release,
     watched), each optionally `-external`: the suite runs with `--max-per-submit` off the profile, so
     `ole agent work --online` records every task as `external` (OLE cannot rerun it)."""
-    root, work = fresh_registry(base), base / "stream"
+    root, work = fresh_registry(base, None if inject_after is not None else args.start_root), base / "stream"
     done = base / "batches.json"
     state = json.loads(done.read_text()) if done.is_file() else {"batches": [], "injected": None, "wall": 0.0}
     for b in range(args.batches if batches is None else batches):
@@ -258,14 +283,15 @@ def events_lines(root: Path) -> tuple[list[str], dict]:
     return lines, dict(counts)
 
 
-def render(args, rows, notes, ev_lines, counts, episodes, wall, harm=None) -> list[str]:
+def render(args, rows, notes, ev_lines, counts, episodes, wall, harm=None, rows_raw=None) -> list[str]:
     lines = ["# Online stream: does a live stream get better because of OLE?", "",
              "Command: `python experiments/online_stream.py " + " ".join(sys.argv[1:]) + "`", "",
              f"Stream: {args.batches} `evogym suite run --jobs {args.jobs}` batches over {args.envs} (profile quick), "
              f"budgets {args.budgets} alternating, pool seeds {args.pool_base}+batch; built-in agent through "
              f"`ole agent work --online --every-k {args.every_k}`; gate {args.gate_envs} x pools {args.gate_pools} "
              f"at budgets {args.gate_budgets}. Fixed stream: the same tasks worked by the seed `coder@1`. "
-             f"Wall time of the online stream {wall / 60:.0f} min (shared 2-core machine).", ""]
+             f"Wall time of the online stream {wall / 60:.0f} min (shared 2-core machine).", "",
+             *start_lines(args, rows_raw or [])]
     m, lo, hi = ci90([x["r"] for x in rows])
     lines += [f"**Online vs fixed, {len(rows)} paired tasks: mean r {m:+.4f}, 90 % CI [{lo:+.4f}, {hi:+.4f}]** "
               "(percentile bootstrap over tasks, two-sided).", ""]
@@ -360,11 +386,13 @@ def main() -> None:
     rows = stream_rows(work)
     with Registry(root) as reg:
         seed = reg.get("coder@1").bundle
+    raw = rows
     paired, notes = fixed_stream(args, base / "online", rows, seed)
     ev_lines, counts = events_lines(root)
 
     def write(harm) -> None:
-        text = "\n".join(render(args, paired, notes, ev_lines, counts, evaluation_episodes(work), wall, harm)) + "\n"
+        text = "\n".join(render(args, paired, notes, ev_lines, counts, evaluation_episodes(work), wall, harm,
+                                 rows_raw=raw)) + "\n"
         print(text)
         if args.out:
             out = Path(args.out)

@@ -4,7 +4,8 @@
 version (its display status, scope, YAML and diff against each parent, evaluations, gate
 decisions), one `Gate` per recorded `gate_decision` event (the per-pair table and every
 check measured vs required), and one `RunCurve` per host run found in a workdir's
-resume store. Nothing here writes: the workdir's SQLite store is opened read-only, and a
+resume store (its SQLite file, or its schema where `OLE_STORAGE` names PostgreSQL). Nothing here
+writes: the workdir's store is opened read-only, and a
 damaged blob makes only its own version `damaged`.
 
 Gate records are read as plain JSON with defaults, not through `GateDecision`, so a
@@ -175,8 +176,13 @@ def _versions(registry, events, gates: Sequence[Gate]) -> list[Version]:
 
 # ----- runs in workdirs ------------------------------------------------------------------------
 
-def _store_rows(workdir: Path) -> list[tuple[str, str, dict]]:
-    """(instance, family, RunResult JSON) of every stored evaluation; read-only, never creates the file."""
+def _store_rows(workdir: Path, storage: str | None = None) -> list[tuple[str, str, dict]]:
+    """(instance, family, RunResult JSON) of every stored evaluation; read-only, never creates the file
+    (nor, with PostgreSQL storage, the workspace's schema: `storage`, else `OLE_STORAGE`)."""
+    from ole.storage.url import storage_url
+    url = storage_url(storage)
+    if url is not None:
+        return _pg_store_rows(workdir, url)
     path = workdir / "evaluations.sqlite3"
     if not path.is_file():
         return []
@@ -188,6 +194,22 @@ def _store_rows(workdir: Path) -> list[tuple[str, str, dict]]:
             db.close()
     except sqlite3.Error:
         return []
+    return [(r[0], r[1], json.loads(r[2])) for r in rows]
+
+
+def _pg_store_rows(workdir: Path, url: str) -> list[tuple[str, str, dict]]:
+    """The rows of the workspace's store schema in PostgreSQL (`EvaluationStore`'s naming), or none when
+    that workspace never stored anything there; nothing is created."""
+    from ole.storage import postgres
+    schema = postgres.store_schema(f"{workdir.name}_evaluations")
+    conn = postgres.connect(url)
+    try:
+        if conn.execute("SELECT to_regclass(%s)", (f'"{schema}".evaluations',)).fetchone()[0] is None:
+            return []
+        rows = conn.execute(f'SELECT instance, family, result FROM "{schema}".evaluations '
+                            "ORDER BY created_at, key").fetchall()
+    finally:
+        conn.close()
     return [(r[0], r[1], json.loads(r[2])) for r in rows]
 
 

@@ -157,3 +157,26 @@ def test_without_the_server_binaries_the_tier_fails_with_the_install_line(tmp_pa
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 1 and "1 error" in done.stdout and "skipped" not in done.stdout, done.stdout[-2000:]
     assert "apt-get install -y postgresql" in done.stdout
+
+
+def test_the_report_reads_a_workspace_store_in_postgresql_and_creates_nothing(pg_env, tmp_path):  # noqa: F811
+    """`ole report` with `OLE_STORAGE` reads the workspace's rows from its schema (not a file that is not
+    there), and a workspace that never stored anything there gets no schema made by reading it."""
+    from ole.paired import RunResult
+    from ole.report.collect import _store_rows
+    work = tmp_path / "evolve-a"
+    store = EvaluationStore(work / "evaluations.sqlite3")
+    result = RunResult(trace_id="t1", bundle_hash="h" * 64, q=1.5, q_source="raw", score=1.5, status="completed",
+                       verified=True, episodes=4, wall_s=2.0)
+    store.put("k1", "gym/acrobot|pool101|seed0", "generic", result)
+    store.close()
+    rows = _store_rows(work)
+    assert [(i, f, r["trace_id"], r["score"]) for i, f, r in rows] == [("gym/acrobot|pool101|seed0", "generic",
+                                                                          "t1", 1.5)]
+    assert not (work / "evaluations.sqlite3").exists()
+    assert _store_rows(tmp_path / "never-used") == []
+    db = postgres.connect(pg_env)
+    schemas = {r[0] for r in db.execute("SELECT schema_name FROM information_schema.schemata")}
+    db.close()
+    assert postgres.store_schema("evolve-a_evaluations") in schemas
+    assert postgres.store_schema("never-used_evaluations") not in schemas
