@@ -373,12 +373,12 @@ class PairedEvaluation:
                  execution: str = "fast") -> None:
         from ole.errors import ValidationError
         from ole.jobs import EXECUTIONS
-        from ole.trace import TraceArchive
+        from ole.storage.traces import open_archive
         if execution not in EXECUTIONS:
             raise ValidationError(f"unknown execution {execution!r}; expected one of {list(EXECUTIONS)}",
                                   hint="pass fast")
         self.executor, self.store, self.evaluate = executor, store, evaluate
-        self.archive = TraceArchive(traces_root)
+        self.archive = open_archive(traces_root)  # files, or the database `$OLE_STORAGE` names
         self.runs_root, self.isolation, self.execution = runs_root, isolation, execution
         self.before_batch, self.on_result = before_batch, on_result
         self.traces: dict[str, Trace] = {}
@@ -396,10 +396,11 @@ class PairedEvaluation:
         """Archive a host-recorded trace once (a retried job or a resumed batch may return it again);
         failed runs too, since the pairs that name them are decisions' evidence."""
         self.traces[trace.trace_id] = trace
-        if trace.host_recorded and not (self.archive.root / f"{trace.trace_id}.json").exists():
+        from ole.trace import TraceExists
+        if trace.host_recorded and trace.trace_id not in self.archive:
             try:
                 self.archive.append(trace)
-            except FileExistsError:  # another driver of the same stream archived this id meanwhile
+            except TraceExists:  # another driver of the same stream archived this id meanwhile
                 pass
 
     def run(self, versions: Sequence[ChosenVersion], instances: Sequence[Instance]) -> dict[str, tuple[RunResult, str]]:

@@ -36,7 +36,7 @@ from ole.errors import OleError
 from ole.registry import DEFAULT_CHANNEL, Registry
 from ole.registry.records import Selection
 from ole.registry.scopes import context_for, explicit
-from ole.trace import (Iteration, Outcome, RunCondition, TaskContract, TaskSpec, Trace, TraceArchive,
+from ole.trace import (Iteration, Outcome, RunCondition, TaskContract, TaskSpec, Trace,
                        run_json_digest, utc_now)
 
 HOST_START_TIMEOUT_S = 300.0
@@ -281,7 +281,9 @@ def run_task(task: TaskSpec, bundle_ref: str | None, agent: str, condition: RunC
     trace = run_version(task, chosen_by(selection), condition, runs_dir=runs_dir, agent_options=agent_options,
                         lessons_path=lessons_path, isolation=isolation, serve_args=serve_args, progress=progress)
     if trace.verified:
-        TraceArchive(traces_dir).append(trace)
+        from ole.storage.traces import open_archive
+        with open_archive(traces_dir) as archive:  # files, or the database `$OLE_STORAGE` names
+            archive.append(trace)
     return trace
 
 

@@ -9,6 +9,10 @@ A file that no longer parses as a trace (truncated by a full disk, edited by han
 only itself: `get` raises `DamagedTrace` naming the file, iteration skips it and remembers it
 (`skipped`), `damaged()` lists every one, and `ole fsck` reports them and moves them to
 `<archive>/quarantine/` (`quarantine`), out of the archive's way.
+
+With PostgreSQL storage the archive is a table of the database instead
+(`ole.storage.traces.PgTraceArchive`, same interface: `Archive`); `ole.storage.traces.open_archive`
+picks the one the storage setting names, and every place that archives or reads traces opens it so.
 """
 from __future__ import annotations
 
@@ -16,9 +20,10 @@ import hashlib
 import json
 import os
 import tempfile
+from collections.abc import Sequence
 from datetime import datetime, timezone
-from pathlib import Path
-from typing import Final, Iterator, Literal
+from pathlib import Path, PurePath
+from typing import Any, Final, Iterator, Literal, Protocol
 
 from pydantic import BaseModel, ConfigDict, Field, model_validator
 
@@ -245,6 +250,66 @@ def utc_now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="milliseconds").replace("+00:00", "Z")
 
 
+class Archive(Protocol):
+    """What every trace archive offers (`TraceArchive`: a folder of files; `ole.storage.traces.PgTraceArchive`:
+    a table of a PostgreSQL database). A damaged trace is named by its *location*: the file, or
+    `<schema>/<id>.json` for a row (`.stem` is the id either way)."""
+
+    root: Path
+    """The archive folder it was opened for (with PostgreSQL, only its name is used: `trace_schema`)."""
+
+    @property
+    def where(self) -> str:
+        """The archive in messages: the folder, or the schema and the database (no password)."""
+
+    @property
+    def skipped(self) -> Sequence[tuple[PurePath, str]]:
+        """Damaged traces (location, why) the last iteration skipped."""
+
+    def append(self, trace: Trace) -> PurePath: ...
+    def ids(self) -> list[str]: ...
+    def __contains__(self, trace_id: object) -> bool: ...
+    def get(self, trace_id: str) -> Trace: ...
+    def __iter__(self) -> Iterator[Trace]: ...
+    def select(self, *, env: str | None = None, bundle_hash: str | None = None) -> list[Trace]: ...
+    def damaged(self) -> Sequence[tuple[PurePath, str]]: ...
+    def quarantine(self, path: PurePath) -> PurePath: ...
+    def exists(self) -> bool: ...
+    def integrity_check(self) -> str: ...
+    def dump(self) -> dict[str, bytes]: ...
+    def load(self, contents: dict[str, bytes]) -> None: ...
+    def close(self) -> None: ...
+    def __enter__(self) -> Archive: ...
+    def __exit__(self, *exc: object) -> None: ...
+
+
+class TraceExists(ValidationError):
+    """The archive already holds a trace of this id: trace ids are immutable, a trace is never overwritten."""
+
+    def __init__(self, trace_id: str) -> None:
+        super().__init__(f"trace {trace_id} already archived", hint="trace ids are immutable")
+
+
+def trace_text(trace: Trace) -> str:
+    """The text a trace is archived as (both backends store exactly this, so copies are byte-identical)."""
+    return trace.model_dump_json(indent=2) + "\n"
+
+
+def is_trace_id(trace_id: str) -> bool:
+    """Whether `trace_id` can name a trace of an archive: a file name, never a path or a hidden file."""
+    return bool(trace_id) and "/" not in trace_id and "\0" not in trace_id and not trace_id.startswith(".")
+
+
+def refuse_unrecorded(trace: Trace) -> None:
+    """Only host-recorded traces enter an archive (either backend), under an id that can name one."""
+    if not trace.host_recorded:
+        raise ValidationError("only traces whose outcome the host recorded enter the archive",
+                              hint="finalize the run first")
+    if not is_trace_id(trace.trace_id):
+        raise ValidationError(f"trace id {trace.trace_id!r} cannot name an archived trace",
+                              hint="a trace id is a file name: no `/`, not empty, not starting with `.`")
+
+
 class TraceArchive:
     """Append-only archive of host-recorded traces (scored, or failures a decision names) under a root
     folder (default `traces/`)."""
@@ -254,27 +319,45 @@ class TraceArchive:
         self.skipped: list[tuple[Path, str]] = []
         """Damaged files (file, why) the last iteration skipped."""
 
+    @property
+    def where(self) -> str:
+        return str(self.root)
+
+    def __enter__(self) -> TraceArchive:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        """Nothing to release (`Archive` protocol: a database archive closes its connection)."""
+
     def append(self, trace: Trace) -> Path:
-        """Write a trace atomically; refuses traces whose outcome the host did not record, and existing ids.
+        """Write a trace atomically; refuses traces whose outcome the host did not record, and existing ids
+        (`TraceExists`).
 
         A host-recorded failure enters too (a decision that paired it names it); it is never
         evidence: everything that reads evidence takes `verified` traces only.
         """
-        if not trace.host_recorded:
-            raise ValidationError("only traces whose outcome the host recorded enter the archive",
-                                  hint="finalize the run first")
+        refuse_unrecorded(trace)
+        return self._write(trace.trace_id, trace_text(trace).encode())
+
+    def _write(self, trace_id: str, data: bytes) -> Path:
+        """Write `data` as `<trace_id>.json` (temp + fsync + link + directory fsync); never over a file."""
         self.root.mkdir(parents=True, exist_ok=True)
-        path = self.root / f"{trace.trace_id}.json"
+        path = self.root / f"{trace_id}.json"
         if path.exists():
-            raise ValidationError(f"trace {trace.trace_id} already archived", hint="trace ids are immutable")
-        data = trace.model_dump_json(indent=2).encode() + b"\n"
+            raise TraceExists(trace_id)
         fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-", suffix=".json")
         try:
             with os.fdopen(fd, "wb") as f:
                 f.write(data)
                 f.flush()
                 os.fsync(f.fileno())
-            os.link(tmp, path)  # fails if the id appeared meanwhile: never overwrite
+            try:
+                os.link(tmp, path)  # fails if the id appeared meanwhile: never overwrite
+            except FileExistsError:
+                raise TraceExists(trace_id) from None
         finally:
             os.unlink(tmp)
         dfd = os.open(self.root, os.O_RDONLY)
@@ -289,16 +372,19 @@ class TraceArchive:
             return []
         return sorted(p.stem for p in self.root.glob("*.json") if not p.name.startswith("."))
 
+    def __contains__(self, trace_id: object) -> bool:
+        return isinstance(trace_id, str) and is_trace_id(trace_id) and (self.root / f"{trace_id}.json").is_file()
+
+    def exists(self) -> bool:
+        """Whether the archive folder is there."""
+        return self.root.is_dir()
+
     def get(self, trace_id: str) -> Trace:
         """The trace `trace_id`; `NotFound` (with close ids) or `DamagedTrace` (naming the file). An id is
         a file name of the archive, never a path: `../elsewhere` read a file outside it."""
-        path = self.root / f"{trace_id}.json"
-        if not trace_id or "/" in trace_id or "\0" in trace_id or trace_id.startswith(".") or not path.is_file():
-            import difflib
-            close = difflib.get_close_matches(trace_id, self.ids(), n=3)
-            raise NotFound(f"no trace {trace_id!r} in {self.root}",
-                           hint=f"did you mean {close[0]!r}?" if close else "see `ole trace ls`")
-        return load_trace(path)
+        if trace_id not in self:
+            raise not_found(trace_id, self)
+        return load_trace(self.root / f"{trace_id}.json")
 
     def __iter__(self) -> Iterator[Trace]:
         """Every readable trace in id order; damaged files are skipped and listed in `skipped`."""
@@ -307,7 +393,7 @@ class TraceArchive:
             try:
                 yield self.get(trace_id)
             except DamagedTrace as exc:
-                self.skipped.append((exc.path, exc.why))
+                self.skipped.append((Path(exc.path), exc.why))
 
     def select(self, *, env: str | None = None, bundle_hash: str | None = None) -> list[Trace]:
         """Readable traces of `env` and/or `bundle_hash` (damaged ones skipped, see `skipped`)."""
@@ -321,10 +407,10 @@ class TraceArchive:
             try:
                 self.get(trace_id)
             except DamagedTrace as exc:
-                out.append((exc.path, exc.why))
+                out.append((Path(exc.path), exc.why))
         return out
 
-    def quarantine(self, path: Path) -> Path:
+    def quarantine(self, path: PurePath) -> Path:
         """Move a damaged trace file to `<root>/quarantine/` (never over another); returns where it went."""
         folder = self.root / QUARANTINE_DIR
         folder.mkdir(exist_ok=True)
@@ -335,28 +421,63 @@ class TraceArchive:
         os.replace(path, target)
         return target
 
+    def integrity_check(self) -> str:
+        """`ok`: a folder has no append-only machinery to lose (`Archive` protocol)."""
+        return "ok"
+
+    def dump(self) -> dict[str, bytes]:
+        """Trace id -> the file's bytes, for every trace (`ole storage migrate`)."""
+        return {trace_id: (self.root / f"{trace_id}.json").read_bytes() for trace_id in self.ids()}
+
+    def load(self, contents: dict[str, bytes]) -> None:
+        """Write every trace of `contents` (id -> bytes, as `dump` gives) into this archive, which must hold
+        none; each file atomically, byte for byte (a copy interrupted midway is found by comparing dumps)."""
+        if self.ids():
+            raise ValidationError(f"the trace archive {self.where} already holds traces: a copy goes into an "
+                                  "empty one", hint="name a new, empty archive folder")
+        bad = [t for t in contents if not is_trace_id(t)]
+        if bad:
+            raise ValidationError(f"{len(bad)} trace id(s) cannot name a file: {bad[0]!r}", hint="nothing was copied")
+        for trace_id, data in sorted(contents.items()):
+            self._write(trace_id, data)
+
+
+def not_found(trace_id: str, archive: Archive) -> NotFound:
+    """`NotFound` for `trace_id` in `archive`, suggesting close ids."""
+    import difflib
+    close = difflib.get_close_matches(trace_id, archive.ids(), n=3)
+    return NotFound(f"no trace {trace_id!r} in {archive.where}",
+                    hint=f"did you mean {close[0]!r}?" if close else "see `ole trace ls`")
+
 
 class DamagedTrace(IntegrityError):
-    """An archived trace file that does not load (bad JSON, schema errors); names the file."""
+    """An archived trace that does not load (bad JSON, schema errors); names its file (or database row)."""
 
-    def __init__(self, path: Path, why: str) -> None:
-        super().__init__(f"trace file {path} is damaged: {why}",
-                         hint="`ole fsck` lists damaged traces and moves them to quarantine/")
+    def __init__(self, path: PurePath, why: str, *, kind: str = "file",
+                 hint: str = "`ole fsck` lists damaged traces and moves them to quarantine/") -> None:
+        super().__init__(f"trace {kind} {path} is damaged: {why}", hint=hint)
         self.path, self.why = path, why
 
 
 def load_trace(path: Path) -> Trace:
     """Read one trace file; `DamagedTrace` (one line: the file and its first error) when it does not load."""
-    import pydantic
     try:
-        return Trace.model_validate_json(Path(path).read_bytes())
-    except pydantic.ValidationError as exc:
-        first = exc.errors()[0]
-        where = ".".join(str(p) for p in first["loc"])
-        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
-        raise DamagedTrace(Path(path), f"{where + ': ' if where else ''}{first['msg']}{more}") from None
+        data = Path(path).read_bytes()
     except OSError as exc:
         raise DamagedTrace(Path(path), f"unreadable: {exc.strerror or exc}") from None
+    return parse_trace(data, Path(path))
+
+
+def parse_trace(data: bytes | str, where: PurePath, **damage: Any) -> Trace:
+    """The trace in `data`; `DamagedTrace(where, first error, **damage)` when it is not one."""
+    import pydantic
+    try:
+        return Trace.model_validate_json(data)
+    except pydantic.ValidationError as exc:
+        first = exc.errors()[0]
+        at = ".".join(str(p) for p in first["loc"])
+        more = f" (+{exc.error_count() - 1} more)" if exc.error_count() > 1 else ""
+        raise DamagedTrace(where, f"{at + ': ' if at else ''}{first['msg']}{more}", **damage) from None
 
 
 def run_json_digest(path: Path) -> str:

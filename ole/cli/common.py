@@ -39,9 +39,10 @@ class Output:
 ROOT_HELP = ("registry root (default: $OLE_ROOT, else the nearest bundles/ at or above the current directory "
              "holding seed bundles or a .registry/, else the per-user root ~/.local/share/ole/bundles)")
 """The one help text of --root: the root search of `ole.roots`, in order."""
-STORAGE_HELP = ("where the registry, evaluation stores and leases live: postgresql://… (shared by every machine "
-                "that reaches it), or `sqlite` (files under --root, the default); default: $OLE_STORAGE")
-"""The one help text of --storage (`ole.storage`); --root still names the seed files and trace archives."""
+STORAGE_HELP = ("where the registry, evaluation stores, trace archives and leases live: postgresql://… (shared by "
+                "every machine that reaches it), or `sqlite` (files under --root, the default); default: $OLE_STORAGE")
+"""The one help text of --storage (`ole.storage`); --root still names the seed files (with PostgreSQL, a trace folder
+only names its archive: `ole.storage.traces`)."""
 
 
 def _common() -> argparse.ArgumentParser:

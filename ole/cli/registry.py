@@ -20,7 +20,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--restore", action="append", default=[], metavar="FILE",
                    help="put back a damaged version's blob from a byte-exact backup copy (repeatable)")
     p.add_argument("--traces-dir", action="append", default=None, metavar="DIR",
-                   help="trace archive(s) to check too (repeatable): damaged trace files are moved to DIR/quarantine/, "
+                   help="trace archive(s) to check too (repeatable): damaged trace files are moved to DIR/quarantine/ "
+                        "(with PostgreSQL storage: the database's archive that DIR's name gives, damaged rows to trace_quarantine), "
                         "and every trace id a gate decision, evaluation or monitor pair names must be in one of them "
                         "(default: none, so the verdict never depends on the working directory; "
                         f"`ole run` and `ole evolve` write to ./{DEFAULT_TRACES})")
@@ -33,16 +34,24 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def fsck(args: argparse.Namespace) -> Output:
     """Exit 0 when clean, 1 when problems remain."""
     from ole.registry.fsck import with_traces
+    from ole.storage.traces import open_archive
     from ole.trace import TraceArchive
     dirs = [Path(d) for d in args.traces_dir or ()]  # only those named: ./traces made the verdict depend on cwd
-    for d in dirs:
-        if not d.is_dir():
-            raise ValidationError(f"--traces-dir {d} is not a directory", hint="pass the trace archive to check")
-    with open_registry(args, show_warnings=False) as registry:  # fsck lists them as problems
-        restored = [f"restored: {registry.restore_blob(f)} from {f}" for f in args.restore]
-        report = registry.fsck(repair=not args.no_repair, traces=dirs)
-    for d in dirs:
-        report = with_traces(report, TraceArchive(d), repair=not args.no_repair)
+    archives = [open_archive(d) for d in dirs]  # files, or the database --storage names (`ole.storage.traces`)
+    try:
+        for d, archive in zip(dirs, archives):
+            if not archive.exists():
+                raise ValidationError(f"--traces-dir {d} is not a directory" if isinstance(archive, TraceArchive)
+                                      else f"--traces-dir {d}: no trace archive {archive.where}",
+                                      hint="pass the trace archive to check")
+        with open_registry(args, show_warnings=False) as registry:  # fsck lists them as problems
+            restored = [f"restored: {registry.restore_blob(f)} from {f}" for f in args.restore]
+            report = registry.fsck(repair=not args.no_repair, traces=archives)
+        for archive in archives:
+            report = with_traces(report, archive, repair=not args.no_repair)
+    finally:
+        for archive in archives:
+            archive.close()
     verb = "would sweep" if args.no_repair else "swept"
     lines = restored + [f"{'clean' if report.ok else 'PROBLEMS'}: {report.bundles} versions, {report.events} events, "
              + (f"{report.traces} traces, " if dirs else "") +

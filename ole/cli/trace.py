@@ -23,9 +23,10 @@ def ls(args: argparse.Namespace) -> Output:
     A damaged file degrades only itself: it is listed as DAMAGED with the reason, and the
     readable traces are listed as usual (`ole fsck` quarantines damaged ones).
     """
-    from ole.trace import TraceArchive
-    archive = TraceArchive(args.traces_dir)
-    traces = archive.select(env=args.env)
+    from ole.storage.traces import open_archive
+    with open_archive(args.traces_dir) as archive:  # files, or the database --storage names
+        traces = archive.select(env=args.env)
+        where = archive.where
     rows = [["trace", "env", "bundle", "final", "normalized", "submits", "episodes"]]
     for t in traces:
         o = t.outcome
@@ -36,14 +37,15 @@ def ls(args: argparse.Namespace) -> Output:
              "final_score": t.outcome.final_score, "normalized_score": t.outcome.normalized_score} for t in traces]
     data += [{"trace_id": path.stem, "file": str(path), "status": "damaged", "damage": why}
              for path, why in archive.skipped]
-    text = table(rows) if len(rows) > 1 else f"no traces in {args.traces_dir} (hint: `ole run --env gym/acrobot`)"
+    text = table(rows) if len(rows) > 1 else f"no traces in {where} (hint: `ole run --env gym/acrobot`)"
     return Output(data, text)
 
 
 def show(args: argparse.Namespace) -> Output:
     """The whole trace as JSON (--json) or a readable summary with the history table."""
-    from ole.trace import TraceArchive
-    t = TraceArchive(args.traces_dir).get(args.trace_id)
+    from ole.storage.traces import open_archive
+    with open_archive(args.traces_dir) as archive:
+        t = archive.get(args.trace_id)
     o = t.outcome
     head = [f"trace {t.trace_id}", f"task {t.task.env} profile {t.task.profile} pool-seed {t.task.pool_seed}",
             f"bundle {t.bundle_name}@{t.bundle_version} {t.bundle_hash}",

@@ -24,7 +24,7 @@ from ole.gate import GateConfig, GateDecision, Look, decide, look_alpha, should_
 from ole.jobs import EvalJob
 from ole.paired import Instance, Pair, PairedEvaluation, PairStats, RunResult, instance_key, pair_stats
 from ole.proposers import Proposal, Proposer
-from ole.trace import Trace, TraceArchive
+from ole.trace import Archive, Trace
 from ole.transfer import TransferDecision
 
 from ole.evolve.config import EvolveConfig
@@ -62,7 +62,7 @@ class Candidate:
 class Engine:
     """The shared chain; drivers call its steps in their own order."""
 
-    def __init__(self, registry: Registry, store: EvaluationStore, archive: TraceArchive, paired: PairedEvaluation,
+    def __init__(self, registry: Registry, store: EvaluationStore, archive: Archive, paired: PairedEvaluation,
                  proposer: Proposer, gate: GateConfig, meter: CostMeter, *, channel: str = "default",
                  progress: Callable[[str], None] = print) -> None:
         self.registry, self.store, self.archive, self.paired = registry, store, archive, paired
@@ -337,7 +337,7 @@ def open_engine(*, registry: Registry, workdir: str | Path, traces_root: str | P
                               isolation=isolation, execution=execution,
                               before_batch=lambda jobs: meter.reserve([(j.task.env, j.task.budget) for j in jobs]),
                               on_result=on_result_counter(meter, progress))
-    engine = Engine(registry, store, TraceArchive(traces_root), paired, proposer, gate, meter,
+    engine = Engine(registry, store, paired.archive, paired, proposer, gate, meter,
                     channel=cfg.channel, progress=progress)
     engine.reference_budget = budget
     return engine

@@ -42,6 +42,7 @@ from ole.registry.state import State, derive_state
 from ole.registry.widening import WideningKind, check_widening, widening_evidence
 from ole.roots import REGISTRY_DIR, resolve
 from ole.storage import open_journal, storage_url
+from ole.trace import Archive
 from ole.verdicts import verdict_of
 
 Step = Literal["look", "promoted", "rolled_back"]
@@ -553,13 +554,14 @@ class Registry:
             raise NotFound(f"no channel `{channel}`; channels: {', '.join(known)}", suggestions=close,
                            hint="" if close else "a channel starts with `ole release REF --channel NAME`")
 
-    def fsck(self, *, repair: bool = True, traces: Sequence[str | Path] = ()) -> FsckReport:
-        """Check hashes, lineage DAG and pointers; sweep orphans and quarantine corrupt blobs. With
-        `traces` (trace archive folders), every trace id an event names must be in one of them."""
+    def fsck(self, *, repair: bool = True, traces: Sequence[str | Path | Archive] = ()) -> FsckReport:
+        """Check hashes, lineage DAG and pointers; sweep orphans and quarantine corrupt blobs. With `traces`
+        (trace archives, or folders: in this registry's storage), every trace id an event names must be in one."""
+        seeds, url = self.seed_problems, self.storage
         if self.read_only and not repair:  # nothing can write here: no lock needed to look
-            return fsck_check.check(self.journal, repair=False, traces=traces, seed_problems=self.seed_problems())
+            return fsck_check.check(self.journal, repair=False, traces=traces, seed_problems=seeds(), storage=url)
         with self.journal.write("fsck"):
-            return fsck_check.check(self.journal, repair=repair, traces=traces, seed_problems=self.seed_problems())
+            return fsck_check.check(self.journal, repair=repair, traces=traces, seed_problems=seeds(), storage=url)
 
 
 def _stamp(bundle: Bundle, parents: Sequence[int], edge: str | None, evidence_ids: Sequence[str]) -> Bundle:

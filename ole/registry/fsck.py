@@ -7,8 +7,10 @@ is moved to `quarantine/` and reported, never served again (a damaged file is ke
 inspection, not deleted); only that version is degraded, and `Registry.restore_blob`
 (`ole fsck --restore FILE`) puts back a byte-exact copy. Root `*.yaml` files that were
 skipped or edited after registration are problems too. The trace archive is checked beside
-the registry (`check_traces`): a trace file that does not load is a problem, and is moved
-to `<archive>/quarantine/` on repair. Everything else is reported, not changed.
+the registry (`check_traces`): a trace file (or, with PostgreSQL, a trace row) that does not
+load is a problem, and is moved to `<archive>/quarantine/` (the `trace_quarantine` table) on
+repair; a trace table whose append-only triggers are gone is a problem. Everything else is
+reported, not changed.
 """
 from __future__ import annotations
 
@@ -23,17 +25,18 @@ from ole.registry.backend import JournalBackend
 from ole.registry.records import DEFAULT_CHANNEL, EVENT_KINDS, POINTER_KINDS, Event, FsckReport, IndexRow, Key
 from ole.registry.scopes import check_specialization, features_of
 from ole.registry.state import State, derive_state
-from ole.trace import TraceArchive
+from ole.trace import Archive
 
 RECOVERY = ("only this version is affected; restore its blob from a backup with `ole fsck --restore FILE`, "
             "or release/roll back to another version (docs/registry.md, A damaged blob)")
 
 
-def check(journal: JournalBackend, *, repair: bool, traces: Sequence[str | Path] = (),
-          seed_problems: Sequence[str] = ()) -> FsckReport:
+def check(journal: JournalBackend, *, repair: bool, traces: Sequence[str | Path | Archive] = (),
+          seed_problems: Sequence[str] = (), storage: str | None = None) -> FsckReport:
     """Check `journal` (called with its write lock held, or read-only without `repair`); with
-    `traces`, the trace ids events name. `seed_problems` (the root's skipped or edited seed files,
-    which only the registry knows) are reported with the rest."""
+    `traces` (trace archives, or their folders: opened in `storage`, the registry's PostgreSQL URL,
+    else as files), the trace ids events name. `seed_problems` (the root's skipped or edited seed
+    files, which only the registry knows) are reported with the rest."""
     problems: list[str] = []
     quarantined: list[str] = []
     verdict = journal.integrity_check()
@@ -58,7 +61,7 @@ def check(journal: JournalBackend, *, repair: bool, traces: Sequence[str | Path]
     problems.extend(scope_problems)
     problems.extend(seed_problems)
     if traces:
-        problems.extend(_check_trace_ids(events, traces))
+        problems.extend(_check_trace_ids(events, traces, storage))
     swept = journal.sweep({r.blob_hash for r in rows}, repair)
     return FsckReport(ok=not problems, problems=tuple(problems), swept=tuple(swept),
                       quarantined=tuple(quarantined), bundles=len(rows), events=len(events), channels=channels,
@@ -159,15 +162,23 @@ def named_trace_ids(event: Event) -> list[str]:
     return [t for t in out if isinstance(t, str) and t]
 
 
-def _check_trace_ids(events: list[Event], roots: Sequence[str | Path]) -> list[str]:
-    """Every trace id an event names exists in one of the trace archives `roots`."""
-    present = {f.stem for root in roots if Path(root).is_dir() for f in Path(root).glob("*.json")}
+def _check_trace_ids(events: list[Event], roots: Sequence[str | Path | Archive], storage: str | None) -> list[str]:
+    """Every trace id an event names exists in one of the trace archives `roots` (damaged ones count:
+    they are reported by `check_traces`)."""
+    from ole.storage.traces import open_archive
+    present: set[str] = set()
+    for root in roots:
+        if isinstance(root, (str, Path)):
+            with open_archive(root, storage or "sqlite") as archive:
+                present.update(archive.ids())
+        else:
+            present.update(root.ids())
     problems = []
     for e in events:
         missing = sorted({t for t in named_trace_ids(e) if t not in present})
         if missing:
             problems.append(f"event {e.seq} ({e.kind} of {e.ref}) names {len(missing)} trace(s) not in "
-                            f"{', '.join(str(r) for r in roots)}: {', '.join(missing[:3])}"
+                            f"{', '.join(_where(r) for r in roots)}: {', '.join(missing[:3])}"
                             + (" ..." if len(missing) > 3 else ""))
     return problems
 
@@ -240,10 +251,18 @@ def _check_lineage(events: list[Event]) -> list[str]:
     return problems
 
 
-def check_traces(archive: TraceArchive, *, repair: bool) -> tuple[list[str], list[str], int]:
-    """Trace files of `archive` (`ole.trace.TraceArchive`) that do not load: the problems, the files
-    moved to quarantine (on repair), and how many files were checked."""
+def _where(root: str | Path | Archive) -> str:
+    return str(root) if isinstance(root, (str, Path)) else root.where
+
+
+def check_traces(archive: Archive, *, repair: bool) -> tuple[list[str], list[str], int]:
+    """Traces of `archive` (`ole.trace.Archive`: files, or rows with PostgreSQL) that do not load: the
+    problems, where they were moved (on repair), and how many traces were checked; and a database
+    archive whose append-only triggers are gone."""
     problems, quarantined = [], []
+    verdict = archive.integrity_check()
+    if verdict != "ok":
+        problems.append(f"trace archive {archive.where}: {verdict}")
     for path, why in archive.damaged():
         moved = archive.quarantine(path) if repair else None
         problems.append(f"trace {path} is damaged: {why}" + (f" (quarantined to {moved})" if moved else ""))
@@ -252,7 +271,7 @@ def check_traces(archive: TraceArchive, *, repair: bool) -> tuple[list[str], lis
     return problems, quarantined, len(archive.ids()) + len(quarantined)
 
 
-def with_traces(report: FsckReport, archive: TraceArchive, *, repair: bool) -> FsckReport:
+def with_traces(report: FsckReport, archive: Archive, *, repair: bool) -> FsckReport:
     """`report` with the trace archive's problems and quarantined files added."""
     problems, quarantined, count = check_traces(archive, repair=repair)
     return report.model_copy(update={"ok": report.ok and not problems, "problems": report.problems + tuple(problems),

@@ -8,8 +8,8 @@ leases) and the evaluation store (resume rows and the stream counters):
 - PostgreSQL (`postgresql://…`, `ole.storage.postgres`): the same tables in one database every
   machine reaches; blobs are rows of it too (bytea), so nothing but the URL is shared.
 
-`--root` still names the folder of seed files and the trace archive; the URL only moves what
-several processes must share. `OLE_STORAGE` is how the choice travels to the processes a command
+`--root` still names the folder of seed files; a trace archive's folder only names its schema in
+PostgreSQL (`ole.storage.traces`). The URL only moves what several processes must share. `OLE_STORAGE` is how the choice travels to the processes a command
 starts (the CLI exports `--storage` into it), so a Ray worker or an agent process opens the same
 storage as its driver.
 """

@@ -9,7 +9,11 @@ hashing to its name. Nothing is written to the source. Leases are not copied: th
 live processes of the old storage, which must be stopped first.
 
 An evaluation store (`--workdir DIR`: its `evaluations.sqlite3`, or that workspace's schema in
-PostgreSQL) is copied the same way, table by table, and compared row by row.
+PostgreSQL) is copied the same way, table by table, and compared row by row. A trace archive
+(`--traces DIR`: its files, or the schema its folder's name gives, `ole.storage.postgres.trace_schema`)
+is copied trace by trace, each as its stored bytes, into an archive that holds none, then compared
+by each trace's sha256 on both sides; an archive with a damaged trace is refused (`ole fsck
+--traces-dir` first).
 """
 from __future__ import annotations
 
@@ -42,6 +46,8 @@ class Migrated:
     """`JournalDump.digest` of the source, equal to the destination's after the copy."""
     stores: dict[str, int]
     """Workspace -> rows copied of its evaluation store (each compared row by row)."""
+    traces: dict[str, int]
+    """Trace archive folder -> traces copied (each compared by its sha256)."""
 
 
 def open_journal(where: str) -> JournalBackend:
@@ -57,8 +63,9 @@ def open_journal(where: str) -> JournalBackend:
     return Journal(root / REGISTRY_DIR)
 
 
-def migrate(src: str, dst: str, workdirs: list[Path] | None = None) -> Migrated:
-    """Copy the registry at `src` into the empty one at `dst` and verify it; likewise each workspace store."""
+def migrate(src: str, dst: str, workdirs: list[Path] | None = None, traces: list[Path] | None = None) -> Migrated:
+    """Copy the registry at `src` into the empty one at `dst` and verify it; likewise each workspace store
+    and each trace archive."""
     if src == dst:
         raise StorageError("the source and the destination are the same", hint="name a new, empty destination")
     source = open_journal(src)
@@ -81,8 +88,10 @@ def migrate(src: str, dst: str, workdirs: list[Path] | None = None) -> Migrated:
                              f"{dump.digest()[:12]}) {'; '.join(copied.problems()[:3])}",
                              hint="the destination holds a partial copy: drop it and retry")
     stores = {str(w): copy_store(w, src, dst) for w in workdirs or ()}
+    copied_traces = {str(t): copy_traces(t, src, dst) for t in traces or ()}
     return Migrated(events=len(dump.events), last_seq=dump.events[-1][0] if dump.events else 0,
-                    bundles=len(dump.bundles), blobs=len(dump.blobs), digest=dump.digest(), stores=stores)
+                    bundles=len(dump.bundles), blobs=len(dump.blobs), digest=dump.digest(), stores=stores,
+                    traces=copied_traces)
 
 
 def _where(place: str) -> str:
@@ -132,3 +141,34 @@ def copy_store(workdir: Path, src: str, dst: str) -> int:
 
 def _digest(tables: dict[str, list[tuple[Any, ...]]]) -> str:
     return hashlib.sha256(json.dumps(tables, sort_keys=True, default=str).encode()).hexdigest()
+
+
+def trace_hashes(contents: dict[str, bytes]) -> dict[str, str]:
+    """Trace id -> sha256 of its stored bytes: what both sides of a trace copy must agree on."""
+    return {trace_id: hashlib.sha256(data).hexdigest() for trace_id, data in contents.items()}
+
+
+def copy_traces(folder: Path, src: str, dst: str) -> int:
+    """Copy the trace archive of `folder` from `src`'s backend to `dst`'s (an archive holding no trace there);
+    returns the traces copied. Each keeps its bytes; both sides must then give the same sha256 per id."""
+    from ole.storage.traces import open_archive
+    if not is_postgres(src) and not folder.is_dir():
+        raise StorageError(f"the trace archive {folder} is missing", hint="pass the folder `--traces` named")
+    with open_archive(folder, src if is_postgres(src) else "sqlite") as source, \
+            open_archive(folder, dst if is_postgres(dst) else "sqlite") as target:
+        bad = source.damaged()
+        if bad:
+            raise IntegrityError(f"the trace archive {source.where} is damaged, nothing was copied: {bad[0][0]}: "
+                                 f"{bad[0][1]}" + (f" (+{len(bad) - 1} more)" if len(bad) > 1 else ""),
+                                 hint=f"run `ole fsck --traces-dir {folder}` on the source first")
+        contents = source.dump()
+        if target.ids():
+            raise StorageError(f"the destination trace archive {target.where} is not empty",
+                               hint="copy into a new database, or a new archive folder")
+        target.load(contents)
+        copied = target.dump()
+    if trace_hashes(copied) != trace_hashes(contents):
+        differ = sorted(set(trace_hashes(copied).items()) ^ set(trace_hashes(contents).items()))
+        raise IntegrityError(f"the trace copy of {folder} does not match its source ({len(differ)} differing, "
+                             f"e.g. {differ[0][0]})", hint="the destination holds a partial copy: drop it and retry")
+    return len(contents)

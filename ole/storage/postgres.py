@@ -14,10 +14,17 @@ only inside that transaction). Only `leases` is mutable.
 Each evaluation store (one per evolution workspace) is a schema of its own (`ole_store_<name>`)
 with the SQLite store's tables, so two workspaces never mix rows and a stream's processes on
 several machines share one by naming the same workspace.
+
+Each trace archive (one per archive folder name, `trace_schema`) is a schema of its own too
+(`ole_traces_<name>`): `traces` holds each trace's JSON text as written, append-only by the same
+kind of trigger (a row may only be deleted by `ole fsck` moving it to `trace_quarantine`, under
+`ole.quarantine = on`, as a blob row is).
 """
 from __future__ import annotations
 
+import os
 import re
+from pathlib import Path
 from typing import Any
 
 from ole.errors import StorageError
@@ -33,6 +40,8 @@ WRITE_LOCK = 0x4F4C4501
 so `seq` is MAX + 1 and dense; released at commit or rollback, and by the server when a writer dies."""
 STORE_PREFIX = "ole_store_"
 """Schema name prefix of an evaluation store."""
+TRACE_PREFIX = "ole_traces_"
+"""Schema name prefix of a trace archive."""
 APPEND_ONLY = {"events": "events are append-only", "event_keys": "event keys are append-only",
                "bundles": "bundle versions are immutable", "blobs": "blobs are content-addressed and immutable"}
 """Tables whose rows are never updated or deleted, and the error the database raises on an attempt."""
@@ -77,6 +86,28 @@ CREATE TABLE IF NOT EXISTS draws (
 """
 """The evaluation store's tables (`ole.evolve.store`), in PostgreSQL's types."""
 
+TRACES_APPEND_ONLY = "traces are append-only"
+"""The error the database raises on an UPDATE, DELETE or TRUNCATE of `traces`."""
+TRACE_DDL = """
+CREATE TABLE IF NOT EXISTS traces (
+  trace_id TEXT PRIMARY KEY, env TEXT, bundle_hash TEXT, payload TEXT NOT NULL);
+CREATE INDEX IF NOT EXISTS traces_env ON traces (env);
+CREATE INDEX IF NOT EXISTS traces_bundle_hash ON traces (bundle_hash);
+CREATE TABLE IF NOT EXISTS trace_quarantine (
+  id BIGSERIAL PRIMARY KEY, trace_id TEXT NOT NULL, payload TEXT NOT NULL, moved_at TEXT NOT NULL);
+CREATE OR REPLACE FUNCTION ole_traces_append_only() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN
+  IF TG_OP = 'DELETE' AND current_setting('ole.quarantine', true) = 'on' THEN RETURN OLD; END IF; """ + f"""RAISE
+  EXCEPTION '{TRACES_APPEND_ONLY}' USING ERRCODE = 'restrict_violation'; END $$;
+CREATE OR REPLACE TRIGGER ole_traces_append_only BEFORE UPDATE OR DELETE ON traces
+  FOR EACH ROW EXECUTE FUNCTION ole_traces_append_only();
+CREATE OR REPLACE TRIGGER ole_traces_no_truncate BEFORE TRUNCATE ON traces
+  FOR EACH STATEMENT EXECUTE FUNCTION ole_traces_append_only()
+"""
+"""A trace archive's tables (`ole.storage.traces`): `env` and `bundle_hash` are copied from the trace at
+append for `select`; `payload` is the text the file archive would write (`ole.trace.trace_text`)."""
+TRACE_TRIGGERS = ("ole_traces_append_only", "ole_traces_no_truncate")
+"""The triggers of `traces` (`PgTraceArchive.integrity_check` reports one that is gone)."""
+
 
 def _psycopg() -> Any:
     from ole.extras import require
@@ -117,10 +148,23 @@ def create(conn: Any, ddl: str, *, schema: str | None = None) -> None:
                 conn.execute(statement)
 
 
+def _slug(name: str) -> str:
+    return re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_") or "default"
+
+
 def store_schema(name: str) -> str:
     """The schema of the evaluation store named `name` (lower-case letters, digits and `_`)."""
-    slug = re.sub(r"[^a-z0-9_]+", "_", name.lower()).strip("_") or "default"
-    return (STORE_PREFIX + slug)[:63]
+    return (STORE_PREFIX + _slug(name))[:63]
+
+
+def trace_schema(root: str | os.PathLike[str]) -> str:
+    """The schema of the trace archive for the folder `root`, named as an evaluation store is named by its
+    workspace: by the last two parts of the path as given, `<parent>_<folder>` (`os.path.normpath` first,
+    so `./traces` is `traces`; nothing is resolved, so a link or another machine's folder of the same
+    names is the same archive), slugged like `store_schema`. `runs/evolve-1/traces` and
+    `/data/evolve-1/traces` give `ole_traces_evolve_1_traces`; `traces` gives `ole_traces_traces`."""
+    path = Path(os.path.normpath(root))
+    return (TRACE_PREFIX + _slug(f"{path.parent.name}_{path.name}"))[:63]
 
 
 class PgCursorAdapter:
