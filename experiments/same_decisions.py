@@ -13,6 +13,12 @@ transfer regions). What may differ and is listed apart: measured wall time (the 
 `wall_s` ratio and anything computed from it), timestamps, trace ids, content-free ids.
 
     python experiments/same_decisions.py --before 2ff37b6 [--after HEAD] [--out experiments/results/same_decisions.md]
+
+With `--backends`, one tree (`--after`) runs the evolve twice: on the SQLite registry and store (files,
+the default) and on PostgreSQL (`--storage URL`: a throw-away local server, `ole.storage.local_server`),
+and the two runs' events are compared the same way ("same decisions on both backends"):
+
+    python experiments/same_decisions.py --backends --out experiments/results/same_decisions_backends.md
 """
 from __future__ import annotations
 
@@ -32,26 +38,37 @@ ARGS = ["evolve", "--mode", "offline", "--envs", "gym/halfcheetah5", "gym/pusher
         "--gate-budgets", "32", "--population", "4", "--generations", "1", "--search-pools", "1", "2",
         "--gate-pools", "201", "202", "203", "--transfer-envs", "gym/reacher5", "gymnasium/Pendulum-v1",
         "gymnasium/InvertedDoublePendulum-v5", "--transfer-pools", "221", "--workers", "2", "--json"]
+SMALL = ["evolve", "--mode", "offline", "--envs", "gym/pusher5", "gym/continuouscar", "--budget", "16",
+         "--gate-budgets", "16", "--population", "3", "--generations", "1", "--search-pools", "1", "2",
+         "--gate-pools", "201", "202", "--transfer-envs", "gym/reacher5", "gymnasium/Pendulum-v1",
+         "--transfer-pools", "221", "--workers", "2", "--json"]
+"""`--small`: the same shape (search, scopes, gate, transfer) in a few minutes per run."""
 VOLATILE = ("timestamp", "created_at", "ts", "trace_id", "trace_ids", "control_trace_id", "wall_s", "wall",
             "started", "ended", "key", "idempotency_key", "run_id", "digest", "fingerprint", "source")
 """Fields that name a moment, a measured duration or a run's own id: never part of a decision's content."""
 
 
-def run(tree: Path, work: Path) -> tuple[list[dict], float]:
-    """The evolve by the source `tree` in `work` (fresh registry holding the seed bundle); its events."""
+ARGS_USED = ARGS
+
+
+def run(tree: Path, work: Path, storage: str | None = None) -> tuple[list[dict], float]:
+    """The evolve by the source `tree` in `work` (fresh registry holding the seed bundle, on `storage`
+    when given, else files); its events."""
     if work.exists():
         shutil.rmtree(work)
     root = work / "root"
     root.mkdir(parents=True)
     shutil.copy(REPO / "bundles" / "coder.yaml", root / "coder.yaml")
     env = {**os.environ, "PYTHONPATH": str(tree), "OLE_ROOT": str(root)}
+    env.pop("OLE_STORAGE", None)
+    on = ["--storage", storage] if storage else []
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *ARGS, "--workdir", str(work / "wd"),
+    done = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, *ARGS_USED, "--workdir", str(work / "wd"),
                            "--traces", str(work / "traces")], cwd=work, env=env, capture_output=True, text=True)
     took = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"evolve by {tree} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    events = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), "--json", "events"], cwd=work,
+    events = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, "--json", "events"], cwd=work,
                             env=env, capture_output=True, text=True, check=True)
     return json.loads(events.stdout), took
 
@@ -138,13 +155,22 @@ def cost_reasons(event: dict) -> list[str]:
 
 def main() -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--before", required=True, help="the commit to compare against (checked out into a worktree)")
+    p.add_argument("--before", default=None, help="the commit to compare against (checked out into a worktree)")
+    p.add_argument("--backends", action="store_true", help="compare SQLite with PostgreSQL storage for the --after "
+                   "tree instead of two trees")
     p.add_argument("--after", default="HEAD", help="the commit compared (checked out into a worktree too)")
     p.add_argument("--workdir", default="experiments/out/same_decisions")
     p.add_argument("--out", default="experiments/results/same_decisions.md")
+    p.add_argument("--small", action="store_true", help="a smaller evolve (`SMALL`) than the default `ARGS`")
     args = p.parse_args()
+    global ARGS_USED
+    ARGS_USED = SMALL if args.small else ARGS
+    if (args.before is None) != args.backends:
+        p.error("give --before COMMIT (two trees) or --backends (one tree, two storages)")
     work = (REPO / args.workdir).resolve()
-    trees = {side: work / f"{side}-tree" for side in ("before", "after")}
+    if args.backends:
+        args.before = args.after
+    trees = {side: work / f"{side}-tree" for side in (("after",) if args.backends else ("before", "after"))}
     work.mkdir(parents=True, exist_ok=True)
     commits = {}
     for side, tree in trees.items():
@@ -154,10 +180,21 @@ def main() -> int:
         subprocess.run(["git", "worktree", "add", "--detach", str(tree), rev], cwd=REPO, check=True, capture_output=True)
         commits[side] = subprocess.run(["git", "rev-parse", "--short", rev], cwd=REPO, capture_output=True, text=True,
                                        check=True).stdout.strip()
+    server = None
     try:
-        before, t_before = run(trees["before"], work / "before")
-        after, t_after = run(trees["after"], work / "after")
+        if args.backends:
+            sys.path.insert(0, str(trees["after"]))
+            from ole.storage.local_server import LocalServer
+            server = LocalServer().start()  # in the system temp folder: the server's user must reach it
+            before, t_before = run(trees["after"], work / "before")
+            after, t_after = run(trees["after"], work / "after", storage=server.create_database("same_decisions"))
+            commits["before"] = commits["after"]
+        else:
+            before, t_before = run(trees["before"], work / "before")
+            after, t_after = run(trees["after"], work / "after")
     finally:
+        if server is not None:
+            server.stop()
         for tree in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
     cb, ca = canonical(before), canonical(after)
@@ -178,14 +215,19 @@ def main() -> int:
     for b, a in zip(before, after):
         if b.get("kind") == "gate_decision" and cost_reasons(b) != cost_reasons(a):
             wall_notes.append(f"- event {b.get('seq')}: cost reasons before {cost_reasons(b)} / after {cost_reasons(a)}")
+    head = (["# Same decisions on both storage backends (before = SQLite files, after = PostgreSQL)", "",
+             f"`python experiments/same_decisions.py --backends --after {args.after}` (tree {commits['after']}); one "
+             "offline", "evolve from a fresh registry holding the seed bundle, run twice by that tree: on files "
+             "(SQLite registry and store), then with `--storage postgresql://...` (a throw-away local server):"]
+            if args.backends else
+            ["# Same decisions before and after", "",
+             f"`python experiments/same_decisions.py --before {args.before} --after {args.after}` (before = "
+             f"{commits['before']}, after = {commits['after']}); one offline",
+             "evolve from a fresh registry holding the seed bundle, run by each source tree:"])
     text = [
-        "# Same decisions before and after",
+        *head,
         "",
-        f"`python experiments/same_decisions.py --before {args.before} --after {args.after}` (before = "
-        f"{commits['before']}, after = {commits['after']}); one offline",
-        "evolve from a fresh registry holding the seed bundle, run by each source tree:",
-        "",
-        "    ole " + " ".join(ARGS),
+        "    ole " + " ".join(ARGS_USED),
         "",
         f"Events: {len(before)} before, {len(after)} after; **{same} of {len(after)} after-events also in the "
         f"before run**, {sum(only_before.values())} before-events not in the after run, matched as a multiset "

@@ -311,8 +311,20 @@ def run_fingerprint(*, registry: Registry, traces_root: str | Path, cfg: EvolveC
         "evolve": cfg.model_dump(mode="json", exclude={"caps", "workers"}), "gate": gate.model_dump(mode="json"),
         "proposer": getattr(proposer, "name", type(proposer).__qualname__),
         "evaluate": f"{evaluate.__module__}.{getattr(evaluate, '__qualname__', type(evaluate).__qualname__)}",
-        "isolation": isolation, "driver": driver or {}, "registry": str(Path(registry.root).resolve()),
-        "traces": str(Path(traces_root).resolve()), "packages": package_versions(), "source": source_digest()})
+        "isolation": isolation, "driver": driver or {}, **places(registry, traces_root),
+        "packages": package_versions(), "source": source_digest()})
+
+
+def places(registry: Registry, traces_root: str | Path) -> dict[str, str]:
+    """Where the registry and the trace archive are, for the fingerprint: their folders (resolved) on
+    files; on PostgreSQL the database and the archive's schema, which every machine of a stream shares
+    whatever its own folder paths (a store is found by its workspace folder's name, so its fingerprint
+    must not hold a machine's full paths)."""
+    if registry.storage is None:
+        return {"registry": str(Path(registry.root).resolve()), "traces": str(Path(traces_root).resolve())}
+    from ole.storage import postgres
+    database = registry.journal.connection.execute("SELECT current_database()").fetchone()[0]
+    return {"registry": f"postgresql database {database}", "traces": postgres.trace_schema(Path(traces_root))}
 
 
 def open_engine(*, registry: Registry, workdir: str | Path, traces_root: str | Path, cfg: EvolveConfig,

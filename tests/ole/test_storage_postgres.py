@@ -2,6 +2,7 @@
 damage there, leases and stream counters across processes, what `Registry` refuses."""
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -180,3 +181,19 @@ def test_the_report_reads_a_workspace_store_in_postgresql_and_creates_nothing(pg
     db.close()
     assert postgres.store_schema("evolve-a_evaluations") in schemas
     assert postgres.store_schema("never-used_evaluations") not in schemas
+
+
+def test_a_workspace_fingerprint_names_the_database_not_a_machines_folders(pg_url, tmp_path):  # noqa: F811
+    """Two machines with their own folders (same workspace names) bind one shared store: on PostgreSQL the
+    fingerprint holds the database and the trace archive's schema, never the full paths, which differ."""
+    from ole.evolve.engine import places
+    for folder in ("m0/bundles", "m1/bundles", "m0/files", "m1/files"):
+        (tmp_path / folder).mkdir(parents=True)
+    with Registry(tmp_path / "m0" / "bundles", storage=pg_url) as a, \
+            Registry(tmp_path / "m1" / "bundles", storage=pg_url) as b:
+        assert places(a, tmp_path / "m0" / "stream" / "traces") == places(b, tmp_path / "m1" / "stream" / "traces")
+        assert str(tmp_path) not in json.dumps(places(a, tmp_path / "m0" / "stream" / "traces"))
+        assert places(a, tmp_path / "m0" / "stream" / "traces") != places(a, tmp_path / "m0" / "other" / "traces")
+    with Registry(tmp_path / "m0" / "files", storage="sqlite") as c, \
+            Registry(tmp_path / "m1" / "files", storage="sqlite") as d:
+        assert places(c, tmp_path / "t") != places(d, tmp_path / "t")  # files: the folders are the identity
