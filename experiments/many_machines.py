@@ -132,13 +132,14 @@ def checks(args, home: Path, url: str, ms: list[Path]) -> dict:
     os.environ["OLE_STORAGE"] = url
     store = EvaluationStore(ms[0] / "stream" / "evaluations.sqlite3", storage=url)
     tasks = store.tasks()
-    rounds = [r[0] for r in store._db.execute("SELECT key FROM steps WHERE key LIKE 'round|%'").fetchall()]
+    rounds = [r[0] for r in store._db.execute("SELECT step FROM steps WHERE step LIKE ?", ("round|%",)).fetchall()]
+    stream_traces = [r[0] for r in store._db.execute("SELECT trace_id FROM stream").fetchall()]
     store.close()
     per_machine = {m.name: sum(1 for _ in (m / "tasks.log").open()) if (m / "tasks.log").is_file() else 0
                    for m in ms}
     with Registry(ms[0] / "bundles", storage=url) as reg:
         events = reg.events()
-    named = sorted({t for e in events for t in _trace_ids(e.payload)})
+    named = sorted({t for e in events for t in _trace_ids(e.payload)} | set(stream_traces))
     unresolved = {}
     for m in ms:
         archive = open_archive(m / "stream" / "traces", storage=url)
@@ -183,14 +184,18 @@ def ray_evolve(home: Path, url: str) -> dict:
     shutil.copy(ROOT / "bundles" / "coder.yaml", root / "coder.yaml")
     started = time.monotonic()
     done = ole(url, root, "--json", "evolve", "--mode", "offline", "--executor", "ray", "--envs", "gym/acrobot",
-               "--budget", "4", "--gate-budgets", "4", "--search-pools", "101", "--gate-pools", "201",
+               "--budget", "4", "--gate-budgets", "4", "--search-pools", "101", "--gate-pools", "211", "212", "213",
+               "214", "215", "216",
                "--population", "2", "--generations", "1", "--workers", "2", "--transfer-envs", "none",
                "--workdir", str(home / "ray" / "evolve"), "--traces", str(home / "ray" / "traces"), cwd=home / "ray")
     took = time.monotonic() - started
+    from ole.registry import Registry
     store = EvaluationStore(home / "ray" / "evolve" / "evaluations.sqlite3", storage=url)
     rows = store.count()
     store.close()
-    return {"rc": done.returncode, "wall_s": round(took, 1), "store_rows_in_db": rows,
+    with Registry(root, storage=url) as reg:
+        kinds = dict(Counter(e.kind for e in reg.events()))
+    return {"rc": done.returncode, "wall_s": round(took, 1), "store_rows_in_db": rows, "event_kinds": kinds,
             "store_file": (home / "ray" / "evolve" / "evaluations.sqlite3").exists(),
             "tail": (done.stderr or done.stdout)[-800:]}
 
@@ -212,7 +217,7 @@ def render(args, wall: float, c: dict, ray: dict | None) -> list[str]:
              f"| proposal rounds (expected T // k) | {c['rounds']} ({c['rounds_expected']}); twice: {c['round_twice']} |",
              f"| registry events | {c['events']}: " + ", ".join(f"{k} {v}" for k, v in sorted(c['event_kinds'].items()))
              + " |",
-             f"| traces named by events, unresolved per machine | {c['traces_named']}; "
+             f"| traces named by events or the stream, unresolved per machine | {c['traces_named']}; "
              + ", ".join(f"{k} {v}" for k, v in c['unresolved'].items()) + " |",
              f"| champion seen by each machine | {', '.join(f'{k} {v}' for k, v in c['champions'].items())} |",
              f"| `ole fsck` exit code | {c['fsck_rc']} |",
@@ -220,7 +225,9 @@ def render(args, wall: float, c: dict, ray: dict | None) -> list[str]:
     if ray is not None:
         lines += ["## `ole evolve --executor ray` with the store in PostgreSQL", "",
                   f"Exit code {ray['rc']}, wall {ray['wall_s']} s; evaluation-store rows in the database: "
-                  f"{ray['store_rows_in_db']}; a store file in the workdir: {ray['store_file']}.", ""]
+                  f"{ray['store_rows_in_db']}; a store file in the workdir: {ray['store_file']}; registry events (same "
+                  "database as the stream's, channel default): "
+                  + ", ".join(f"{k} {v}" for k, v in sorted(ray["event_kinds"].items())) + ".", ""]
         if ray["rc"] != 0:
             lines += ["```", ray["tail"], "```", ""]
     return lines
