@@ -225,8 +225,8 @@ def render(args, wall: float, c: dict, ray: dict | None) -> list[str]:
     if ray is not None:
         lines += ["## `ole evolve --executor ray` with the store in PostgreSQL", "",
                   f"Exit code {ray['rc']}, wall {ray['wall_s']} s; evaluation-store rows in the database: "
-                  f"{ray['store_rows_in_db']}; a store file in the workdir: {ray['store_file']}; registry events (same "
-                  "database as the stream's, channel default): "
+                  f"{ray['store_rows_in_db']}; a store file in the workdir: {ray['store_file']}; registry events (its "
+                  "own database on the same server): "
                   + ", ".join(f"{k} {v}" for k, v in sorted(ray["event_kinds"].items())) + ".", ""]
         if ray["rc"] != 0:
             lines += ["```", ray["tail"], "```", ""]
@@ -248,7 +248,7 @@ def main() -> int:
         ms = machines(home, args.machines)
         wall = stream(args, home, url)
         c = checks(args, home, url, ms)
-        ray = None if args.no_ray else ray_evolve(home, url)
+        ray = None if args.no_ray else ray_evolve(home, server.create_database("many_machines_ray"))
     finally:
         server.stop()
     text = "\n".join(render(args, wall, c, ray)) + "\n"
