@@ -49,6 +49,8 @@ def parse(argv=None) -> argparse.Namespace:
     p.add_argument("--batches", type=int, default=3, help="suite batches (pool seed 1300 + batch)")
     p.add_argument("--budget", type=int, default=16, help="episode budget of every stream task")
     p.add_argument("--every-k", type=int, default=4, help="a proposal round every k finished stream tasks")
+    p.add_argument("--gate-on", default="pools", choices=("stream", "pools"),
+                   help="where a round's challenger is judged (pools: gate decisions within a short stream)")
     p.add_argument("--isolation", default="bwrap", choices=("bwrap", "none"))
     p.add_argument("--no-ray", action="store_true", help="skip the Ray evolve")
     p.add_argument("--workdir", default="experiments/out/many_machines")
@@ -111,8 +113,8 @@ def ole(url: str, root: Path, *args: str, cwd: Path) -> subprocess.CompletedProc
 def stream(args, home: Path, url: str) -> float:
     agent = " ".join(shlex.quote(x) for x in [
         sys.executable, str(Path(__file__).resolve()), "agent", "--home", str(home), "--url", url, "--",
-        "--every-k", str(args.every_k), "--isolation", args.isolation, "--gate-envs", "gym/acrobot", "gym/pusher5",
-        "--gate-pools", "201", "202", "--gate-budgets", str(args.budget)])
+        "--every-k", str(args.every_k), "--gate-on", args.gate_on, "--isolation", args.isolation, "--gate-envs", "gym/acrobot", "gym/pusher5",
+        "--gate-pools", "201", "202", "203", "--gate-budgets", str(args.budget)])
     started = time.monotonic()
     for b in range(args.batches):
         cmd = [sys.executable, "-m", "evogym.cli", "suite", "run", "--envs", *args.envs.split(","),
@@ -208,7 +210,7 @@ def render(args, wall: float, c: dict, ray: dict | None) -> list[str]:
              "Command: `python experiments/many_machines.py " + " ".join(sys.argv[1:]) + "`", "",
              f"{args.machines} machine folders share nothing but the storage URL; `evogym suite run --jobs "
              f"{args.machines}` x {args.batches} batches over {args.envs} (budget {args.budget}, profile quick), each "
-             f"task's `ole agent work --online --every-k {args.every_k}` on the first free machine. Stream wall "
+             f"task's `ole agent work --online --every-k {args.every_k} --gate-on {args.gate_on}` on the first free machine. Stream wall "
              f"{wall / 60:.1f} min (2-core machine).", "",
              f"**All checks {'hold' if ok else 'DO NOT hold'}.**", "",
              "| check | measured |", "|---|---|",
