@@ -13,8 +13,9 @@ widened by that env, recorded as a `stage` event of the widening release (visibl
 tried for that version again (the widening release names it). A rollback of a promoted widening
 removes the one-env scope's pointer: the narrower reach comes back.
 
-Only on a stream whose tasks OLE can rerun (not beside an external harness, `ole agent work
---online`: a canary there could never be paired, so never judged). Never on ties alone: a region is a candidate only where the transfer sample gained (`ole.transfer`).
+Only on a stream whose tasks OLE can rerun: its own stream, or a harness (`ole agent work --online`)
+whose recent tasks ran on a profile the host reproduces (`harness_rerunnable`); beside a harness whose
+tasks cannot be rerun a canary could never be paired, so never promoted. Never on ties alone: a region is a candidate only where the transfer sample gained (`ole.transfer`).
 An env the change lost on (any role) is excluded outright.
 """
 from __future__ import annotations
@@ -33,8 +34,8 @@ def canary_widening(evo: StreamDriver, ctx: TaskContext) -> str | None:
     from ole.coverage import decision_event
     from ole.registry.scopes import features_of, route
     from ole.registry.widening import transfer_regions
-    if evo.external:
-        return None  # a harness's tasks may not be rerun: a canary there could never be judged by pairs
+    if evo.external and not harness_rerunnable(evo):
+        return None  # a harness whose tasks OLE cannot rerun: the canary could never be judged by pairs
     reg, channel = evo.e.registry, evo.e.channel
     state = reg.state()
     champions = state.champions(channel)
@@ -73,6 +74,20 @@ def canary_widening(evo: StreamDriver, ctx: TaskContext) -> str | None:
                        f"`{inside[0]['scope']}`: staged as the canary of `{target.scope_key}`")
         return f"{ref} in {target.scope_key}"
     return None
+
+
+RERUN_WINDOW = 8
+"""Recent stream tasks `harness_rerunnable` reads."""
+
+
+def harness_rerunnable(evo: StreamDriver) -> bool:
+    """Whether an external harness's stream is one OLE can rerun: at least half of its last `RERUN_WINDOW`
+    tasks ran on a profile the host reproduces (the rule a round applies before gating on the stream,
+    `ole.evolve.trial.stream_gate_ok`). `evogym suite run` on a host profile is; a harness with its own
+    per-submit caps is not. A widening canary's tasks are then paired with the control's reruns; any of
+    its tasks that cannot be rerun is judged unpaired (`ole.evolve.watching.canary_look_unpaired`)."""
+    from ole.evolve.trial import stream_gate_ok
+    return stream_gate_ok([p for _, p in evo.e.store.tasks()][-RERUN_WINDOW:])
 
 
 def one_env_scope(bound: str | None, env: str) -> Applicability | None:

@@ -343,12 +343,38 @@ def _ctx(env: str):
     return task_context(env, "builtin", 8)
 
 
-def test_no_canary_widening_beside_an_external_harness(tmp_path):
+def test_no_canary_widening_beside_a_harness_whose_tasks_cannot_be_rerun(tmp_path):
     from ole.evolve.widening import canary_widening
     reg, evo = _online(tmp_path, external=True)
     _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
+    assert canary_widening(evo, _ctx("gymnasium/MiniGrid-FourRooms-v0")) is None  # nothing known yet
+    for i in range(3):
+        _external_task(reg, evo, i)  # profile `external`: OLE cannot rerun them
     assert canary_widening(evo, _ctx("gymnasium/MiniGrid-FourRooms-v0")) is None
     assert not [e for e in reg.events(kind="release") if e.payload.get("widening")]
+
+
+def test_a_harness_whose_tasks_the_host_reproduces_gets_the_canary_widening(tmp_path):
+    """`ole agent work --online` under `evogym suite run` on a host profile: its tasks can be rerun, so a
+    task of an env in a release's transfer region is served by that release as a watched canary there too."""
+    from ole.chosen import ChosenVersion
+    from ole.jobs import EvalJob
+    from ole.registry.scopes import task_context
+    from ole.trace import RunCondition, TaskSpec
+    from synthetic import fake_evaluate
+    reg, evo = _online(tmp_path, external=True)
+    good = _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
+    cond = RunCondition(host="builtin", seed=0)
+    for i in range(2):  # two harness tasks of acrobot on the quick profile: reproducible
+        a = evo.ask(condition=cond, ctx=task_context("gym/acrobot", "builtin", 8))
+        trace = fake_evaluate(EvalJob(chosen=ChosenVersion(a.bundle_ref, reg.get(a.bundle_ref).bundle), runs_root="r",
+                                      task=TaskSpec(env="gym/acrobot", budget=8, pool_seed=800 + i), condition=cond))
+        evo.tell(trace.model_copy(update={"trace_id": f"h-{i}"}))
+    a = evo.ask(condition=cond, ctx=task_context("gymnasium/MiniGrid-FourRooms-v0", "builtin", 8))
+    widening = [e for e in reg.events(kind="release") if e.payload.get("widening") == "canary"]
+    assert len(widening) == 1 and widening[0].ref == good and "MiniGrid-FourRooms" in widening[0].scope
+    assert reg.canaries("default")  # staged: the monitor judges it (paired where the control reruns)
+    evo.abandon()
 
 
 def test_a_widening_canary_that_only_ties_on_the_env_is_rolled_back_never_promoted(tmp_path):
