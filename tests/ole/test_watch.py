@@ -159,12 +159,7 @@ def test_a_staged_release_that_fails_every_run_is_rolled_back_within_three_canar
     work = engine_worker(evo.e)
     for _ in range(24):  # the champion's record on this stream
         evo.tell(work(evo.ask()))
-    champ = reg.champion()
-    lp = champ.bundle.loop_policy
-    bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(
-        update={"recovery": lp.recovery.model_copy(update={"max_retries": 10})})}), parents=[champ.version],
-        edge="manual").ref  # the fake crashes every run of it
-    reg.release(bad, reason="staged by hand", force=True, exposure=1.0)
+    bad = _staged_crashing_release(reg)
     harmed = 0
     for _ in range(8):
         a = evo.ask()
@@ -179,6 +174,17 @@ def test_a_staged_release_that_fails_every_run_is_rolled_back_within_three_canar
     assert "failures test" in stage.payload["reason"]
     looks = [e.payload for e in reg.events(kind="evaluation") if e.payload.get("stage") == "monitor-look"]
     assert all(x["analysis_hash"] == GATE.analysis.digest for x in looks)
+
+
+def _staged_crashing_release(reg) -> str:
+    """A child of the champion that the fake crashes on every run, released by hand and staged on every task."""
+    champ = reg.champion()
+    lp = champ.bundle.loop_policy
+    bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(
+        update={"recovery": lp.recovery.model_copy(update={"max_retries": 10})})}), parents=[champ.version],
+        edge="manual").ref  # the fake crashes every run of it
+    reg.release(bad, reason="staged by hand", force=True, exposure=1.0)
+    return bad
 
 
 def _external_task(reg, evo, i: int):
@@ -223,12 +229,7 @@ def test_a_staged_release_on_external_harness_tasks_is_judged_unpaired_and_rolle
         return _external_task(reg, evo, i)
     for i in range(24):
         external_task(i)
-    champ = reg.champion()
-    lp = champ.bundle.loop_policy
-    bad = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(
-        update={"recovery": lp.recovery.model_copy(update={"max_retries": 10})})}), parents=[champ.version],
-        edge="manual").ref  # the fake crashes every run of it
-    reg.release(bad, reason="staged by hand", force=True, exposure=1.0)
+    bad = _staged_crashing_release(reg)
     worked = [external_task(24 + i) for i in range(8)]
     harmed = [a for a in worked if a.bundle_ref == bad]
     assert all(a.canary is not None for a in harmed) and 1 <= len(harmed) <= 3, len(harmed)
