@@ -11,7 +11,7 @@ by what its gate sampled, and **staged**. A challenger that does not pass as a w
 on some envs of its gate pairs is gated once more as a specialization for those env ids, on
 pools of its own (`OnlineConfig.scope_pools`), after an ablation on the pairs that chose it. Rounds are serialized across processes by a lease in
 the registry's database (`ole.evolve.lease`); a round is skipped while a release is pending or a
-canary runs.
+canary runs — a canary widening a scope by one env excepted (`ole.evolve.widening`).
 
 **Staged exposure.** A staged release starts, at the next task boundary, as a *canary* of its
 scope (a `stage` event): it takes a share of that scope's task boundaries (`analysis.exposure`:
@@ -420,10 +420,6 @@ class OnlineEvolution:
         widening = bool(release) and release[0].payload.get("widening") == "canary"
         return self.e.gate.transfer.min_gain if widening else None
 
-    def _pending(self) -> bool:
-        state = self.e.registry.state()
-        return any(state.is_pending(self.e.channel, s) for s in state.scopes(self.e.channel))
-
     # ----- proposal rounds -------------------------------------------------------------------------
     def _round(self, r: int) -> None:
         done = step("round", r)
@@ -436,12 +432,11 @@ class OnlineEvolution:
                 return
             started = time.time()
             from ole.evolve.trial import open_trials
-            running = self.e.registry.canaries(self.e.channel)
+            from ole.evolve.widening import round_holders
             trials = open_trials(self) if self.online.gate_on == "stream" else []
-            if self._pending() or running or trials:
-                why = ("a release is pending" if self._pending()
-                       else f"a canary runs ({', '.join(e.ref for e in running.values())})" if running
-                       else f"challenger {trials[0][1]['candidate']} is on trial")
+            holder = round_holders(self)
+            if holder or trials:
+                why = holder or f"challenger {trials[0][1]['candidate']} is on trial"
                 self.e.progress(f"round {r}: skipped, {why}")
                 out = {"skipped": why}
             else:
@@ -496,7 +491,9 @@ class OnlineEvolution:
 
     def release_staged(self, ref: str, reason: str, r: int | str) -> None:
         """Release a round's gated version staged (a canary at the analysis' exposure), once."""
+        from ole.evolve.widening import clear_for_release
         analysis = self.e.gate.analysis
+        clear_for_release(self, ref)
         self.e.release(ref, reason, stage=f"online-r{r}", exposure=analysis.exposure, analysis=analysis.digest)
         self.events.releases.append(ref)
 

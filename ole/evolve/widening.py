@@ -13,6 +13,14 @@ widened by that env, recorded as a `stage` event of the widening release (visibl
 tried for that version again (the widening release names it). A rollback of a promoted widening
 removes the one-env scope's pointer: the narrower reach comes back.
 
+Several envs may be on trial at once, one canary per one-env scope: each is judged by its own
+monitor on its own env's tasks, so a harmful widening harms only the tasks of its env, and a
+user's second new env does not wait for the first one's verdict. A widening canary changes no
+scope a proposal round reads (the general champion, the scopes the round's gate bounds), so it
+holds no round (`round_holders`); while a canary of a round's own release runs, no env is widened
+(what its control would be is about to change). A round's release into a scope where a widening
+canary runs ends that canary first (`clear_for_release`): the gate's pairs outweigh a canary's.
+
 Only on a stream whose tasks OLE can rerun: its own stream, or a harness (`ole agent work --online`)
 whose recent tasks ran on a profile the host reproduces (`harness_rerunnable`); beside a harness whose
 tasks cannot be rerun a canary could never be paired, so never promoted. Never on ties alone: a region is a candidate only where the transfer sample gained (`ole.transfer`).
@@ -39,8 +47,9 @@ def canary_widening(evo: StreamDriver, ctx: TaskContext) -> str | None:
     reg, channel = evo.e.registry, evo.e.channel
     state = reg.state()
     champions = state.champions(channel)
-    if route(channel, ctx, champions).scope != GENERAL_SCOPE or reg.canaries(channel):
-        return None  # a scope serves the task already, or a canary runs (one trial at a time)
+    running = reg.canaries(channel)
+    if route(channel, ctx, champions).scope != GENERAL_SCOPE or set(running) != set(widening_canaries(evo)):
+        return None  # a scope serves the task already, or a round's release is on canary
     found = features_of(ctx.env)
     if found is None:
         return None
@@ -64,8 +73,8 @@ def canary_widening(evo: StreamDriver, ctx: TaskContext) -> str | None:
             continue
         ref = format_ref(*key)
         tried = [e for e in events if e.kind == "release" and e.key == key and e.scope == target.scope_key]
-        if tried:
-            continue
+        if tried or target.scope_key in running:
+            continue  # this version was tried in this env, or another one is on trial there
         analysis = evo.e.gate.analysis
         evo.e.widen(ref, target.scope_key, f"canary widening: {ctx.env} lies in the transfer region "
                                            f"`{inside[0]['scope']}` of gate decision #{decision.seq}",
@@ -74,6 +83,51 @@ def canary_widening(evo: StreamDriver, ctx: TaskContext) -> str | None:
                        f"`{inside[0]['scope']}`: staged as the canary of `{target.scope_key}`")
         return f"{ref} in {target.scope_key}"
     return None
+
+
+def is_widening(release: Any) -> bool:
+    """Whether a release event is a canary widening (`Registry.widen(kind="canary")`)."""
+    return release is not None and release.kind == "release" and release.payload.get("widening") == "canary"
+
+
+def widening_canaries(evo: StreamDriver) -> dict[str, Any]:
+    """Scope key -> `stage` event of each canary running on the channel that is a canary widening."""
+    reg, channel = evo.e.registry, evo.e.channel
+    running = reg.canaries(channel)
+    if not running:
+        return {}
+    releases = {e.seq: e for e in reg.events(kind="release")}
+    return {s: e for s, e in running.items() if is_widening(releases.get(e.payload.get("release_seq")))}
+
+
+def round_holders(evo: StreamDriver) -> str | None:
+    """Why a proposal round must wait, or None: a release pending or a canary running, widenings
+    excepted (module docstring)."""
+    reg, channel = evo.e.registry, evo.e.channel
+    state = reg.state()
+    pending = [s for s in state.scopes(channel) if state.is_pending(channel, s)
+               and not is_widening(state.pending.get((channel, s)))]
+    if pending:
+        return "a release is pending"
+    widening = widening_canaries(evo)
+    running = [e.ref for s, e in reg.canaries(channel).items() if s not in widening]
+    return f"a canary runs ({', '.join(running)})" if running else None
+
+
+def clear_for_release(evo: StreamDriver, ref: str) -> None:
+    """Before a round's release of `ref`: end a widening canary running in the scope the release will
+    take (`ole.coverage.bound_for_release`), so that scope has one canary, the gated one."""
+    from ole.coverage import bound_for_release, decision_event
+    from ole.registry.scopes import features_of
+    reg = evo.e.registry
+    got = reg.get(ref)
+    scope = bound_for_release(got.bundle.applicability, decision_event(reg.events(name=got.name, version=got.version),
+                                                                       got.name, got.version), features_of)[0].scope_key
+    canary = widening_canaries(evo).get(scope)
+    if canary is not None:
+        reg.rollback(evo.e.channel, scope=scope, reason=f"widening canary {canary.ref} ended: the gated release "
+                     f"{ref} takes scope `{scope}`", key=f"clear|{canary.seq}|{ref}")
+        evo.e.progress(f"canary {canary.ref} ({scope}): ended, {ref} was released into its scope by a gate")
 
 
 RERUN_WINDOW = 8

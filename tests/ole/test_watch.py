@@ -403,3 +403,78 @@ def test_a_widening_canary_that_only_ties_on_the_env_is_rolled_back_never_promot
     assert all(x == 0.0 for x in looks[-1]["r"])
     evo.tell(work(evo.ask()))
     assert reg.select("default", _ctx(four), activate=False).ref == "coder@1"  # FourRooms keeps the seed
+
+
+def test_several_envs_of_a_region_are_on_trial_at_once_one_canary_each(tmp_path):
+    """A second new env in a release's transfer region does not wait for the first one's verdict: each
+    gets its own one-env canary (judged on its own tasks); the same env is never tried twice at once."""
+    from ole.evolve.widening import canary_widening, widening_canaries
+    reg, evo = _online(tmp_path)
+    good = _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
+    four, empty = "gymnasium/MiniGrid-FourRooms-v0", "gymnasium/MiniGrid-Empty-8x8-v0"
+    assert canary_widening(evo, _ctx(four)) is not None
+    reg.select("default", _ctx(four))  # the task boundary: its canary starts
+    assert canary_widening(evo, _ctx(four)) is None  # tried there already
+    staged = canary_widening(evo, _ctx(empty))
+    assert staged is not None and staged.startswith(good)
+    reg.select("default", _ctx(empty))
+    running = widening_canaries(evo)
+    assert len(running) == 2 and {e.ref for e in running.values()} == {good}
+    assert any(four in s for s in running) and any(empty in s for s in running)
+    assert evo._canary_for(_ctx(empty)).payload["scope"] != evo._canary_for(_ctx(four)).payload["scope"]
+    assert evo._canary_for(_ctx("gym/acrobot")) is None  # acrobot is served by the release's own scope
+
+
+def test_a_widening_canary_holds_no_round_but_a_rounds_own_canary_holds_rounds_and_widening(tmp_path):
+    from ole.evolve.widening import canary_widening, round_holders
+    reg, evo = _online(tmp_path)
+    _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
+    four = "gymnasium/MiniGrid-FourRooms-v0"
+    assert canary_widening(evo, _ctx(four)) is not None
+    assert round_holders(evo) is None  # pending widening: no round waits for it
+    reg.select("default", _ctx(four))
+    assert reg.canaries("default") and round_holders(evo) is None  # running: still none
+    champ = reg.champion()
+    lp = champ.bundle.loop_policy
+    other = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(update={
+        "budget": lp.budget.model_copy(update={"max_llm_calls": 32})})}), parents=[champ.version], edge="manual")
+    reg.release(other.ref, reason="a round's staged release", force=True, exposure=0.5)
+    assert round_holders(evo) == "a release is pending"
+    reg.select("default", _ctx("gym/acrobot"))
+    assert round_holders(evo).startswith("a canary runs") and other.ref in round_holders(evo)
+    assert canary_widening(evo, _ctx("gymnasium/MiniGrid-Empty-8x8-v0")) is None  # no widening beside it
+
+
+def test_a_gated_release_into_the_scope_of_a_widening_canary_ends_that_canary_first(tmp_path):
+    """A round's gated release whose bound is the one-env scope on trial: the widening canary ends (rolled
+    back, recorded) before the release, so the scope has one canary, the gated one."""
+    from ole.evolve.widening import canary_widening, clear_for_release, widening_canaries
+    reg, evo = _online(tmp_path)
+    good = _released_with_transfer(reg, "hosts=builtin;obs=dict;act=discrete;budget=8-8")
+    four = "gymnasium/MiniGrid-FourRooms-v0"
+    canary_widening(evo, _ctx(four))
+    reg.select("default", _ctx(four))
+    (scope, _), = widening_canaries(evo).items()
+    from ole.chosen import ChosenVersion
+    from ole.jobs import EvalJob
+    from ole.paired import make_pair, run_result
+    from ole.trace import RunCondition, TaskSpec
+    from synthetic import fake_evaluate
+    champ = reg.get("coder@1")
+    lp = champ.bundle.loop_policy
+    rival = reg.register(champ.bundle.model_copy(update={"loop_policy": lp.model_copy(update={
+        "verification": lp.verification.model_copy(update={"retest_episodes": 8})})}), parents=[champ.version],
+        edge="online")  # retests 8: +15 % in the fake, a gain on FourRooms
+    pairs = []
+    for pool in (211, 212, 213):
+        task, cond = TaskSpec(env=four, budget=8, pool_seed=pool), RunCondition(host="builtin", seed=0)
+        runs = [run_result(fake_evaluate(EvalJob(chosen=ChosenVersion(b.ref, b.bundle), runs_root="r", task=task,
+                                                 condition=cond))) for b in (champ, rival)]
+        pairs.append(make_pair(task, cond, "minigrid", *runs).model_dump(mode="json"))
+    reg.record_gate_decision(rival.ref, {"verdict": "release", "pairs": pairs, "bound": scope})
+    clear_for_release(evo, rival.ref)
+    assert not widening_canaries(evo)
+    ended = [e for e in reg.events(kind="stage") if e.payload["stage"] == "rolled_back"]
+    assert ended and ended[-1].ref == good and rival.ref in ended[-1].payload["reason"]
+    clear_for_release(evo, rival.ref)  # nothing left to end: no error, nothing recorded
+    assert len([e for e in reg.events(kind="stage") if e.payload["stage"] == "rolled_back"]) == len(ended)
