@@ -19,6 +19,13 @@ the default) and on PostgreSQL (`--storage URL`: a throw-away local server, `ole
 and the two runs' events are compared the same way ("same decisions on both backends"):
 
     python experiments/same_decisions.py --backends --out experiments/results/same_decisions_backends.md
+
+With `--online` (and `--backends`) the run compared is not an evolve but the online-harness experiment:
+`evogym suite run --jobs 1` over `ONLINE_ENVS` (`--batches` batches, fresh pool seeds each), every task's
+agent `ole agent work --online` (rounds every `--every-k` tasks, gated on pools no stream task uses),
+on files and on PostgreSQL. One job at a time, so both streams see their tasks in the same order:
+
+    python experiments/same_decisions.py --backends --online --out experiments/results/same_decisions_online.md
 """
 from __future__ import annotations
 
@@ -49,6 +56,38 @@ VOLATILE = ("timestamp", "created_at", "ts", "trace_id", "trace_ids", "control_t
 
 
 ARGS_USED = ARGS
+
+ONLINE_ENVS = ("gym/acrobot", "gym/pusher5", "gym/reacher5", "gymnasium/MiniGrid-FourRooms-v0")
+ONLINE_AGENT = ["agent", "work", "--online", "--gate-on", "pools", "--gate-envs", "gym/acrobot", "gym/pusher5",
+                "--gate-pools", "201", "202", "203", "--gate-budget", "8"]
+"""The online-harness stream's agent (`--every-k` and `--workdir` added per run)."""
+
+
+def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_k: int) -> tuple[list[dict], float]:
+    """The online-harness stream by the source `tree` in `work` (fresh registry holding the seed bundle, on
+    `storage` when given, else files): `batches` `evogym suite run --jobs 1` batches; its events."""
+    if work.exists():
+        shutil.rmtree(work)
+    root = work / "root"
+    root.mkdir(parents=True)
+    shutil.copy(REPO / "bundles" / "coder.yaml", root / "coder.yaml")
+    env = {**os.environ, "PYTHONPATH": str(tree), "OLE_ROOT": str(root)}
+    env.pop("OLE_STORAGE", None)
+    on = ["--storage", storage] if storage else []
+    agent = " ".join([sys.executable, "-m", "ole.cli", "--root", str(root), *on, *ONLINE_AGENT,
+                      "--every-k", str(every_k), "--workdir", str(work / "stream")])
+    started = time.monotonic()
+    for batch in range(batches):
+        done = subprocess.run([sys.executable, "-m", "evogym.cli", "suite", "run", "--envs", *ONLINE_ENVS,
+                               "--jobs", "1", "--profile", "quick", "--budget", "8", "--pool-seed", str(1400 + batch),
+                               "--out", str(work / f"suite{batch}"), "--agent", agent],
+                              cwd=work, env=env, capture_output=True, text=True)
+        if done.returncode != 0:
+            raise SystemExit(f"suite batch {batch} by {tree} failed ({done.returncode}):\n{done.stderr[-3000:]}")
+    took = time.monotonic() - started
+    events = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, "--json", "events"], cwd=work,
+                            env=env, capture_output=True, text=True, check=True)
+    return json.loads(events.stdout), took
 
 
 def run(tree: Path, work: Path, storage: str | None = None) -> tuple[list[dict], float]:
@@ -82,13 +121,20 @@ def strip(value, path: str = ""):
     Evidence ids keep their detector (their hash covers trace ids); a registration's `blob_hash` (its
     stored YAML names those evidence ids) is left out: its `content_hash` (the bundle) is compared."""
     if isinstance(value, dict):
+        measured_wall = "wall" in str(value.get("what", ""))  # a cost check of a wall ratio: its number is measured
         return {k: strip(v, f"{path}.{k}") for k, v in sorted(value.items()) if k not in VOLATILE
-                and k != "blob_hash" and not k.startswith("wall")}
+                and k != "blob_hash" and not k.startswith("wall") and not (measured_wall and k == "measured")}
     if isinstance(value, list):
         return [strip(v, path) for v in value]
     if isinstance(value, str) and (m := EVIDENCE_ID.match(value)):
         return m.group(1)
+    if isinstance(value, str) and "wall" in value:
+        return WALL_NUMBER.sub("#", value)  # a reason quoting a measured wall ratio: its words stay compared
     return value
+
+
+WALL_NUMBER = re.compile(r"[-+]?\d+\.\d+")
+"""A decimal in a text that speaks of wall time (a cost reason quoting the measured ratio and its bound)."""
 
 
 REF = re.compile(r"^([A-Za-z0-9_.-]+)@(\d+)$")
@@ -162,11 +208,16 @@ def main() -> int:
     p.add_argument("--workdir", default="experiments/out/same_decisions")
     p.add_argument("--out", default="experiments/results/same_decisions.md")
     p.add_argument("--small", action="store_true", help="a smaller evolve (`SMALL`) than the default `ARGS`")
+    p.add_argument("--online", action="store_true", help="with --backends: the online-harness stream, not an evolve")
+    p.add_argument("--batches", type=int, default=2, help="--online: suite batches (4 tasks each)")
+    p.add_argument("--every-k", type=int, default=2, help="--online: a proposal round every k finished tasks")
     args = p.parse_args()
     global ARGS_USED
     ARGS_USED = SMALL if args.small else ARGS
     if (args.before is None) != args.backends:
         p.error("give --before COMMIT (two trees) or --backends (one tree, two storages)")
+    if args.online and not args.backends:
+        p.error("--online compares the two backends: give --backends")
     work = (REPO / args.workdir).resolve()
     if args.backends:
         args.before = args.after
@@ -186,8 +237,13 @@ def main() -> int:
             sys.path.insert(0, str(trees["after"]))
             from ole.storage.local_server import LocalServer
             server = LocalServer().start()  # in the system temp folder: the server's user must reach it
-            before, t_before = run(trees["after"], work / "before")
-            after, t_after = run(trees["after"], work / "after", storage=server.create_database("same_decisions"))
+            url = server.create_database("same_decisions")
+            if args.online:
+                before, t_before = run_online(trees["after"], work / "before", None, args.batches, args.every_k)
+                after, t_after = run_online(trees["after"], work / "after", url, args.batches, args.every_k)
+            else:
+                before, t_before = run(trees["after"], work / "before")
+                after, t_after = run(trees["after"], work / "after", storage=url)
             commits["before"] = commits["after"]
         else:
             before, t_before = run(trees["before"], work / "before")
@@ -215,8 +271,17 @@ def main() -> int:
     for b, a in zip(before, after):
         if b.get("kind") == "gate_decision" and cost_reasons(b) != cost_reasons(a):
             wall_notes.append(f"- event {b.get('seq')}: cost reasons before {cost_reasons(b)} / after {cost_reasons(a)}")
-    head = (["# Same decisions on both storage backends (before = SQLite files, after = PostgreSQL)", "",
-             f"`python experiments/same_decisions.py --backends --after {args.after}` (tree {commits['after']}); one "
+    command = "python experiments/same_decisions.py " + " ".join(sys.argv[1:])
+    head = (["# Same decisions on both storage backends, online harness (before = SQLite files, after = PostgreSQL)",
+             "", f"`{command}` (tree {commits['after']}); the online-harness stream from a fresh registry holding the "
+             f"seed bundle: {args.batches} batch(es) of `evogym suite run --jobs 1 --profile quick --budget 8 --envs "
+             f"{' '.join(ONLINE_ENVS)}` (pool seeds 1400 + batch), each task's agent:", "",
+             "    ole [--storage URL] " + " ".join(ONLINE_AGENT) + f" --every-k {args.every_k} --workdir STREAM", "",
+             "run twice by that tree: on files (SQLite registry, store and stream), then with `--storage "
+             "postgresql://...` (a throw-away local server)."]
+            if args.online else
+            ["# Same decisions on both storage backends (before = SQLite files, after = PostgreSQL)", "",
+             f"`{command}` (tree {commits['after']}); one "
              "offline", "evolve from a fresh registry holding the seed bundle, run twice by that tree: on files "
              "(SQLite registry and store), then with `--storage postgresql://...` (a throw-away local server):"]
             if args.backends else
@@ -227,8 +292,7 @@ def main() -> int:
     text = [
         *head,
         "",
-        "    ole " + " ".join(ARGS_USED),
-        "",
+        *([] if args.online else ["    ole " + " ".join(ARGS_USED), ""]),
         f"Events: {len(before)} before, {len(after)} after; **{same} of {len(after)} after-events also in the "
         f"before run**, {sum(only_before.values())} before-events not in the after run, matched as a multiset "
         "(refs by bundle content) once",
