@@ -63,7 +63,8 @@ ONLINE_AGENT = ["agent", "work", "--online", "--gate-on", "pools", "--gate-envs"
 """The online-harness stream's agent (`--every-k` and `--workdir` added per run)."""
 
 
-def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_k: int) -> tuple[list[dict], float]:
+def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_k: int,
+               gate: list[str] = ()) -> tuple[list[dict], float]:
     """The online-harness stream by the source `tree` in `work` (fresh registry holding the seed bundle, on
     `storage` when given, else files): `batches` `evogym suite run --jobs 1` batches; its events."""
     if work.exists():
@@ -74,7 +75,7 @@ def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_
     env = {**os.environ, "PYTHONPATH": str(tree), "OLE_ROOT": str(root)}
     env.pop("OLE_STORAGE", None)
     on = ["--storage", storage] if storage else []
-    agent = " ".join([sys.executable, "-m", "ole.cli", "--root", str(root), *on, *ONLINE_AGENT,
+    agent = " ".join([sys.executable, "-m", "ole.cli", "--root", str(root), *on, *ONLINE_AGENT, *gate,
                       "--every-k", str(every_k), "--workdir", str(work / "stream")])
     started = time.monotonic()
     for batch in range(batches):
@@ -90,7 +91,7 @@ def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_
     return json.loads(events.stdout), took
 
 
-def run(tree: Path, work: Path, storage: str | None = None) -> tuple[list[dict], float]:
+def run(tree: Path, work: Path, storage: str | None = None, gate: list[str] = ()) -> tuple[list[dict], float]:
     """The evolve by the source `tree` in `work` (fresh registry holding the seed bundle, on `storage`
     when given, else files); its events."""
     if work.exists():
@@ -102,7 +103,7 @@ def run(tree: Path, work: Path, storage: str | None = None) -> tuple[list[dict],
     env.pop("OLE_STORAGE", None)
     on = ["--storage", storage] if storage else []
     started = time.monotonic()
-    done = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, *ARGS_USED, "--workdir", str(work / "wd"),
+    done = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, *ARGS_USED, *gate, "--workdir", str(work / "wd"),
                            "--traces", str(work / "traces")], cwd=work, env=env, capture_output=True, text=True)
     took = time.monotonic() - started
     if done.returncode != 0:
@@ -114,6 +115,19 @@ def run(tree: Path, work: Path, storage: str | None = None) -> tuple[list[dict],
 
 EVIDENCE_ID = re.compile(r"^(ev-[a-z_]+)-[0-9a-f]+$")
 """An evidence id is its detector and a hash over the traces it read (whose ids hold their start time)."""
+
+
+def unbounded_wall(tree: Path, work: Path) -> list[str]:
+    """`--gate-config` of the tree's packaged gate with no bound on measured wall time (`cost_kappa` without
+    `wall_s`): the one input two runs of the same inputs never share (`same_decisions_control.md`), so with
+    it unbounded every decision reads only seeded, stored quantities: what a storage backend could change."""
+    import yaml
+    config = yaml.safe_load((tree / "ole" / "gate.yaml").read_text())
+    config["cost_kappa"].pop("wall_s", None)
+    work.mkdir(parents=True, exist_ok=True)
+    path = work / "gate-no-wall-bound.yaml"
+    path.write_text(yaml.safe_dump(config, sort_keys=False))
+    return ["--gate-config", str(path)]
 
 
 def strip(value, path: str = ""):
@@ -194,6 +208,35 @@ def wall_facts(events: list[dict]) -> list[str]:
     return out
 
 
+def leaves(value, path: str = "") -> dict[str, object]:
+    """Every leaf of a JSON value by its path."""
+    if isinstance(value, dict):
+        return {k: v for key, item in value.items() for k, v in leaves(item, f"{path}.{key}").items()}
+    if isinstance(value, list):
+        return {k: v for i, item in enumerate(value) for k, v in leaves(item, f"{path}[{i}]").items()}
+    return {path: value}
+
+
+def leaf_differences(differing: list[tuple[str, dict]]) -> list[str]:
+    """For each event only in one run, paired with the other run's unmatched event of the same kind and
+    bundle: the leaves that differ (what to read first)."""
+    before = [b for side, b in differing if side == "only before"]
+    out = []
+    for side, body in differing:
+        if side != "only after":
+            continue
+        twin = next((b for b in before if b.get("kind") == body.get("kind") and b.get("bundle") == body.get("bundle")),
+                    None)
+        if twin is None:
+            continue
+        lb, la = leaves(twin), leaves(body)
+        diffs = [f"- `{k}`: before {json.dumps(lb.get(k))[:120]}, after {json.dumps(la.get(k))[:120]}"
+                 for k in sorted(set(lb) | set(la)) if lb.get(k) != la.get(k)]
+        out += [f"Where the {body.get('kind')} event of bundle {body.get('bundle')} differs ({len(diffs)} leaves):", "",
+                *diffs[:40], ""]
+    return out
+
+
 def cost_reasons(event: dict) -> list[str]:
     crit = (event.get("payload") or {}).get("criteria") or []
     return [r for c in crit if isinstance(c, dict) and c.get("name") == "cost" for r in c.get("reasons") or []]
@@ -211,6 +254,8 @@ def main() -> int:
     p.add_argument("--online", action="store_true", help="with --backends: the online-harness stream, not an evolve")
     p.add_argument("--batches", type=int, default=2, help="--online: suite batches (4 tasks each)")
     p.add_argument("--every-k", type=int, default=2, help="--online: a proposal round every k finished tasks")
+    p.add_argument("--no-wall-bound", action="store_true", help="both runs gate with no bound on measured wall time "
+                   "(`unbounded_wall`): decisions then read nothing the two runs measure apart")
     args = p.parse_args()
     global ARGS_USED
     ARGS_USED = SMALL if args.small else ARGS
@@ -238,12 +283,13 @@ def main() -> int:
             from ole.storage.local_server import LocalServer
             server = LocalServer().start()  # in the system temp folder: the server's user must reach it
             url = server.create_database("same_decisions")
+            gate = unbounded_wall(trees["after"], work) if args.no_wall_bound else []
             if args.online:
-                before, t_before = run_online(trees["after"], work / "before", None, args.batches, args.every_k)
-                after, t_after = run_online(trees["after"], work / "after", url, args.batches, args.every_k)
+                before, t_before = run_online(trees["after"], work / "before", None, args.batches, args.every_k, gate)
+                after, t_after = run_online(trees["after"], work / "after", url, args.batches, args.every_k, gate)
             else:
-                before, t_before = run(trees["after"], work / "before")
-                after, t_after = run(trees["after"], work / "after", storage=url)
+                before, t_before = run(trees["after"], work / "before", gate=gate)
+                after, t_after = run(trees["after"], work / "after", storage=url, gate=gate)
             commits["before"] = commits["after"]
         else:
             before, t_before = run(trees["before"], work / "before")
@@ -253,6 +299,8 @@ def main() -> int:
             server.stop()
         for tree in trees.values():
             subprocess.run(["git", "worktree", "remove", "--force", str(tree)], cwd=REPO, check=False)
+    for side, events in (("before", before), ("after", after)):
+        (work / f"{side}.events.json").write_text(json.dumps(events, indent=1))
     cb, ca = canonical(before), canonical(after)
     only_before = collections.Counter(cb) - collections.Counter(ca)
     only_after = collections.Counter(ca) - collections.Counter(cb)
@@ -279,11 +327,16 @@ def main() -> int:
              "    ole [--storage URL] " + " ".join(ONLINE_AGENT) + f" --every-k {args.every_k} --workdir STREAM", "",
              "run twice by that tree: on files (SQLite registry, store and stream), then with `--storage "
              "postgresql://...` (a throw-away local server)."]
+            + (["", "Both runs gate with **no bound on measured wall time** (`--no-wall-bound`: the packaged gate "
+                "without `cost_kappa.wall_s`): at budget 8 a run takes about a second and the wall ratio of one pair "
+                "swings past the 1.5 bound between any two runs, on either backend; with it unbounded every "
+                "decision reads only seeded, stored quantities."] if args.no_wall_bound else [])
             if args.online else
             ["# Same decisions on both storage backends (before = SQLite files, after = PostgreSQL)", "",
              f"`{command}` (tree {commits['after']}); one "
              "offline", "evolve from a fresh registry holding the seed bundle, run twice by that tree: on files "
-             "(SQLite registry and store), then with `--storage postgresql://...` (a throw-away local server):"]
+             "(SQLite registry and store), then with `--storage postgresql://...` (a throw-away local server)"
+             + (", both gating with no bound on measured wall time (`--no-wall-bound`):" if args.no_wall_bound else ":")]
             if args.backends else
             ["# Same decisions before and after", "",
              f"`python experiments/same_decisions.py --before {args.before} --after {args.after}` (before = "
@@ -312,6 +365,8 @@ def main() -> int:
     for side, events in (("before", before), ("after", after)):
         text += [f"What measured wall time decided in the {side} run:", "",
                  *[f"- {line}" for line in wall_facts(events)], ""]
+    for line in leaf_differences(differing):
+        text.append(line)
     for side, body in differing[:6]:
         text += [f"## An event {side}", "", "```json", json.dumps(body, indent=1, sort_keys=True)[:4000], "```", ""]
     out = REPO / args.out
