@@ -137,7 +137,8 @@ def strip(value, path: str = ""):
     if isinstance(value, dict):
         measured_wall = "wall" in str(value.get("what", ""))  # a cost check of a wall ratio: its number is measured
         return {k: strip(v, f"{path}.{k}") for k, v in sorted(value.items()) if k not in VOLATILE
-                and k != "blob_hash" and not k.startswith("wall") and not (measured_wall and k == "measured")}
+                and k != "blob_hash" and not k.startswith("wall") and not k.endswith("_at")
+                and not (measured_wall and k == "measured")}
     if isinstance(value, list):
         return [strip(v, path) for v in value]
     if isinstance(value, str) and (m := EVIDENCE_ID.match(value)):
@@ -351,7 +352,7 @@ def main() -> int:
         "(refs by bundle content) once",
         "timestamps, trace ids, idempotency keys, evidence-id hashes (over trace ids) and measured wall time are left "
         "out (fields: "
-        + ", ".join(f"`{v}`" for v in VOLATILE) + ", and every `wall*` field).",
+        + ", ".join(f"`{v}`" for v in VOLATILE) + ", every `*_at` moment and every `wall*` field).",
         f"Wall time of the two evolves: before {t_before / 60:.1f} min, after {t_after / 60:.1f} min (same machine,",
         "one after the other).",
         "",
