@@ -84,3 +84,26 @@ def test_online_stream_smoke(tmp_path):
     assert "Online vs fixed" in text and "90 % CI" in text and "## Injected harm" in text
     rows = json.loads(out.with_suffix(".json").read_text())["pairs"]
     assert len(rows) == 4 and {r["budget"] for r in rows} == {2, 4}
+
+
+def test_evolve_phases_reads_the_evolve_clock_at_each_phase_start(tmp_path):
+    log = tmp_path / "evolve.log"
+    log.write_text("\n".join([
+        "archive is empty for coder@1: bootstrapping 6 traces by running the champion on the search instances first",
+        "    run coder@1 gym/pusher5 pool 101 seed 0: q=1.0 (3s)  [spent 32 episodes, 0.5 min]",
+        "generation 1/1: proposing 12 candidates",
+        "    run coder@2 gym/pusher5 pool 101 seed 0: q=1.0 (3s)  [spent 64 episodes, 2.0 min]",
+        "    run coder@3 gym/pusher5 pool 101 seed 0: q=1.0 (3s)  [spent 96 episodes, 4.0 min]",
+        "gate: coder@9 (gym/pusher5) vs coder@1 on 8 unseen gate instances at budgets 32, 128",
+        "    run coder@9 gym/pusher5 pool 201 seed 0: q=1.0 (3s)  [spent 128 episodes, 9.0 min]",
+        "  transfer: coder@9 vs coder@1 on 4 instances of 2 envs held out from the search",
+        "  transfer: coder@9 vs coder@1 on 4 instances of 2 envs held out from the search",
+        "    run coder@9 gym/reacher5 pool 221 seed 0: q=1.0 (3s)  [spent 160 episodes, 10.0 min]"]) + "\n")
+    out = subprocess.run([sys.executable, str(ROOT / "experiments" / "evolve_phases.py"), str(log), "--total-s", "660"],
+                         capture_output=True, text=True, check=True).stdout
+    rows = [line for line in out.splitlines() if line.startswith("| ") and "---" not in line][1:]
+    assert rows == ["| bootstrap (coder@1 on the search instances) | 0.0 | 0.5 | 1 |",
+                    "| search generation 1 of 1 | 0.5 | 3.5 | 2 |",
+                    "| gate coder@9 (gym/pusher5) vs coder@1 | 4.0 | 5.0 | 1 |",
+                    "| transfer sample of coder@9 (4 instances of 2 envs held out from the search) | 9.0 | 2.0 | 1 |",
+                    "| total | | 11.0 | 5 |"]
