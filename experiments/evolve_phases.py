@@ -20,7 +20,6 @@ CLOCK = re.compile(r"\[spent (\d+) episodes, ([\d.]+) min\]")
 PHASES = (
     (re.compile(r"^archive is empty for (\S+): bootstrapping"), "bootstrap ({0} on the search instances)"),
     (re.compile(r"^generation (\d+)/(\d+): proposing"), "search generation {0} of {1}"),
-    (re.compile(r"^  ablation of (\S+) on"), "ablation of {0}"),
     (re.compile(r"^  registered \S+ \(offline_mutation of \S+\): ablation of (\S+):"), "ablation of {0}"),
     (re.compile(r"^gate: (\S+) \(([^)]*)\) vs (\S+)"), "gate {0} ({1}) vs {2}"),
     (re.compile(r"^  transfer: (\S+) vs (\S+) on (.*)"), "transfer sample of {0} ({2})"),
