@@ -97,7 +97,7 @@ def widening_canaries(evo: StreamDriver) -> dict[str, Any]:
     if not running:
         return {}
     releases = {e.seq: e for e in reg.events(kind="release")}
-    return {s: e for s, e in running.items() if is_widening(releases.get(e.payload.get("release_seq")))}
+    return {s: e for s, e in running.items() if is_widening(releases.get(int(e.payload.get("release_seq", -1))))}
 
 
 def round_holders(evo: StreamDriver) -> str | None:
