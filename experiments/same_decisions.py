@@ -63,10 +63,9 @@ ONLINE_AGENT = ["agent", "work", "--online", "--gate-on", "pools", "--gate-envs"
 """The online-harness stream's agent (`--every-k` and `--workdir` added per run)."""
 
 
-def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_k: int,
-               gate: list[str] = ()) -> tuple[list[dict], float]:
-    """The online-harness stream by the source `tree` in `work` (fresh registry holding the seed bundle, on
-    `storage` when given, else files): `batches` `evogym suite run --jobs 1` batches; its events."""
+def fresh(tree: Path, work: Path, storage: str | None) -> tuple[Path, dict[str, str], list[str]]:
+    """A fresh `work` folder with a registry root holding the seed bundle; the environment that runs the
+    source `tree` on it, and the `--storage` flags (files when `storage` is None)."""
     if work.exists():
         shutil.rmtree(work)
     root = work / "root"
@@ -74,7 +73,21 @@ def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_
     shutil.copy(REPO / "bundles" / "coder.yaml", root / "coder.yaml")
     env = {**os.environ, "PYTHONPATH": str(tree), "OLE_ROOT": str(root)}
     env.pop("OLE_STORAGE", None)
-    on = ["--storage", storage] if storage else []
+    return root, env, (["--storage", storage] if storage else [])
+
+
+def events_of(root: Path, on: list[str], work: Path, env: dict[str, str]) -> list[dict]:
+    """Every registry event of `root` (on the storage `on` names), as `ole events --json` gives them."""
+    events = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, "--json", "events"], cwd=work,
+                            env=env, capture_output=True, text=True, check=True)
+    return json.loads(events.stdout)
+
+
+def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_k: int,
+               gate: list[str] = ()) -> tuple[list[dict], float]:
+    """The online-harness stream by the source `tree` in `work` (fresh registry holding the seed bundle, on
+    `storage` when given, else files): `batches` `evogym suite run --jobs 1` batches; its events."""
+    root, env, on = fresh(tree, work, storage)
     agent = " ".join([sys.executable, "-m", "ole.cli", "--root", str(root), *on, *ONLINE_AGENT, *gate,
                       "--every-k", str(every_k), "--workdir", str(work / "stream")])
     started = time.monotonic()
@@ -86,31 +99,20 @@ def run_online(tree: Path, work: Path, storage: str | None, batches: int, every_
         if done.returncode != 0:
             raise SystemExit(f"suite batch {batch} by {tree} failed ({done.returncode}):\n{done.stderr[-3000:]}")
     took = time.monotonic() - started
-    events = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, "--json", "events"], cwd=work,
-                            env=env, capture_output=True, text=True, check=True)
-    return json.loads(events.stdout), took
+    return events_of(root, on, work, env), took
 
 
 def run(tree: Path, work: Path, storage: str | None = None, gate: list[str] = ()) -> tuple[list[dict], float]:
     """The evolve by the source `tree` in `work` (fresh registry holding the seed bundle, on `storage`
     when given, else files); its events."""
-    if work.exists():
-        shutil.rmtree(work)
-    root = work / "root"
-    root.mkdir(parents=True)
-    shutil.copy(REPO / "bundles" / "coder.yaml", root / "coder.yaml")
-    env = {**os.environ, "PYTHONPATH": str(tree), "OLE_ROOT": str(root)}
-    env.pop("OLE_STORAGE", None)
-    on = ["--storage", storage] if storage else []
+    root, env, on = fresh(tree, work, storage)
     started = time.monotonic()
     done = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, *ARGS_USED, *gate, "--workdir", str(work / "wd"),
                            "--traces", str(work / "traces")], cwd=work, env=env, capture_output=True, text=True)
     took = time.monotonic() - started
     if done.returncode != 0:
         raise SystemExit(f"evolve by {tree} failed ({done.returncode}):\n{done.stderr[-3000:]}")
-    events = subprocess.run([sys.executable, "-m", "ole.cli", "--root", str(root), *on, "--json", "events"], cwd=work,
-                            env=env, capture_output=True, text=True, check=True)
-    return json.loads(events.stdout), took
+    return events_of(root, on, work, env), took
 
 
 EVIDENCE_ID = re.compile(r"^(ev-[a-z_]+)-[0-9a-f]+$")
